@@ -1,0 +1,55 @@
+# spark-ext: every target creates and uses .venv/ in the repository root.
+# `make test` and `make demo` work from a fresh clone: they install the Python packages,
+# resolve Kafka / Artemis from Maven Central (cached outside git) and start the services.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+CASES ?=
+
+.PHONY: help venv services services-down services-status test unit lint demo bench faults clean
+
+help:
+	@echo "make test | demo | services | services-down | lint | unit | bench | faults | clean"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+services: $(STAMP)
+	$(PY) services/services.py up
+
+services-down:
+	@if [ -x $(PY) ]; then $(PY) services/services.py down; fi
+
+services-status: $(STAMP)
+	$(PY) services/services.py status
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# Unit tests only: no services, no Spark session.
+unit: $(STAMP)
+	$(PY) -m pytest -m "not spark and not services" $(PYTEST_ARGS)
+
+test: $(STAMP) lint services
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP) services
+	$(PY) -m spark_ext.demo
+
+bench: $(STAMP) services
+	$(PY) -m bench $(CASES)
+
+faults: $(STAMP) services
+	$(PY) -m bench.faults
+
+clean: services-down
+	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info

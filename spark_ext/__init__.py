@@ -1,0 +1,30 @@
+"""spark-ext: Hazelcast-Jet-grade fault tolerance for PySpark Structured Streaming.
+
+``format("hzsource")`` and ``format("hzsink")`` work after ``pip install`` (Spark finds
+the ``pyspark_hzsource`` / ``pyspark_hzsink`` modules); ``register(spark)`` does the
+same explicitly, e.g. for a session started before the package was installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spark_ext.env import ensure_python_env
+from spark_ext.errors import SparkExtError
+from spark_ext.guarantees import Guarantee
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__version__ = "0.1.0"
+__all__ = ["Guarantee", "SparkExtError", "__version__", "ensure_python_env", "register"]
+
+ensure_python_env()
+
+
+def register(spark: SparkSession) -> None:
+    """Register ``hzsource`` and ``hzsink`` with ``spark``. Driver; idempotent."""
+    from spark_ext.datasource import HzSink, HzSource
+
+    spark.dataSource.register(HzSource)
+    spark.dataSource.register(HzSink)

@@ -1,0 +1,112 @@
+"""The two Spark data sources, ``hzsource`` and ``hzsink``, and connector dispatch.
+
+Spark builds these objects in a Python worker on the driver: ``schema`` runs at
+``load()``, ``streamReader`` / ``streamWriter`` when the query starts. Every option
+check and every connection to an external system's metadata happens there, so bad
+input fails on the driver with a clear message instead of as an executor stack trace.
+The readers and writers they return are pickled to executors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+import connectors
+from spark_ext.commit import ProtocolStreamWriter
+from spark_ext.connector import SinkConnector, SourceConnector
+from spark_ext.env import ensure_python_env
+from spark_ext.errors import ConfigurationError, MissingOptionError, UnknownConnectorError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+
+
+def _lookup(kind: str, registry: dict[str, str], options: Options) -> object:
+    name = options.get_str("connector")
+    choices = ", ".join(sorted(registry))
+    if name is None:
+        raise MissingOptionError(
+            f"{kind} needs option 'connector'; set .option('connector', ...) to one of {choices}"
+        )
+    key = name.strip().lower()
+    if key not in registry:
+        close = difflib.get_close_matches(key, sorted(registry), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownConnectorError(
+            f"unknown connector {name!r} for {kind}{hint}; valid connectors: {choices}"
+        )
+    module, cls = registry[key].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+class HzSource(DataSource):
+    """``spark.readStream.format("hzsource").option("connector", ...)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "hzsource"
+
+    def _connector(self) -> tuple[SourceConnector, Options]:
+        ensure_python_env()
+        opts = Options(self.options, "hzsource")
+        conn = _lookup("hzsource", connectors.SOURCES, opts)
+        assert isinstance(conn, SourceConnector)
+        conn.check(opts)
+        return conn, opts
+
+    def schema(self) -> StructType:
+        """Driver, at ``load()``: the connector's output schema."""
+        conn, opts = self._connector()
+        return conn.schema(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Driver, at query start: the connector's micro-batch reader."""
+        conn, opts = self._connector()
+        return conn.stream_reader(opts, schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """Driver, at ``spark.read...load()``: a batch reader where the connector has one."""
+        conn, opts = self._connector()
+        return conn.reader(opts, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        raise ConfigurationError("'hzsource' is a source; to write a stream use format('hzsink')")
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        raise ConfigurationError("'hzsource' is a source; to write use format('hzsink')")
+
+
+class HzSink(DataSource):
+    """``df.writeStream.format("hzsink").option("connector", ...)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "hzsink"
+
+    def schema(self) -> StructType:
+        raise ConfigurationError("'hzsink' is a sink; to read a stream use format('hzsource')")
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Driver, at query start: check options, recover the sink, return the writer."""
+        ensure_python_env()
+        opts = Options(self.options, "hzsink")
+        conn = _lookup("hzsink", connectors.SINKS, opts)
+        assert isinstance(conn, SinkConnector)
+        guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
+        conn.check(opts, guarantee)
+        return ProtocolStreamWriter(conn.plan(opts, schema, guarantee))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        raise ConfigurationError(
+            "'hzsink' writes streaming queries (its guarantees are per micro-batch): "
+            "use df.writeStream.format('hzsink')"
+        )

