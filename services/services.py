@@ -147,6 +147,20 @@ def _stop_pid(name: str, timeout: float = 30.0) -> None:
     pidfile.unlink(missing_ok=True)
 
 
+def _adopt(name: str, port: int, ready: Callable[[], bool]) -> None:
+    """Use a service started elsewhere (e.g. docker compose) if it answers a round trip."""
+    try:
+        ok = ready()
+    except Exception as e:  # noqa: BLE001 - report whatever the probe hit
+        ok, why = False, str(e)
+    else:
+        why = "no answer"
+    if not ok:
+        raise ServiceError(f"port {port} is taken by a process that is not a working {name} ({why}); "
+                           "stop it or free the port")
+    log(f"{name} at {HOST}:{port} was started elsewhere and answers; using it")
+
+
 def _mvn(*args: str) -> None:
     cmd = ["mvn", "-q", "-B", *args]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -213,7 +227,8 @@ def kafka_up() -> None:
         log(f"kafka already running at {HOST}:{KAFKA_PORT}")
         return
     if _port_open(KAFKA_PORT):
-        raise ServiceError(f"port {KAFKA_PORT} is taken by a process not started here; stop it first")
+        _adopt("kafka", KAFKA_PORT, _kafka_ready)
+        return
     libs = kafka_libs()
     home = LOCAL / "kafka"
     data = home / "data"
@@ -307,7 +322,8 @@ def postgres_up() -> None:
         log(f"postgres already running at {HOST}:{POSTGRES_PORT}")
         return
     if _port_open(POSTGRES_PORT):
-        raise ServiceError(f"port {POSTGRES_PORT} is taken by a process not started here; stop it first")
+        _adopt("postgres", POSTGRES_PORT, _pg_ready)
+        return
     import warnings
 
     with warnings.catch_warnings():
@@ -411,7 +427,8 @@ def artemis_up() -> None:
         log(f"artemis already running, STOMP at {HOST}:{STOMP_PORT}")
         return
     if _port_open(STOMP_PORT):
-        raise ServiceError(f"port {STOMP_PORT} is taken by a process not started here; stop it first")
+        _adopt("artemis", STOMP_PORT, _stomp_ready)
+        return
     home = artemis_home()
     instance = LOCAL / "artemis" / "broker"
     if not (instance / "bin" / "artemis").exists():
