@@ -19,6 +19,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 ROOT = Path(__file__).resolve().parent.parent
+# Python workers inherit this environment: let them import test helpers (tests.*).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 SERVICE_KEYS = ("KAFKA_BOOTSTRAP_SERVERS", "POSTGRES_URL", "STOMP_HOST", "STOMP_PORT",
                 "STOMP_USER", "STOMP_PASSWORD")
 

@@ -1,0 +1,68 @@
+"""A probe sink on the real commit protocol: records what each side saw, in files.
+
+Lives in an importable module (not a test file) because Spark pickles it to Python
+workers; conftest puts the repository on PYTHONPATH for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from spark_ext.commit import Committable, Committer, ProtocolStreamWriter, SinkPlan, SinkWriter, TaskInfo
+from spark_ext.guarantees import Guarantee
+
+
+@dataclass(frozen=True)
+class ProbeCommittable(Committable):
+    query_id: str
+
+
+class ProbeWriter(SinkWriter[ProbeCommittable]):
+    def __init__(self, out: str, fail_batch: int = -1) -> None:
+        self.out = Path(out)
+        self.fail_batch = fail_batch
+
+    def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> ProbeCommittable:
+        rows = sum(b.num_rows for b in batches)
+        if task.batch_id == self.fail_batch and task.partition_id == 0:
+            raise ValueError(f"probe: failing batch {task.batch_id} on purpose")
+        return ProbeCommittable(task.batch_id, task.partition_id, task.attempt, rows, task.query_id)
+
+
+class ProbeCommitter(Committer[ProbeCommittable]):
+    def __init__(self, out: str) -> None:
+        self.out = Path(out)
+
+    def _log(self, kind: str, committables: Sequence[ProbeCommittable], batch_id: int) -> None:
+        with open(self.out / "log.jsonl", "a") as f:
+            f.write(json.dumps({"kind": kind, "batch_id": batch_id,
+                                "committables": [asdict(c) for c in committables]}) + "\n")
+
+    def commit(self, committables: Sequence[ProbeCommittable], batch_id: int) -> None:
+        self._log("commit", committables, batch_id)
+
+    def abort(self, committables: Sequence[ProbeCommittable], batch_id: int) -> None:
+        self._log("abort", committables, batch_id)
+
+
+class ProbeSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "protocolprobe"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        out = self.options["out"]
+        fail_batch = int(self.options.get("fail_batch", "-1"))
+        return ProtocolStreamWriter(SinkPlan(
+            Guarantee.EXACTLY_ONCE,
+            new_writer=functools.partial(ProbeWriter, out, fail_batch),  # type: ignore[arg-type]
+            new_committer=functools.partial(ProbeCommitter, out),  # type: ignore[arg-type]
+        ))
