@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_contains_entry_modules_and_packages(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-                          "-q", "-w", str(tmp_path)], capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+           "-q", "-w", str(tmp_path)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     (wheel,) = tmp_path.glob("spark_ext-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
