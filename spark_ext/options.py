@@ -8,7 +8,7 @@ Spark hands options over lower-cased, so every name here is lower-case.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_ext.errors import InvalidOptionError, MissingOptionError, UnknownOptionError
@@ -109,15 +109,6 @@ class Options:
         if v in _FALSE:
             return False
         raise InvalidOptionError(self._bad(name, value, "true or false"))
-
-    def get_choice(self, name: str, choices: Iterable[str], default: str | None = None) -> str | None:
-        value = self.get_str(name)
-        if value is None:
-            return default
-        allowed = list(choices)
-        if value.lower() not in allowed:
-            raise InvalidOptionError(self._bad(name, value, "one of " + ", ".join(allowed)))
-        return value.lower()
 
     def _bad(self, name: str, value: str, expected: str) -> str:
         shown = "***" if is_secret(name) else repr(value)

@@ -62,7 +62,8 @@ def test_compose_matches_local_services():
     assert artemis["environment"] == {"ARTEMIS_USER": svc.STOMP_USER, "ARTEMIS_PASSWORD": svc.STOMP_PASSWORD}
 
 
-def test_services_env_has_the_contract_keys():
+@pytest.mark.services
+def test_services_env_has_the_contract_keys(services):
     from tests.conftest import SERVICE_KEYS
 
     svc = _services_module()
@@ -72,6 +73,24 @@ def test_services_env_has_the_contract_keys():
     keys = {line.split("=", 1)[0] for line in env.read_text().splitlines() if "=" in line}
     assert keys == set(SERVICE_KEYS)
     assert f"POSTGRES_URL=postgresql+psycopg2://{svc.POSTGRES_USER}:" in env.read_text()
+
+
+@pytest.mark.services
+def test_services_up_is_idempotent(services):
+    """A second `make services` leaves the running services (same pids) and still answers."""
+    import subprocess
+    import sys
+
+    local = ROOT / ".local"
+    before = {n: (local / f"{n}.pid").read_text() for n in ("kafka", "postgres", "artemis")}
+    res = subprocess.run([sys.executable, str(ROOT / "services" / "services.py"), "up"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("already running") == 3
+    assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092" in res.stdout
+    assert "postgres:***@" in res.stdout and "STOMP_PASSWORD=***" in res.stdout  # no passwords printed
+    after = {n: (local / f"{n}.pid").read_text() for n in before}
+    assert after == before
 
 
 @pytest.mark.services
