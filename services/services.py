@@ -223,12 +223,6 @@ def _kafka_ready() -> bool:
 
 
 def kafka_up() -> None:
-    if _read_pid("kafka") and _port_open(KAFKA_PORT):
-        log(f"kafka already running at {HOST}:{KAFKA_PORT}")
-        return
-    if _port_open(KAFKA_PORT):
-        _adopt("kafka", KAFKA_PORT, _kafka_ready)
-        return
     libs = kafka_libs()
     home = LOCAL / "kafka"
     data = home / "data"
@@ -318,12 +312,6 @@ def _pg_ready() -> bool:
 
 
 def postgres_up() -> None:
-    if _read_pid("postgres") and _port_open(POSTGRES_PORT):
-        log(f"postgres already running at {HOST}:{POSTGRES_PORT}")
-        return
-    if _port_open(POSTGRES_PORT):
-        _adopt("postgres", POSTGRES_PORT, _pg_ready)
-        return
     import warnings
 
     with warnings.catch_warnings():
@@ -423,12 +411,6 @@ def _stomp_ready() -> bool:
 
 
 def artemis_up() -> None:
-    if _read_pid("artemis") and _port_open(STOMP_PORT):
-        log(f"artemis already running, STOMP at {HOST}:{STOMP_PORT}")
-        return
-    if _port_open(STOMP_PORT):
-        _adopt("artemis", STOMP_PORT, _stomp_ready)
-        return
     home = artemis_home()
     instance = LOCAL / "artemis" / "broker"
     if not (instance / "bin" / "artemis").exists():
@@ -467,15 +449,29 @@ def write_env() -> Path:
     return env
 
 
-SERVICES: dict[str, Callable[[], None]] = {
-    "kafka": kafka_up, "postgres": postgres_up, "artemis": artemis_up,
+# name -> (port that answers, round-trip check, start function)
+SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], None]]] = {
+    "kafka": (KAFKA_PORT, _kafka_ready, kafka_up),
+    "postgres": (POSTGRES_PORT, _pg_ready, postgres_up),
+    "artemis": (STOMP_PORT, _stomp_ready, artemis_up),
 }
+
+
+def _ensure(name: str) -> None:
+    """Start ``name`` unless ours is running or another process already serves its port."""
+    port, ready, start = SERVICES[name]
+    if _read_pid(name) and _port_open(port):
+        log(f"{name} already running at {HOST}:{port}")
+    elif _port_open(port):
+        _adopt(name, port, ready)
+    else:
+        start()
 
 
 def up(names: list[str]) -> None:
     LOCAL.mkdir(exist_ok=True)
     for name in names:
-        SERVICES[name]()
+        _ensure(name)
     env = write_env()
     # Print the addresses, never the passwords.
     text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")
