@@ -53,6 +53,14 @@ class ConnectorError(SparkExtError):
     """The external system (broker, database) refused or could not be reached."""
 
 
+class UnknownTopicError(ConnectorError):
+    """A topic or partition named in the options does not exist on the broker."""
+
+
+class DataLossError(ConnectorError):
+    """Records a query was due to read no longer exist (retention, topic recreated)."""
+
+
 # --- the commit protocol -----------------------------------------------------------------
 # Sorted as Flink's sinks sort them: a retriable error may succeed when tried again,
 # a known-fatal one never will, an unknown one is treated as fatal but reported as such.

@@ -7,11 +7,13 @@ fail, not skip, when the services are missing: a skipped connector test proves n
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -57,9 +59,21 @@ def services() -> Services:
                     int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"])
 
 
+def services_module() -> ModuleType:
+    """``services/services.py`` as a module (it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("spark_ext_services", ROOT / "services" / "services.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
+
+    # Spark's own kafka source, the baseline some tests compare with (Maven Central, cached).
+    baseline_jars = ",".join(services_module().spark_kafka_jars())
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -70,6 +84,7 @@ def spark() -> Iterator[object]:
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.jars", baseline_jars)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

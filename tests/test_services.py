@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 import uuid
 from pathlib import Path
@@ -11,15 +10,13 @@ from types import ModuleType
 import pytest
 import yaml
 
+from tests.conftest import services_module
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _services_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("services_script", ROOT / "services" / "services.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return services_module()
 
 
 def _host_ports(service: dict) -> set[int]:

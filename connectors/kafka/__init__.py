@@ -1,10 +1,9 @@
-"""Kafka connectors: replayable source and two-phase-commit sink (placeholders for now)."""
+"""Kafka connectors: the replayable source (built) and the two-phase-commit sink (to come)."""
 
-from spark_ext.connector import NotBuiltSink, NotBuiltSource
+from connectors.kafka.source import KafkaSource
+from spark_ext.connector import NotBuiltSink
 
-
-class KafkaSource(NotBuiltSource):
-    name = "kafka"
+__all__ = ["KafkaSink", "KafkaSource"]
 
 
 class KafkaSink(NotBuiltSink):

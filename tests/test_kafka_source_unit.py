@@ -1,0 +1,146 @@
+"""Kafka source pure logic: option parsing, offsets JSON, range planning, rate limiting."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import re
+
+import pytest
+
+from connectors.kafka.offsets import (
+    KafkaRange,
+    StartingOffsets,
+    from_json,
+    parse_assign,
+    plan_ranges,
+    rate_limit,
+    to_json,
+)
+from connectors.kafka.source_config import KafkaSourceConfig
+from spark_ext.errors import InvalidOptionError, MissingOptionError, UnknownOptionError
+from spark_ext.options import Options
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a,b"}
+
+
+def parse(**extra: str) -> KafkaSourceConfig:
+    return KafkaSourceConfig.parse(Options({**BASE, **extra}, "hzsource"))
+
+
+def test_offsets_json_round_trip_is_sorted_and_stable() -> None:
+    offs = {("b", 1): 5, ("a", 10): 7, ("a", 2): 3}
+    doc = to_json(offs)
+    assert doc == {"a": {"2": 3, "10": 7}, "b": {"1": 5}}
+    assert from_json(doc) == offs
+
+
+def test_plan_ranges_is_deterministic_and_covers_exactly() -> None:
+    start = {("t", 0): 0, ("t", 1): 100}
+    end = {("t", 0): 1000, ("t", 1): 101, ("t", 2): 50}  # t-2 is new: read from 0
+    begin = {**start, ("t", 2): 0}
+    a = plan_ranges(begin, end, min_partitions=6)
+    assert a == plan_ranges(begin, end, min_partitions=6)
+    for tp in end:
+        pieces = sorted((r.start, r.end) for r in a if (r.topic, r.partition) == tp)
+        assert pieces[0][0] == begin[tp] and pieces[-1][1] == end[tp]
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(pieces))
+    assert len(a) >= 6
+    capped = plan_ranges(begin, end, max_records=300)
+    assert max(r.size for r in capped) <= 300
+    assert sum(r.size for r in capped) == 1000 + 1 + 50
+
+
+def test_plan_ranges_drops_empty() -> None:
+    assert plan_ranges({("t", 0): 5}, {("t", 0): 5}) == []
+
+
+def test_rate_limit_respects_budget_and_favours_backlog() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 10}
+    latest = {("t", 0): 900, ("t", 1): 100, ("t", 2): 10}
+    end = rate_limit(start, latest, 100)
+    assert sum(end[tp] - start[tp] for tp in end) == 100
+    assert end[("t", 0)] - start[("t", 0)] == 90
+    assert end[("t", 2)] == 10
+    assert all(end[tp] <= latest[tp] for tp in end)
+    assert rate_limit(start, latest, 10_000) == latest
+
+
+def test_range_pickles() -> None:
+    r = KafkaRange("t", 3, 10, 20)
+    assert pickle.loads(pickle.dumps(r)) == r
+
+
+@pytest.mark.parametrize("value", ['{"t": {"0": "x"}}', '{"t": [1]}', "{not json", "[]", '{"t": {"a": 1}}'])
+def test_malformed_starting_offsets(value: str) -> None:
+    with pytest.raises(InvalidOptionError, match="startingOffsets"):
+        StartingOffsets.parse(value)
+
+
+def test_starting_offsets_forms() -> None:
+    assert StartingOffsets.parse("earliest").kind == "earliest"
+    assert StartingOffsets.parse(None).kind == "latest"
+    assert StartingOffsets.parse('{"t": {"0": -2, "1": 5}}').specific == {("t", 0): -2, ("t", 1): 5}
+
+
+@pytest.mark.parametrize("value", ["{bad", '{"t": 0}', '{"t": []}', '{"t": [-1]}', '{"t": ["0"]}'])
+def test_malformed_assign(value: str) -> None:
+    with pytest.raises(InvalidOptionError, match="assign"):
+        parse_assign(value)
+
+
+def test_both_subscribe_and_assign_rejected() -> None:
+    with pytest.raises(InvalidOptionError, match="exactly one of"):
+        parse(assign='{"a": [0]}')
+
+
+def test_no_subscription_rejected() -> None:
+    with pytest.raises(InvalidOptionError, match="none of them"):
+        KafkaSourceConfig.parse(Options({"kafka.bootstrap.servers": "h:1"}, "hzsource"))
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "ten"])
+def test_max_offsets_per_trigger_must_be_positive_integer(value: str) -> None:
+    with pytest.raises(InvalidOptionError, match="maxoffsetspertrigger"):
+        parse(maxoffsetspertrigger=value)
+
+
+def test_missing_bootstrap_and_unknown_option() -> None:
+    with pytest.raises(MissingOptionError, match=r"kafka\.bootstrap\.servers"):
+        KafkaSourceConfig.parse(Options({"subscribe": "a"}, "hzsource"))
+    with pytest.raises(UnknownOptionError, match="did you mean 'startingoffsets'"):
+        parse(startingofsets="earliest")
+
+
+@pytest.mark.parametrize("name", ["kafka.auto.offset.reset", "kafka.enable.auto.commit",
+                                  "kafka.value.deserializer"])
+def test_spark_rejected_client_options(name: str) -> None:
+    with pytest.raises(InvalidOptionError, match=re.escape(name)):
+        parse(**{name: "x"})
+
+
+def test_client_options_pass_through_translated_and_secret_safe() -> None:
+    cfg = parse(**{
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                  'username="alice" password="s3cret";',
+        "kafka.fetch.max.wait.ms": "100",
+    })
+    assert cfg.client["sasl.username"] == "alice" and cfg.client["sasl.password"] == "s3cret"
+    assert cfg.client["fetch.wait.max.ms"] == "100"
+    conf = cfg.consumer_conf()
+    assert conf["isolation.level"] == "read_committed"  # seed 004: read committed by default
+    assert conf["enable.auto.commit"] is False
+    assert "s3cret" not in repr(cfg.safe_client())
+
+
+def test_isolation_level_override_and_validation() -> None:
+    assert parse(**{"kafka.isolation.level": "read_uncommitted"}).consumer_conf()["isolation.level"] \
+        == "read_uncommitted"
+    with pytest.raises(InvalidOptionError, match=r"isolation\.level"):
+        parse(**{"kafka.isolation.level": "committed"})
+
+
+def test_bad_pattern_rejected() -> None:
+    with pytest.raises(InvalidOptionError, match="subscribePattern"):
+        KafkaSourceConfig.parse(Options({"kafka.bootstrap.servers": "h:1", "subscribepattern": "a("}, "x"))
