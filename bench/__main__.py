@@ -7,32 +7,27 @@ they are built (kafka_read, kafka_write, jdbc_write, window_*).
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+
+from bench.common import Result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-
-@dataclass(frozen=True)
-class Result:
-    case: str
-    ours: float
-    baseline: float
-    equal: bool
-
-    @property
-    def ratio(self) -> float:
-        return self.ours / self.baseline if self.baseline else float("nan")
-
-    def line(self) -> str:
-        return (f"BENCH {self.case} ours={self.ours:.0f} baseline={self.baseline:.0f} "
-                f"ratio={self.ratio:.2f} equal={str(self.equal).lower()}")
+# case -> "module:function" returning a Result; imported only when the case runs.
+CASES: dict[str, str] = {
+    "kafka_read": "bench.kafka_read:run",
+}
 
 
-CASES: dict[str, Callable[[], Result]] = {}
+def _run(name: str) -> Result:
+    module, fn = CASES[name].split(":")
+    run: Callable[[], Result] = getattr(importlib.import_module(module), fn)
+    return run()
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +41,7 @@ def main(argv: list[str]) -> int:
         return 0
     RESULTS.mkdir(exist_ok=True)
     for name in names:
-        r = CASES[name]()
+        r = _run(name)
         print(r.line(), flush=True)
         (RESULTS / f"{name}.json").write_text(json.dumps({**asdict(r), "ratio": r.ratio}, indent=2))
     return 0

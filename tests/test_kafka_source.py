@@ -51,7 +51,11 @@ def positions(spark, table: str) -> list[tuple[int, int]]:
     return sorted((r.partition, r.offset) for r in spark.table(table).select("partition", "offset").collect())
 
 
-def test_schema_and_rows_match_spark_builtin_source(spark, services):
+FETCHERS = ["wire", "librdkafka"]
+
+
+@pytest.mark.parametrize("fetcher", FETCHERS)
+def test_schema_and_rows_match_spark_builtin_source(spark, services, fetcher):
     topic = create_topic(services.kafka_bootstrap, 3, "parity")
     recs = numbered(3, 120)
     produce(services.kafka_bootstrap, topic, recs[:60], headers=[("h1", b"x"), ("h2", None)])
@@ -59,7 +63,7 @@ def test_schema_and_rows_match_spark_builtin_source(spark, services):
 
     def read(fmt_kafka: bool):
         r = (spark.read.format("kafka") if fmt_kafka
-             else spark.read.format("hzsource").option("connector", "kafka"))
+             else spark.read.format("hzsource").option("connector", "kafka").option("fetcher", fetcher))
         return (r.option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
                 .option("includeHeaders", "true").load())
 
@@ -134,12 +138,13 @@ def test_new_partitions_are_read_from_offset_zero(spark, services, tmp_path):
     assert [o for p, o in got if p == 3] == list(range(10))
 
 
+@pytest.mark.parametrize("fetcher", FETCHERS)
 @pytest.mark.parametrize("fail", [True, False])
-def test_fail_on_data_loss(spark, services, tmp_path, fail):
+def test_fail_on_data_loss(spark, services, tmp_path, fail, fetcher):
     topic = create_topic(services.kafka_bootstrap, 1, "loss")
     produce(services.kafka_bootstrap, topic, [(0, None, f"a{i}".encode()) for i in range(100)])
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    opts = {"startingOffsets": "earliest", "failOnDataLoss": str(fail).lower()}
+    opts = {"startingOffsets": "earliest", "failOnDataLoss": str(fail).lower(), "fetcher": fetcher}
     q = _to_parquet(hz(spark, services, topic, **opts), out, ckpt, availableNow=True)
     q.awaitTermination(180)
     assert q.exception() is None
@@ -162,7 +167,8 @@ def test_fail_on_data_loss(spark, services, tmp_path, fail):
         assert offsets == list(range(100)) + list(range(150, 200))
 
 
-def test_read_committed_skips_aborted_transactions(spark, services, tmp_path):
+@pytest.mark.parametrize("fetcher", FETCHERS)
+def test_read_committed_skips_aborted_transactions(spark, services, tmp_path, fetcher):
     topic = create_topic(services.kafka_bootstrap, 1, "txn")
     p = Producer({"bootstrap.servers": services.kafka_bootstrap, "transactional.id": f"{topic}-tx"})
     p.init_transactions(30)
@@ -174,15 +180,30 @@ def test_read_committed_skips_aborted_transactions(spark, services, tmp_path):
         (p.commit_transaction if commit else p.abort_transaction)(30)
     produce(services.kafka_bootstrap, topic, [(0, None, b"plain")])
 
-    run_available_now(hz(spark, services, topic, startingOffsets="earliest"), "rc_sink", tmp_path / "c1")
-    got = sorted(r.value.decode() for r in spark.table("rc_sink").collect())
+    df = hz(spark, services, topic, startingOffsets="earliest", fetcher=fetcher)
+    run_available_now(df, f"rc_{fetcher}", tmp_path / "c1")
+    got = sorted(r.value.decode() for r in spark.table(f"rc_{fetcher}").collect())
     assert got == sorted([f"c1-{i}" for i in range(10)] + [f"c2-{i}" for i in range(10)] + ["plain"])
 
     # The option is honoured: read_uncommitted sees the aborted records as well.
-    df = hz(spark, services, topic, startingOffsets="earliest",
+    df = hz(spark, services, topic, startingOffsets="earliest", fetcher=fetcher,
             **{"kafka.isolation.level": "read_uncommitted"})
-    run_available_now(df, "ru_sink", tmp_path / "c2")
-    assert spark.table("ru_sink").count() == 41
+    run_available_now(df, f"ru_{fetcher}", tmp_path / "c2")
+    assert spark.table(f"ru_{fetcher}").count() == 41
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_topics_read_through_both_fetchers(spark, services, codec):
+    topic = create_topic(services.kafka_bootstrap, 2, f"codec-{codec}")
+    p = Producer({"bootstrap.servers": services.kafka_bootstrap, "compression.type": codec, "linger.ms": 50})
+    for i in range(500):
+        p.produce(topic, value=f"{codec}-{i}".encode() * 3, partition=i % 2)
+    assert p.flush(30) == 0
+    for fetcher in FETCHERS:
+        df = (spark.read.format("hzsource").option("connector", "kafka").option("fetcher", fetcher)
+              .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic).load())
+        got = sorted(r.value for r in df.select("value").collect())
+        assert got == sorted(f"{codec}-{i}".encode() * 3 for i in range(500)), fetcher
 
 
 def _start_error(spark, services, tmp_path, topic: str | None, **opts: str) -> str:

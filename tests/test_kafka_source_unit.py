@@ -144,3 +144,75 @@ def test_isolation_level_override_and_validation() -> None:
 def test_bad_pattern_rejected() -> None:
     with pytest.raises(InvalidOptionError, match="subscribePattern"):
         KafkaSourceConfig.parse(Options({"kafka.bootstrap.servers": "h:1", "subscribepattern": "a("}, "x"))
+
+
+class _FakeMeta:
+    """Broker metadata for planning-logic tests (no broker involved)."""
+
+    def __init__(self, latest: dict[tuple[str, int], int], earliest: int = 0) -> None:
+        self.latest_offsets = latest
+        self.low = earliest
+
+    def partitions(self, strict: bool = False) -> list[tuple[str, int]]:
+        return sorted(self.latest_offsets)
+
+    def latest(self, tps):
+        return {tp: self.latest_offsets[tp] for tp in tps}
+
+    def earliest(self, tps):
+        return {tp: self.low for tp in tps}
+
+
+def _reader(latest: dict[tuple[str, int], int], **opts: str):
+    from connectors.kafka.source import KafkaStreamReader
+
+    r = KafkaStreamReader(parse(**opts))
+    r._plan._meta = _FakeMeta(latest)  # type: ignore[assignment]
+    return r
+
+
+def test_available_now_target_fixed_before_initial_offset_never_goes_back() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    r = _reader({("a", 0): 100})
+    r.prepareForTriggerAvailableNow()  # Spark may call this before initialOffset
+    r._plan._meta.latest_offsets = {("a", 0): 120}
+    start = r.initialOffset()  # startingOffsets=latest -> 120
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == start == {"a": {"0": 120}}
+    assert r.partitions(start, end) == []
+
+
+def test_partition_missing_from_metadata_keeps_its_offset() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    r = _reader({("a", 0): 50}, failondataloss="false")
+    end = r.latestOffset({"a": {"0": 10}, "b": {"0": 7}}, ReadAllAvailable())
+    assert end == {"a": {"0": 50}, "b": {"0": 7}}  # b is not forgotten, so not re-read from 0
+
+
+def test_missing_partition_fails_by_default() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_ext.errors import DataLossError
+
+    r = _reader({("a", 0): 50})
+    with pytest.raises(DataLossError, match="b-0 is missing"):
+        r.latestOffset({"a": {"0": 10}, "b": {"0": 7}}, ReadAllAvailable())
+
+
+def test_recreated_topic_is_read_from_zero_when_loss_allowed() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    r = _reader({("a", 0): 30}, failondataloss="false")
+    end = r.latestOffset({"a": {"0": 500}}, ReadAllAvailable())
+    assert end == {"a": {"0": 30}}
+    assert r.partitions({"a": {"0": 500}}, end) == [KafkaRange("a", 0, 0, 30)]
+    assert r.latestOffset({"a": {"0": 500}}, ReadMaxRows(10)) == {"a": {"0": 10}}
+
+
+def test_fetcher_choice() -> None:
+    assert parse().fetcher == "wire"
+    assert parse(**{"kafka.security.protocol": "SSL"}).fetcher == "librdkafka"
+    with pytest.raises(InvalidOptionError, match="plain-text"):
+        parse(fetcher="wire", **{"kafka.security.protocol": "SASL_SSL"})

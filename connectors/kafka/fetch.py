@@ -32,6 +32,7 @@ HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]
 _TS = pa.timestamp("us", tz="UTC")
 _BATCH = 50_000
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+_GONE = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
 
 
 def _offset(m: Message) -> int:
@@ -73,6 +74,23 @@ def to_arrow(msgs: list[Message], topic: str, partition: int, headers: bool) -> 
     return pa.RecordBatch.from_arrays(cols, names=names)
 
 
+def watermarks(cfg: KafkaSourceConfig, topic: str, partition: int,
+               consumer: Consumer | None = None) -> tuple[int, int]:
+    """The leader's earliest and latest (last stable under read_committed) offsets, uncached."""
+    own = consumer is None
+    c = Consumer(cfg.consumer_conf()) if consumer is None else consumer
+    try:
+        low, high = c.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=cfg.metadata_timeout_s, cached=False
+        )
+    except KafkaException as e:
+        raise ConnectorError(f"cannot read the offsets of {topic}-{partition}: {e}") from None
+    finally:
+        if own:
+            c.close()
+    return int(low), int(high)
+
+
 class RangeReader:
     """Reads ``[start, end)`` of one partition; yields record batches of up to 50k rows."""
 
@@ -85,21 +103,21 @@ class RangeReader:
         r = self._rng
         return f"{r.topic}-{r.partition} [{r.start}, {r.end})"
 
-    def _lost(self, consumer: Consumer, offset: int) -> int:
-        """Offset ``offset`` is gone from the broker; fail or skip to the earliest one."""
-        r = self._rng
-        low, _ = consumer.get_watermark_offsets(
-            TopicPartition(r.topic, r.partition), timeout=self._cfg.metadata_timeout_s, cached=False
-        )
-        msg = (f"records {offset}..{min(low, r.end) - 1} of {r.topic}-{r.partition} no longer exist "
-               f"(earliest available offset is {low}): deleted by retention or the topic was recreated")
+    def _watermarks(self, consumer: Consumer) -> tuple[int, int]:
+        return watermarks(self._cfg, self._rng.topic, self._rng.partition, consumer)
+
+    def _lost(self, msg: str, resume: int) -> None:
+        """Records the batch planned to read are gone: fail, or skip to ``resume``."""
         if self._cfg.fail_on_data_loss:
-            raise DataLossError(
-                f"{msg}. Set option failOnDataLoss=false to skip them and continue, "
-                "or restart the query from a new checkpoint"
-            )
-        log.warning("%s; failOnDataLoss=false, continuing from offset %d", msg, low)
-        return low
+            raise DataLossError(f"{msg}. Set option failOnDataLoss=false to skip them and continue")
+        log.warning("%s; failOnDataLoss=false, continuing from offset %d", msg, resume)
+        self._pos = max(self._pos, resume)
+
+    def _truncated(self, high: int) -> None:
+        r = self._rng
+        self._lost(f"{r.topic}-{r.partition} ends at offset {high} but the batch planned to read up to "
+                   f"{r.end}: the partition was truncated (unclean leader election, or the topic was "
+                   "deleted and recreated)", r.end)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         r, cfg = self._rng, self._cfg
@@ -120,15 +138,13 @@ class RangeReader:
         deadline = time.monotonic() + cfg.poll_timeout_ms / 1000.0
         while self._pos < r.end:
             msgs = consumer.consume(num_messages=_BATCH, timeout=0.5)
-            if not msgs:
-                if time.monotonic() > deadline:
-                    raise ConnectorError(
-                        f"no records from Kafka at {cfg.bootstrap} for {cfg.poll_timeout_ms} ms while "
-                        f"reading {self._where()} at offset {self._pos}; check the brokers, or raise "
-                        "option kafkaConsumer.pollTimeoutMs"
-                    )
-                continue
-            deadline = time.monotonic() + cfg.poll_timeout_ms / 1000.0
+            if time.monotonic() > deadline:
+                # Records reset the deadline below; errors and silence do not.
+                raise ConnectorError(
+                    f"no records from Kafka at {cfg.bootstrap} for {cfg.poll_timeout_ms} ms while "
+                    f"reading {self._where()}; check the brokers, or raise option "
+                    "kafkaConsumer.pollTimeoutMs"
+                )
             # Error events (end of partition, offset out of range...) arrive in line with records.
             errors = [i for i, m in enumerate(msgs) if m.error() is not None] + [len(msgs)]
             i = 0
@@ -143,6 +159,7 @@ class RangeReader:
                 if seg:
                     yield to_arrow(seg, r.topic, r.partition, cfg.include_headers)
                     self._pos = _offset(seg[-1]) + 1
+                    deadline = time.monotonic() + cfg.poll_timeout_ms / 1000.0 + 0.5
                 if e == len(msgs) or self._handle(consumer, msgs[e]):
                     break
                 i = e + 1
@@ -151,24 +168,35 @@ class RangeReader:
         """Act on an error event; True when the rest of this poll's messages are stale."""
         err = m.error()
         assert err is not None
-        r = self._rng
-        if err.code() == KafkaError._PARTITION_EOF:
-            if _offset(m) < r.end:
-                # The partition ends below the planned end: it was truncated behind our back.
-                msg = (f"{r.topic}-{r.partition} ends at offset {_offset(m)} but the batch planned to "
-                       f"read up to {r.end}: the partition was truncated (unclean leader election, or "
-                       "the topic was deleted and recreated)")
-                if self._cfg.fail_on_data_loss:
-                    raise DataLossError(f"{msg}. Set option failOnDataLoss=false to continue past it")
-                log.warning("%s; failOnDataLoss=false, continuing", msg)
-            self._pos = r.end
-            return True
-        if err.code() in _OUT_OF_RANGE:
-            self._pos = max(self._lost(consumer, self._pos), self._pos)
+        r, code = self._rng, err.code()
+        if code == KafkaError._PARTITION_EOF:
+            if _offset(m) >= r.end:
+                self._pos = r.end  # the partition ends at or after ``end``: all read
+                return True
+            # A follower or a fresh leader may lag; only the leader's watermark proves loss.
+            _, high = self._watermarks(consumer)
+            if high < r.end:
+                self._truncated(high)
+                return True
+            return False
+        if code in _OUT_OF_RANGE:
+            low, high = self._watermarks(consumer)
+            if self._pos < low:
+                self._lost(f"records {self._pos}..{min(low, r.end) - 1} of {r.topic}-{r.partition} no "
+                           f"longer exist (earliest available offset is {low}): deleted by retention or "
+                           "the topic was recreated", min(low, r.end))
+            elif self._pos >= high:
+                self._truncated(high)
             if self._pos < r.end:
                 consumer.assign([TopicPartition(r.topic, r.partition, self._pos)])
             return True
-        if err.fatal() or not err.retriable():
+        if code in _GONE:
+            self._lost(f"{r.topic}-{r.partition} no longer exists ({err.str()}); records "
+                       f"{self._pos}..{r.end - 1} cannot be read", r.end)
+            return True
+        if err.fatal():
             raise ConnectorError(f"Kafka error while reading {self._where()}: {err.str()}")
-        log.warning("retriable Kafka error while reading %s: %s", self._where(), err.str())
+        # librdkafka marks consumer errors non-retriable even when it retries them itself
+        # (broker down, leader moving); keep polling until kafkaConsumer.pollTimeoutMs.
+        log.warning("Kafka error while reading %s, still trying: %s", self._where(), err.str())
         return False

@@ -59,11 +59,19 @@ from connectors.kafka.offsets import (
     to_json,
 )
 from connectors.kafka.source_config import KafkaSourceConfig
+from connectors.kafka.wire import WireRangeReader
 from spark_ext.connector import SourceConnector
 from spark_ext.errors import DataLossError, InvalidOptionError
 from spark_ext.options import Options
 
 log = logging.getLogger(__name__)
+
+
+def read_range(cfg: KafkaSourceConfig, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Executor: one range as Arrow batches, through the configured fetcher."""
+    if cfg.fetcher == "wire":
+        return iter(WireRangeReader(cfg, rng))
+    return iter(RangeReader(cfg, rng))
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -143,9 +151,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cfg = cfg
         self._target: PartitionOffsets | None = None
         self._latest: PartitionOffsets | None = None
+        self._warned: dict[tuple[str, int], str] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_target": None, "_latest": None}
+        return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}}
 
     def check_reachable(self) -> None:
         """Driver, at query start: the brokers answer and the subscription exists."""
@@ -168,43 +177,54 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _check_loss(self, start: PartitionOffsets, earliest: PartitionOffsets,
                     latest: PartitionOffsets) -> None:
-        problems: list[str] = []
+        problems: dict[tuple[str, int], str] = {}
         for tp, s in sorted(start.items()):
             t, p = tp
             if tp not in latest:
-                problems.append(f"partition {t}-{p} no longer exists (was at offset {s})")
+                problems[tp] = f"partition {t}-{p} is missing from the cluster (was at offset {s})"
             elif latest[tp] < s:
-                problems.append(f"{t}-{p} now ends at offset {latest[tp]}, before offset {s} already "
+                problems[tp] = (f"{t}-{p} now ends at offset {latest[tp]}, before offset {s} already "
                                 "read: the topic was deleted and recreated, or truncated")
             elif earliest[tp] > s:
-                problems.append(f"records {s}..{earliest[tp] - 1} of {t}-{p} were deleted (retention) "
+                problems[tp] = (f"records {s}..{earliest[tp] - 1} of {t}-{p} were deleted (retention) "
                                 "before they were read")
         if not problems:
             return
-        text = "; ".join(problems)
+        text = "; ".join(problems.values())
         if self._cfg.fail_on_data_loss:
             raise DataLossError(
                 f"Kafka data loss: {text}. Set option failOnDataLoss=false to skip what is gone and "
                 "continue from the earliest available offsets"
             )
-        log.warning("Kafka data loss, continuing as failOnDataLoss=false: %s", text)
+        # latestOffset runs many times a second when idle: say each problem once.
+        fresh = {tp: m for tp, m in problems.items() if self._warned.get(tp) != m}
+        if fresh:
+            log.warning("Kafka data loss, continuing as failOnDataLoss=false: %s", "; ".join(fresh.values()))
+            self._warned.update(fresh)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """Driver, before each batch (often, when idle): the end offsets of the next batch."""
+        """Driver, before each batch (often, when idle): the end offsets of the next batch.
+
+        Never behind ``start`` except for a partition that now ends before it (recreated:
+        ``partitions`` then reads it from 0, which ``_check_loss`` allowed only with
+        ``failOnDataLoss=false``); a partition missing from the cluster keeps its offset,
+        so a topic that comes back is not read twice.
+        """
         begin = from_json(start)
         meta = self._plan.meta
-        now = meta.partitions()
-        latest = meta.latest(now)
+        latest = meta.latest(meta.partitions())
         self._latest = latest
         earliest = meta.earliest(begin.keys() & latest.keys()) if begin else {}
         self._check_loss(begin, earliest, latest)
-        end = dict(latest)
+        recreated = {tp for tp, s in begin.items() if tp in latest and latest[tp] < s}
+        end = {**begin, **latest}
         if self._target is not None:
-            end = {tp: min(o, self._target[tp]) for tp, o in end.items() if tp in self._target}
-        # Never move backwards from ``start`` (except past data loss), never ahead of latest.
-        from_ = {tp: begin.get(tp, 0) for tp in end}
-        from_ = {tp: (0 if end[tp] < s else s) for tp, s in from_.items()}
+            # prepareForTriggerAvailableNow may run before initialOffset: cap, never go back.
+            end = {tp: min(o, self._target[tp]) if tp in self._target else begin.get(tp, o)
+                   for tp, o in end.items() if tp in self._target or tp in begin}
+        end = {tp: o if tp in recreated else max(o, begin.get(tp, 0)) for tp, o in end.items()}
         if isinstance(limit, ReadMaxRows):
+            from_ = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}
             end = rate_limit(from_, end, limit.max_rows)
         return to_json(end)
 
@@ -219,7 +239,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the range's records as Arrow batches."""
         assert isinstance(partition, KafkaRange)
-        return iter(RangeReader(self._cfg, partition))
+        return read_range(self._cfg, partition)
 
     def commit(self, end: dict) -> None:
         """Driver, after batch ending at ``end`` committed: offsets already live in the checkpoint."""
@@ -243,12 +263,18 @@ class KafkaBatchReader(DataSourceReader):
         st, en = self._cfg.starting, self._cfg.ending
         start = self._plan.resolve(st.kind, st.specific, "startingOffsets")
         end = self._plan.resolve(en.kind, en.specific, "endingOffsets")
+        behind = {tp for tp, e in end.items() if start.get(tp, 0) > e}
+        if behind:
+            raise InvalidOptionError(
+                f"startingOffsets is after endingOffsets for {describe(behind)}; "
+                "fix the offsets of the batch read"
+            )
         return self._plan.ranges({tp: start.get(tp, 0) for tp in end}, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the range's records as Arrow batches."""
         assert isinstance(partition, KafkaRange)
-        return iter(RangeReader(self._cfg, partition))
+        return read_range(self._cfg, partition)
 
 
 class KafkaSource(SourceConnector):

@@ -23,7 +23,7 @@ SOURCE_OPTIONS = OptionSpec(
         "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
         "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
         "maxrecordsperpartition", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
-        "fetchoffset.retryintervalms", "groupidprefix",
+        "fetchoffset.retryintervalms", "groupidprefix", "fetcher",
     }),
     prefixes=("kafka.",),
     required=frozenset({"kafka.bootstrap.servers"}),
@@ -84,6 +84,20 @@ def _client_options(opts: Options) -> dict[str, str]:
             )
         client[_RENAMED.get(name, name)] = value
     return client
+
+
+def _fetcher(opts: Options, client: dict[str, str]) -> str:
+    """``wire`` (raw fetches, fastest) for plain-text clusters, ``librdkafka`` otherwise."""
+    choice = (opts.get_str("fetcher", "auto") or "auto").lower()
+    plain = client.get("security.protocol", "plaintext").lower() == "plaintext"
+    if choice not in ("auto", "wire", "librdkafka"):
+        raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
+    if choice == "wire" and not plain:
+        raise InvalidOptionError(
+            "option fetcher=wire reads plain-text clusters only; with 'kafka.security.protocol' set, "
+            "use fetcher=auto or librdkafka"
+        )
+    return "librdkafka" if choice == "librdkafka" or not plain else "wire"
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,7 @@ class KafkaSourceConfig:
     metadata_retries: int
     retry_interval_ms: int
     group_id: str = field(default="spark-ext-kafka-source")
+    fetcher: str = "wire"
 
     @property
     def bootstrap(self) -> str:
@@ -181,9 +196,12 @@ class KafkaSourceConfig:
                 "hzsource connector 'kafka' needs option 'kafka.bootstrap.servers' (host:port,...)"
             )
         ending = StartingOffsets.parse(opts.get_str("endingoffsets"), "endingOffsets")
-        if ending.kind == "earliest":
-            raise InvalidOptionError("option 'endingOffsets' cannot be 'earliest'; use 'latest' or JSON")
+        if ending.kind == "earliest" or -2 in ending.specific.values():
+            raise InvalidOptionError(
+                "option 'endingOffsets' cannot be earliest (-2); use 'latest' or JSON offsets"
+            )
         api_timeout = opts.get_int("kafka.default.api.timeout.ms", 30_000, minimum=1) or 30_000
+        fetcher = _fetcher(opts, client)
         prefix = opts.get_str("groupidprefix", "spark-ext-kafka-source") or "spark-ext-kafka-source"
         return KafkaSourceConfig(
             client=client,
@@ -201,4 +219,5 @@ class KafkaSourceConfig:
             metadata_retries=opts.get_int("fetchoffset.numretries", 3, minimum=0) or 0,
             retry_interval_ms=opts.get_int("fetchoffset.retryintervalms", 10, minimum=0) or 0,
             group_id=prefix,
+            fetcher=fetcher,
         )

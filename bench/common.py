@@ -1,0 +1,70 @@
+"""What every bench case shares: the result line, the services' addresses, a Spark session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class BenchError(Exception):
+    """A bench case could not run (a query failed, a service is missing)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    case: str
+    ours: float
+    baseline: float
+    equal: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.baseline if self.baseline else float("nan")
+
+    def line(self) -> str:
+        return (f"BENCH {self.case} ours={self.ours:.0f} baseline={self.baseline:.0f} "
+                f"ratio={self.ratio:.2f} equal={str(self.equal).lower()}")
+
+
+def services_env() -> dict[str, str]:
+    """Addresses ``make services`` wrote; environment variables of the same name win."""
+    path = ROOT / ".local" / "services.env"
+    if not path.exists():
+        raise BenchError(f"{path} not found: run `make services` first")
+    env = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {**env, **{k: os.environ[k] for k in env if k in os.environ}}
+
+
+def _services_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("spark_ext_services", ROOT / "services" / "services.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def spark_session() -> Any:
+    """local[2] (the machine's two cores) with Spark's own Kafka connector on the classpath."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]").appName("spark-ext-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "4g")
+        .config("spark.jars", ",".join(_services_module().spark_kafka_jars()))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session

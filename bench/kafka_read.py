@@ -1,0 +1,110 @@
+"""Bench case ``kafka_read``: our Kafka source vs Spark's built-in one, same topic, same run.
+
+A topic of ``BENCH_KAFKA_READ_ROWS`` records (default 4M, ~100-byte values, 4
+partitions) is read to Spark's ``noop`` sink with ``Trigger.AvailableNow`` by both sources,
+alternating, twice each; each side's best wall-clock time from ``start()`` to termination
+(query start-up included) gives its rows/s. ``equal``: both read the same row count and
+the same checksums (count, sum of offsets, sum of CRC32 of keys and of values per
+partition), computed by a second, batch read through each source.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.common import BenchError, Result, services_env, spark_session
+
+PARTITIONS = 4
+
+
+def _topic(bootstrap: str, rows: int) -> str:
+    """Create and fill the topic once; later runs reuse it when it is complete."""
+    name = f"bench-kafka-read-{rows}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(timeout=30)
+    if name in md.topics:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
+        have = sum(c.get_watermark_offsets(TopicPartition(name, p), timeout=30)[1] for p in range(PARTITIONS))
+        c.close()
+        if have == rows:
+            return name
+        admin.delete_topics([name])[name].result(timeout=60)
+        time.sleep(2)
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=60)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 1_000_000, "compression.type": "none"})
+    pad = b"x" * 88
+    t0 = time.monotonic()
+    for i in range(rows):
+        while True:
+            try:
+                p.produce(name, value=pad + b"%012d" % i, key=b"k%d" % (i % 1000), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 20000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+    print(f"[bench] produced {rows} records to {name} in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    return name
+
+
+def _reader(spark: Any, ours: bool, stream: bool, bootstrap: str, topic: str) -> Any:
+    r = spark.readStream if stream else spark.read
+    r = r.format("hzsource").option("connector", "kafka") if ours else r.format("kafka")
+    return (r.option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "earliest").load())
+
+
+def _timed_read(spark: Any, ours: bool, bootstrap: str, topic: str, ckpt: str) -> tuple[int, float]:
+    df = _reader(spark, ours, True, bootstrap, topic)
+    t0 = time.monotonic()
+    q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    dt = time.monotonic() - t0
+    if q.exception() is not None:
+        raise BenchError(f"kafka_read query failed: {q.exception()}")
+    return sum(p["numInputRows"] for p in q.recentProgress), dt
+
+
+def _checksums(spark: Any, ours: bool, bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
+    from pyspark.sql import functions as F
+
+    df = _reader(spark, ours, False, bootstrap, topic)
+    agg = df.groupBy("partition").agg(
+        F.count("*"), F.sum("offset"), F.sum(F.crc32("key")), F.sum(F.crc32("value")),
+        F.min("timestamp"), F.max("timestamp"),
+    )
+    return sorted(tuple(r) for r in agg.collect())
+
+
+def run() -> Result:
+    rows = int(os.environ.get("BENCH_KAFKA_READ_ROWS", "4000000"))
+    env = services_env()
+    bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]
+    topic = _topic(bootstrap, rows)
+    spark = spark_session()
+    import tempfile
+
+    best: dict[bool, float] = {True: 0.0, False: 0.0}
+    counts: dict[bool, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(2):
+            for ours in (False, True):
+                n, dt = _timed_read(spark, ours, bootstrap, topic, f"{tmp}/ck-{ours}-{i}")
+                counts[ours] = n
+                best[ours] = max(best[ours], n / dt)
+                print(f"[bench] kafka_read {'ours' if ours else 'builtin'} run {i}: {n} rows in {dt:.2f} s",
+                      file=sys.stderr)
+    equal = counts[True] == counts[False] == rows and _checksums(spark, True, bootstrap, topic) == \
+        _checksums(spark, False, bootstrap, topic)
+    return Result("kafka_read", best[True], best[False], equal)
