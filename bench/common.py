@@ -63,6 +63,7 @@ def spark_session() -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "4g")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.jars", ",".join(_services_module().spark_kafka_jars()))
         .getOrCreate()
     )

@@ -249,3 +249,73 @@ def test_unknown_client_setting_fails_at_start(spark, services, tmp_path):
 def test_bad_options_fail_at_load(spark, services, opts, needle):
     with pytest.raises(Exception, match=needle):
         hz(spark, services, "t", **opts)
+
+
+def _batch_files(d) -> set[str]:
+    return {p.name for p in d.iterdir() if p.name.isdigit()} if d.exists() else set()
+
+
+def test_kill_9_of_the_driver_mid_batch_then_restart_reads_every_record_once(spark, services, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    topic = create_topic(services.kafka_bootstrap, 3, "kill9")
+    produce(services.kafka_bootstrap, topic, numbered(3, 3000))
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    argv = [sys.executable, "-m", "tests.drivers.kafka_to_parquet", services.kafka_bootstrap, topic,
+            str(ckpt), str(out)]
+    proc = subprocess.Popen([*argv, "run"], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        # Kill while a batch is in flight: its offsets are logged, its commit is not.
+        def mid_batch() -> bool:
+            offs, commits = _batch_files(ckpt / "offsets"), _batch_files(ckpt / "commits")
+            return len(commits) >= 2 and len(offs) > len(commits)
+
+        wait_for(mid_batch, "a batch in flight after two commits", timeout=180)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    offs, commits = _batch_files(ckpt / "offsets"), _batch_files(ckpt / "commits")
+    assert len(offs) > len(commits) or len(commits) < 10  # the kill hit before the end of the data
+
+    produce(services.kafka_bootstrap, topic, numbered(3, 600, start=3000))
+    done = subprocess.run([*argv, "finish"], timeout=300, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = spark.read.parquet(str(out)).collect()
+    got = sorted((r.partition, r.offset) for r in rows)
+    assert got == sorted((p, o) for p in range(3) for o in range(1200))  # each exactly once
+    assert sorted(r.value.decode() for r in rows) == sorted(f"v-{i}" for i in range(3600))
+
+
+def test_broker_restart_mid_query_loses_and_repeats_nothing(spark, services, tmp_path):
+    """Runs last in this file: it stops and restarts the local broker (only one we started)."""
+    from tests.conftest import ROOT, services_module
+
+    if not (ROOT / ".local" / "kafka.pid").exists():
+        pytest.skip("the Kafka broker was not started by `make services`; not ours to restart")
+    svc = services_module()
+    topic = create_topic(services.kafka_bootstrap, 2, "bounce")
+    produce(services.kafka_bootstrap, topic, numbered(2, 500))
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    df = hz(spark, services, topic, startingOffsets="earliest", maxOffsetsPerTrigger="100",
+            **{"kafka.default.api.timeout.ms": "5000"})
+    q = _to_parquet(df, out, ckpt, processingTime="0 seconds")
+
+    def written() -> int:
+        return sum(p["numInputRows"] for p in q.recentProgress)
+
+    try:
+        wait_for(lambda: written() >= 200, "200 rows before the restart")
+        svc._stop_pid("kafka")
+        svc.up(["kafka"])
+        produce(services.kafka_bootstrap, topic, numbered(2, 500, start=500))
+        wait_for(lambda: written() >= 1000 or not q.isActive, "the query to catch up", timeout=240)
+        assert q.isActive, f"query died on the broker restart: {q.exception()}"
+    finally:
+        q.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    expected = sorted((p, o) for p in range(2) for o in range(500))
+    assert sorted((r.partition, r.offset) for r in rows) == expected

@@ -23,6 +23,7 @@ this. ``reportLatestOffset`` shows the broker's latest offsets in the query prog
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -61,7 +62,7 @@ from connectors.kafka.offsets import (
 from connectors.kafka.source_config import KafkaSourceConfig
 from connectors.kafka.wire import WireRangeReader
 from spark_ext.connector import SourceConnector
-from spark_ext.errors import DataLossError, InvalidOptionError
+from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
 from spark_ext.options import Options
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: PartitionOffsets | None = None
         self._latest: PartitionOffsets | None = None
         self._warned: dict[tuple[str, int], str] = {}
+        self._down_since: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}}
@@ -212,7 +214,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         begin = from_json(start)
         meta = self._plan.meta
-        latest = meta.latest(meta.partitions())
+        try:
+            latest = meta.latest(meta.partitions())
+        except ConnectorError as e:
+            # Ride through a broker restart: report "no new data" for up to
+            # kafkaConsumer.pollTimeoutMs, then fail with the broker's error.
+            now = time.monotonic()
+            self._down_since = self._down_since or now
+            if now - self._down_since > self._cfg.poll_timeout_ms / 1000.0:
+                raise
+            log.warning("Kafka unavailable, planning no new data for now: %s", e)
+            return start
+        self._down_since = None
         self._latest = latest
         earliest = meta.earliest(begin.keys() & latest.keys()) if begin else {}
         self._check_loss(begin, earliest, latest)
