@@ -2,19 +2,23 @@
 
 Jet's snapshot is one Spark micro-batch. For batch N the order is, step by step:
 
-1. **Driver, query start** (``DataSource.streamWriter`` -> ``Sink.plan``): options and
-   the input schema are checked against the external system, and ``Committer.recover``
-   resolves every transaction an earlier run of this sink left in doubt: those of
-   batches the sink recorded as committed are committed, all others rolled back.
-   Failure: the query does not start; nothing was written.
-2. **Spark** writes offset log entry N (the sources' end offsets), then runs N's tasks.
+1. **Driver, before batch N's tasks**, after Spark wrote offset log entry N (the
+   sources' end offsets) (``DataSource.streamWriter`` ->
+   ``Sink.plan(prepare=True)``; Spark builds the writer anew for every batch): options
+   and the input schema are checked against the external system, and
+   ``Committer.recover`` resolves every transaction earlier batches or runs left in
+   doubt: those the sink recorded as committed are committed, all others rolled back.
+   Failure: the batch does not start; nothing of it was written.
+2. **Spark** runs N's tasks.
 3. **Executor, one call per task attempt** (``SinkWriter.write``): the rows go into one
    transaction named deterministically by (sink id, batch N, partition, attempt) which
    is *prepared*, never committed, and a small frozen ``Committable`` naming it is
    returned. Failure: the task raises; Spark retries it as a new attempt (a new
    transaction) or gives up and calls step 5. A prepared transaction whose message never
-   reached the driver is found by name and rolled back by step 1 of the next start.
-4. **Driver** (``Committer.commit(committables, N)``, in a fresh Python worker): commit
+   reached the driver is found by name and rolled back by step 4 or by step 1 of the
+   next batch or run.
+4. **Driver** (``Committer.commit(committables, N)``, in a fresh Python worker whose
+   writer came from ``Sink.plan(prepare=False)``, which must touch nothing): commit
    every prepared transaction and record "batch N committed" in the external system.
    It must be idempotent: a crash half-way leaves the rest to step 1 of the next run.
    Retriable errors are retried here (bounded); fatal ones fail the query loudly.
@@ -38,7 +42,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -143,8 +147,8 @@ class SinkPlan:
     """Everything both sides need, as plain picklable factories (no live connections)."""
 
     guarantee: Guarantee
-    new_writer: Callable[[], SinkWriter[Committable]]
-    new_committer: Callable[[], Committer[Committable]]
+    new_writer: Callable[[], SinkWriter[Any]]
+    new_committer: Callable[[], Committer[Any]]
     commit_retries: int = 5
     retry_backoff_s: float = 0.2
 

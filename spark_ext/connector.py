@@ -62,10 +62,15 @@ class SinkConnector(ABC):
             )
 
     @abstractmethod
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee) -> SinkPlan:
-        """Validate against the external system, run ``Committer.recover``, return the plan.
+    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
+             prepare: bool = True) -> SinkPlan:
+        """The sink's plan. Driver, in a fresh Python worker, twice per micro-batch.
 
-        Driver, at query start; raising stops the query before any row is written.
+        ``prepare=True`` (before the batch's tasks): validate against the external system
+        and resolve what earlier batches or runs left in doubt; raising stops the query
+        before any row of the batch is written. ``prepare=False`` (to run the batch's
+        ``commit`` / ``abort``): build the plan from the options alone, touching nothing,
+        because the batch's transactions are prepared and waiting for that commit.
         """
 
 
@@ -95,5 +100,6 @@ class NotBuiltSink(SinkConnector):
     def check(self, options: Options, guarantee: Guarantee) -> None:
         raise _not_built("hzsink", self.name)
 
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee) -> SinkPlan:
+    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
+             prepare: bool = True) -> SinkPlan:
         raise _not_built("hzsink", self.name)

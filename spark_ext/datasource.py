@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -85,6 +86,23 @@ class HzSource(DataSource):
         raise ConfigurationError("'hzsource' is a source; to write use format('hzsink')")
 
 
+_COMMIT_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
+
+
+def _in_commit_runner() -> bool:
+    """True inside the worker Spark starts to run a batch's ``commit`` / ``abort``.
+
+    PySpark gives ``streamWriter`` no other sign of why it is called; the caller's
+    module is the one reliable one (checked on PySpark 4.3; the sink tests fail without it).
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == _COMMIT_RUNNER:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 class HzSink(DataSource):
     """``df.writeStream.format("hzsink").option("connector", ...)``."""
 
@@ -96,14 +114,21 @@ class HzSink(DataSource):
         raise ConfigurationError("'hzsink' is a sink; to read a stream use format('hzsource')")
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Driver, at query start: check options, recover the sink, return the writer."""
+        """Driver, twice per micro-batch, each time in a fresh Python worker.
+
+        Spark builds the writer before each batch's tasks (``prepare``: check options and
+        the external system, resolve in-doubt transactions) and again to run that batch's
+        ``commit`` / ``abort`` (only the committer is needed; no side effects allowed,
+        since the batch's transactions are prepared and waiting).
+        """
         ensure_python_env()
         opts = Options(self.options, "hzsink")
         conn = _lookup("hzsink", connectors.SINKS, opts)
         assert isinstance(conn, SinkConnector)
         guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
         conn.check(opts, guarantee)
-        return ProtocolStreamWriter(conn.plan(opts, schema, guarantee))
+        plan = conn.plan(opts, schema, guarantee, prepare=not _in_commit_runner())
+        return ProtocolStreamWriter(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         raise ConfigurationError(

@@ -63,6 +63,6 @@ class ProbeSink(DataSource):
         fail_batch = int(self.options.get("fail_batch", "-1"))
         return ProtocolStreamWriter(SinkPlan(
             Guarantee.EXACTLY_ONCE,
-            new_writer=functools.partial(ProbeWriter, out, fail_batch),  # type: ignore[arg-type]
-            new_committer=functools.partial(ProbeCommitter, out),  # type: ignore[arg-type]
+            new_writer=functools.partial(ProbeWriter, out, fail_batch),
+            new_committer=functools.partial(ProbeCommitter, out),
         ))

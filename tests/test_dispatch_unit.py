@@ -23,7 +23,8 @@ class EchoSink(SinkConnector):
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE})
     default_guarantee = Guarantee.AT_LEAST_ONCE
 
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee) -> SinkPlan:
+    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
+             prepare: bool = True) -> SinkPlan:
         return SinkPlan(guarantee, new_writer=NullWriter, new_committer=NoOpCommitter)
 
 

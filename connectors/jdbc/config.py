@@ -1,0 +1,130 @@
+"""Options of the PostgreSQL sink, parsed on the driver into a frozen, picklable config.
+
+``url`` is a SQLAlchemy URL (``postgresql+psycopg2://user:pw@host:5432/db``) or Spark's
+JDBC form (``jdbc:postgresql://host:5432/db``) with ``user`` / ``password`` options.
+The password travels inside the config to executors (they must connect) but is never
+part of a message or a log line: ``safe_url`` is what we show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from spark_ext.errors import InvalidOptionError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options, OptionSpec
+
+SINK_OPTIONS = OptionSpec(
+    names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "createtable", "sinkid",
+                     "locktimeoutms"}),
+    required=frozenset({"url", "dbtable"}),
+)
+
+_SINK_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def parse_url(value: str, user: str | None, password: str | None) -> URL:
+    """SQLAlchemy or ``jdbc:postgresql://`` URL -> a psycopg2 SQLAlchemy URL."""
+    try:
+        if value.startswith("jdbc:"):
+            parts = urlsplit(value[len("jdbc:"):])
+            if parts.scheme != "postgresql":
+                raise InvalidOptionError(
+                    f"option 'url' names JDBC scheme {parts.scheme!r}; this sink writes PostgreSQL only "
+                    "(jdbc:postgresql://host:5432/db)"
+                )
+            query = dict(parse_qsl(parts.query))
+            url = URL.create(
+                "postgresql+psycopg2", username=query.pop("user", None), password=query.pop("password", None),
+                host=parts.hostname, port=parts.port, database=parts.path.lstrip("/") or None, query=query,
+            )
+        else:
+            url = make_url(value)
+    except (ArgumentError, ValueError) as e:
+        raise InvalidOptionError(
+            "option 'url' is not a database URL; expected postgresql+psycopg2://user@host:5432/db or "
+            f"jdbc:postgresql://host:5432/db ({type(e).__name__})"
+        ) from None
+    if url.get_backend_name() != "postgresql":
+        raise InvalidOptionError(
+            f"option 'url' names database {url.get_backend_name()!r}; this sink writes PostgreSQL only"
+        )
+    url = url.set(drivername="postgresql+psycopg2")
+    if user:
+        url = url.set(username=user)
+    if password:
+        url = url.set(password=password)
+    return url
+
+
+@dataclass(frozen=True)
+class JdbcSinkConfig:
+    """Everything writers and committers need. No connections; secrets never in repr."""
+
+    url: URL
+    schema: str | None
+    table: str
+    upsert_keys: tuple[str, ...]
+    create_table: bool
+    sink_id: str
+    lock_timeout_ms: int
+
+    def __repr__(self) -> str:
+        return f"JdbcSinkConfig({self.safe_url}, {self.qualified}, sink_id={self.sink_id!r})"
+
+    @property
+    def safe_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    @staticmethod
+    def parse(opts: Options, guarantee: Guarantee) -> JdbcSinkConfig:
+        SINK_OPTIONS.check(opts.raw(), "hzsink connector 'jdbc'")
+        url = parse_url(opts.require("url"), opts.get_str("user"), opts.get_str("password"))
+        dbtable = opts.require("dbtable").strip()
+        schema, _, table = dbtable.rpartition(".")
+        if not table:
+            raise InvalidOptionError(f"option 'dbtable' is {dbtable!r}; expected table or schema.table")
+        keys = tuple(k.strip() for k in (opts.get_str("upsertkeys") or "").split(",") if k.strip())
+        if len(set(keys)) != len(keys):
+            raise InvalidOptionError(f"option 'upsertKeys' names a column twice: {', '.join(keys)}")
+        return JdbcSinkConfig(
+            url=url,
+            schema=schema or None,
+            table=table,
+            upsert_keys=keys,
+            create_table=opts.get_bool("createtable", False),
+            sink_id=_sink_id(opts, guarantee, url, dbtable),
+            lock_timeout_ms=opts.get_int("locktimeoutms", 60_000, minimum=1) or 60_000,
+        )
+
+
+def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str:
+    """A stable name for this sink: ``sinkId``, else derived from the checkpoint location."""
+    given = opts.get_str("sinkid")
+    if given is not None:
+        if not _SINK_ID.match(given):
+            raise InvalidOptionError(
+                f"option 'sinkId' is {given!r}; use 1-64 letters, digits, '_', '-' or '.'"
+            )
+        return given
+    ckpt = opts.get_str("checkpointlocation")
+    if ckpt is not None:
+        return "ck-" + hashlib.sha256(ckpt.rstrip("/").encode()).hexdigest()[:16]
+    if guarantee is Guarantee.EXACTLY_ONCE:
+        raise InvalidOptionError(
+            "hzsink connector 'jdbc' with guarantee exactly_once needs a stable sink id to find its "
+            "own in-doubt transactions after a restart: set .option('checkpointLocation', ...) on "
+            "writeStream, or .option('sinkId', ...)"
+        )
+    db = f"{url.host}:{url.port}/{url.database}/{dbtable}"
+    return "tb-" + hashlib.sha256(db.encode()).hexdigest()[:16]

@@ -1,0 +1,263 @@
+"""Driver side, at query start: the target table checked against the DataFrame, the
+sink's bookkeeping tables, and every SQL statement the writers will run.
+
+SQLAlchemy reflects the table and quotes every identifier; names from options never
+reach SQL unquoted. The statements are built here once and travel to executors as
+plain strings in the ``SqlPlan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+from sqlalchemy.dialects import postgresql as pg
+
+from connectors.jdbc.config import JdbcSinkConfig
+from spark_ext.errors import ConnectorError, InvalidOptionError
+
+SINKS_TABLE = "spark_ext_sinks"
+BATCHES_TABLE = "spark_ext_batches"
+
+
+def _family_spark(t: DataType) -> str | None:
+    if isinstance(t, (ByteType, ShortType, IntegerType, LongType)):
+        return "int"
+    if isinstance(t, (FloatType, DoubleType)):
+        return "float"
+    if isinstance(t, DecimalType):
+        return "decimal"
+    if isinstance(t, StringType):
+        return "string"
+    if isinstance(t, BooleanType):
+        return "bool"
+    if isinstance(t, (TimestampType, TimestampNTZType)):
+        return "timestamp"
+    if isinstance(t, DateType):
+        return "date"
+    if isinstance(t, BinaryType):
+        return "binary"
+    return None
+
+
+def _accepts(db_type: sa.types.TypeEngine, family: str) -> bool:
+    """May a DataFrame column of ``family`` be written into a column of ``db_type``?"""
+    if isinstance(db_type, sa.Integer):
+        return family == "int"
+    if isinstance(db_type, sa.Numeric):  # Float and Numeric
+        return family in ("int", "float", "decimal")
+    if isinstance(db_type, sa.Boolean):
+        return family == "bool"
+    if isinstance(db_type, sa.DateTime):
+        return family in ("timestamp", "date")
+    if isinstance(db_type, sa.Date):
+        return family == "date"
+    if isinstance(db_type, sa.LargeBinary):
+        return family == "binary"
+    if isinstance(db_type, sa.String):
+        return family == "string"
+    return family == "string"  # uuid, json, enums, ...: PostgreSQL parses their text form
+
+
+_CREATE: dict[str, Callable[[Any], sa.types.TypeEngine[Any]]] = {
+    "int": lambda t: sa.BigInteger() if isinstance(t, LongType) else sa.Integer(),
+    "float": lambda t: pg.DOUBLE_PRECISION() if isinstance(t, DoubleType) else pg.REAL(),
+    "decimal": lambda t: sa.Numeric(t.precision, t.scale),
+    "string": lambda t: sa.Text(),
+    "bool": lambda t: sa.Boolean(),
+    "timestamp": lambda t: sa.TIMESTAMP(timezone=isinstance(t, TimestampType)),
+    "date": lambda t: sa.Date(),
+    "binary": lambda t: pg.BYTEA(),
+}
+
+
+@dataclass(frozen=True)
+class SqlPlan:
+    """The statements writers and committers run, quoted once on the driver."""
+
+    columns: tuple[str, ...]
+    binary_columns: tuple[str, ...]
+    copy_target: str
+    copy_staging: str
+    upsert_from_staging: str
+    clear_staging: str
+    sinks_table: str
+    batches_table: str
+
+
+def engine(cfg: JdbcSinkConfig) -> sa.Engine:
+    return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool)
+
+
+def connect_error(cfg: JdbcSinkConfig, e: Exception) -> ConnectorError:
+    """A clear error that never shows the password."""
+    orig = getattr(e, "orig", None) or e
+    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    return ConnectorError(f"cannot use PostgreSQL at {cfg.safe_url}: {text}")
+
+
+def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> SqlPlan:
+    """Check the database and the target table, create what is missing, build the SQL.
+
+    Driver, at query start; raising stops the query before anything is written.
+    """
+    eng = engine(cfg)
+    try:
+        with eng.connect() as conn:
+            if need_2pc:
+                n = int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one())
+                if n == 0:
+                    raise ConnectorError(
+                        f"PostgreSQL at {cfg.safe_url} has max_prepared_transactions = 0, so it cannot "
+                        "prepare transactions (two-phase commit). Raise it in postgresql.conf (at least "
+                        "the number of Spark tasks per batch, e.g. 64) and restart PostgreSQL, or use "
+                        "guarantee at_least_once with upsertKeys"
+                    )
+            insp = sa.inspect(conn)
+            if not insp.has_table(cfg.table, schema=cfg.schema):
+                if not cfg.create_table:
+                    raise InvalidOptionError(
+                        f"table {cfg.qualified} does not exist in {cfg.safe_url}; create it, or set "
+                        ".option('createTable', 'true') to create it from the DataFrame's schema"
+                    )
+                _create_target(conn, cfg, schema)
+            cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
+            _check_columns(cfg, schema, cols)
+            if cfg.upsert_keys:
+                _check_keys(cfg, insp)
+            _create_bookkeeping(conn, cfg)
+            conn.commit()
+        if cfg.upsert_keys:
+            _create_staging(eng, cfg)
+    except sa.exc.DBAPIError as e:
+        raise connect_error(cfg, e) from None
+    finally:
+        eng.dispose()
+    return statements(cfg, schema)
+
+
+def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType) -> None:
+    cols: list[sa.Column[Any]] = []
+    for f in schema.fields:
+        fam = _family_spark(f.dataType)
+        if fam is None:
+            raise InvalidOptionError(f"createTable cannot map column {f.name!r} of type "
+                                     f"{f.dataType.simpleString()} to PostgreSQL; create the table yourself")
+        cols.append(sa.Column(f.name, _CREATE[fam](f.dataType), primary_key=f.name in cfg.upsert_keys))
+    sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema).create(conn)
+
+
+def _check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any]) -> None:
+    missing = [f.name for f in schema.fields if f.name not in cols]
+    if missing:
+        raise InvalidOptionError(
+            f"DataFrame column(s) {', '.join(missing)} are not in table {cfg.qualified} (its columns: "
+            f"{', '.join(cols)}); select or rename columns to match, or alter the table"
+        )
+    for f in schema.fields:
+        fam = _family_spark(f.dataType)
+        db_type = cols[f.name]["type"]
+        if fam is None or not _accepts(db_type, fam):
+            raise InvalidOptionError(
+                f"column {f.name!r} is {f.dataType.simpleString()} in the DataFrame but {db_type} in "
+                f"table {cfg.qualified}; cast it in the query"
+            )
+    for k in cfg.upsert_keys:
+        if k not in schema.fieldNames():
+            raise InvalidOptionError(f"upsertKeys column {k!r} is not a DataFrame column")
+
+
+def _check_keys(cfg: JdbcSinkConfig, insp: sa.Inspector) -> None:
+    keys = set(cfg.upsert_keys)
+    pk = insp.get_pk_constraint(cfg.table, schema=cfg.schema).get("constrained_columns") or []
+    uniques = [set(u["column_names"]) for u in insp.get_unique_constraints(cfg.table, schema=cfg.schema)]
+    uniques += [{c for c in i["column_names"] if c} for i in insp.get_indexes(cfg.table, schema=cfg.schema)
+                if i.get("unique")]
+    if set(pk) != keys and keys not in uniques:
+        raise InvalidOptionError(
+            f"upsertKeys ({', '.join(cfg.upsert_keys)}) need a primary key or unique index on exactly those "
+            f"columns of {cfg.qualified}; create one, e.g. CREATE UNIQUE INDEX ON {cfg.qualified} "
+            f"({', '.join(cfg.upsert_keys)})"
+        )
+
+
+def _qualify(cfg: JdbcSinkConfig, name: str) -> str:
+    prep = pg.dialect().identifier_preparer
+    return f"{prep.quote_schema(cfg.schema)}.{prep.quote(name)}" if cfg.schema else prep.quote(name)
+
+
+def staging_name(cfg: JdbcSinkConfig) -> str:
+    return f"spark_ext_stg_{cfg.sink_id.replace('-', '_').replace('.', '_')}"[:63]
+
+
+def _create_staging(eng: sa.Engine, cfg: JdbcSinkConfig) -> None:
+    """The sink's upsert staging table (unlogged; each task's rows tagged and removed
+    in its own transaction). Temporary tables cannot take part in PREPARE TRANSACTION."""
+    stg, target = _qualify(cfg, staging_name(cfg)), _qualify(cfg, cfg.table)
+    with eng.begin() as conn:
+        exists = sa.inspect(conn).has_table(staging_name(cfg), schema=cfg.schema)
+        if not exists:
+            conn.execute(sa.text(f"CREATE UNLOGGED TABLE {stg} AS SELECT * FROM {target} WITH NO DATA"))
+            conn.execute(sa.text(f"ALTER TABLE {stg} ADD COLUMN _sx_task text, ADD COLUMN _sx_seq bigserial"))
+
+
+def _create_bookkeeping(conn: sa.Connection, cfg: JdbcSinkConfig) -> None:
+    sinks, batches = _qualify(cfg, SINKS_TABLE), _qualify(cfg, BATCHES_TABLE)
+    conn.execute(sa.text(
+        f"CREATE TABLE IF NOT EXISTS {sinks} (sink_id text PRIMARY KEY, target text NOT NULL, "
+        "epoch bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    # partition_id = -1 marks the driver's decision "batch N commits", listing its winners.
+    conn.execute(sa.text(
+        f"CREATE TABLE IF NOT EXISTS {batches} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
+        "partition_id int NOT NULL, attempt int NOT NULL, epoch bigint NOT NULL, rows bigint, "
+        "winners text, at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (sink_id, batch_id, partition_id, attempt))"
+    ))
+
+
+def statements(cfg: JdbcSinkConfig, schema: StructType) -> SqlPlan:
+    """Every statement the sink runs, quoted. Pure: no database access."""
+    prep = pg.dialect().identifier_preparer
+    names = tuple(schema.fieldNames())
+    cols = ", ".join(prep.quote(c) for c in names)
+    target = _qualify(cfg, cfg.table)
+    stg = _qualify(cfg, staging_name(cfg))
+    keys = ", ".join(prep.quote(k) for k in cfg.upsert_keys)
+    rest = [c for c in names if c not in cfg.upsert_keys]
+    on_conflict = (f"DO UPDATE SET {', '.join(f'{prep.quote(c)} = EXCLUDED.{prep.quote(c)}' for c in rest)}"
+                   if rest else "DO NOTHING")
+    # Last row per key wins within a batch (COPY order), as it would with row-by-row upserts.
+    upsert = (f"INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stg} "
+              f"WHERE _sx_task = %s ORDER BY {keys}, _sx_seq DESC ON CONFLICT ({keys}) {on_conflict}"
+              ) if keys else ""
+    binary = tuple(f.name for f in schema.fields if isinstance(f.dataType, BinaryType))
+    return SqlPlan(
+        columns=names,
+        binary_columns=binary,
+        copy_target=f"COPY {target} ({cols}) FROM STDIN WITH (FORMAT csv)",
+        copy_staging=f"COPY {stg} ({cols}, _sx_task) FROM STDIN WITH (FORMAT csv)" if keys else "",
+        upsert_from_staging=upsert,
+        clear_staging=f"DELETE FROM {stg} WHERE _sx_task = %s" if keys else "",
+        sinks_table=_qualify(cfg, SINKS_TABLE),
+        batches_table=_qualify(cfg, BATCHES_TABLE),
+    )

@@ -1,0 +1,176 @@
+"""Executor side of the PostgreSQL sink: one task's rows, COPYed, then prepared or committed.
+
+Runs in ``write()`` on an executor, one database connection per task attempt. Rows go
+in with ``COPY ... FROM STDIN (FORMAT csv)``, the CSV written by Arrow's C++ writer, so
+no Python object is built per row. With ``upsertKeys`` the rows are COPYed into the
+sink's staging table (tagged with the task) and merged with one
+``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE``.
+
+``exactly_once``: the transaction also writes the task's marker row and ends with
+``PREPARE TRANSACTION`` under the global id ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``;
+before writing it checks, under a share lock held until the commit, that its run still
+owns the sink (epoch) and that batch N was not already decided, in which case it
+writes nothing (a replay). ``at_least_once``: committed by the task, with a marker row
+so a replay of a batch whose partition already landed is skipped. ``none``: COPY and
+commit.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from sqlalchemy.engine import URL
+
+from connectors.jdbc.config import JdbcSinkConfig
+from connectors.jdbc.tables import SqlPlan
+from spark_ext import failpoints
+from spark_ext.commit import Committable, SinkWriter, TaskInfo
+from spark_ext.errors import ConnectorError, FencedError
+from spark_ext.guarantees import Guarantee
+
+_CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+
+
+@dataclass(frozen=True)
+class JdbcCommittable(Committable):
+    """One task attempt's outcome; ``gid`` names its prepared transaction (None: nothing)."""
+
+    gid: str | None = None
+
+
+def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int) -> str:
+    return f"sx:{sink_id}:{epoch}:{batch}:{partition}:{attempt}"
+
+
+def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
+    """``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>`` -> its parts."""
+    _, rest = gid.split(":", 1)
+    sink, epoch, batch, part, attempt = rest.rsplit(":", 4)
+    return sink, int(epoch), int(batch), int(part), int(attempt)
+
+
+def connect(url: URL) -> Any:
+    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``)."""
+    kw: dict[str, Any] = {k: v for k, v in url.query.items()}
+    return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
+                            password=url.password, dbname=url.database, **kw)
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """What a task needs; built on the driver after recovery fixed the run's epoch."""
+
+    cfg: JdbcSinkConfig
+    sql: SqlPlan
+    guarantee: Guarantee
+    epoch: int
+
+
+def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
+    """Arrow -> PostgreSQL CSV: NULL unquoted-empty, '' quoted, bytea as ``\\x`` hex."""
+    cols = list(rb.columns)
+    for name in sql.binary_columns:
+        i = rb.schema.get_field_index(name)
+        cols[i] = pa.array(["\\x" + b.hex() if b is not None else None for b in rb.column(i).to_pylist()],
+                           pa.string())
+    names = list(rb.schema.names)
+    if task_tag is not None:
+        cols.append(pa.repeat(pa.scalar(task_tag), rb.num_rows))
+        names.append("_sx_task")
+    buf = io.BytesIO()
+    pacsv.write_csv(pa.Table.from_arrays(cols, names=names), buf, _CSV)
+    return buf.getvalue()
+
+
+class JdbcWriter(SinkWriter[JdbcCommittable]):
+    """Writes one task attempt's rows. Executor."""
+
+    def __init__(self, wc: WriterConfig) -> None:
+        self.wc = wc
+
+    def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        wc, sql = self.wc, self.wc.sql
+        exactly = wc.guarantee is Guarantee.EXACTLY_ONCE
+        gid = gid_for(wc.cfg.sink_id, wc.epoch, task.batch_id, task.partition_id, task.attempt)
+        try:
+            conn = connect(wc.cfg.url)
+        except psycopg2.Error as e:
+            raise ConnectorError(f"cannot connect to PostgreSQL at {wc.cfg.safe_url}: {e}".strip()) from None
+        try:
+            if exactly:
+                conn.tpc_begin(gid)
+            cur = conn.cursor()
+            cur.execute("SET LOCAL lock_timeout = %s", (f"{wc.cfg.lock_timeout_ms}ms",))
+            skip = self._skip(cur, task) if wc.guarantee is not Guarantee.NONE else False
+            rows = 0
+            if not skip:
+                rows = self._copy(cur, batches, task)
+                if wc.guarantee is not Guarantee.NONE:
+                    cur.execute(
+                        f"INSERT INTO {sql.batches_table} (sink_id, batch_id, partition_id, attempt, epoch, "
+                        "rows) VALUES (%s, %s, %s, %s, %s, %s)",
+                        (wc.cfg.sink_id, task.batch_id, task.partition_id, task.attempt, wc.epoch, rows))
+            if exactly and not skip:
+                failpoints.hit("jdbc.before_prepare")
+                conn.tpc_prepare()  # phase one: durable, invisible, owned by no session
+                return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid)
+            if exactly:
+                conn.tpc_rollback()
+            else:
+                conn.commit()
+            return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, None)
+        except psycopg2.Error as e:
+            raise ConnectorError(
+                f"writing batch {task.batch_id} partition {task.partition_id} to {wc.cfg.qualified} "
+                f"failed: {str(e).strip()}"
+            ) from None
+        finally:
+            conn.close()  # an unprepared transaction is rolled back with the session
+
+    def _skip(self, cur: Any, task: TaskInfo) -> bool:
+        """True when this batch (exactly once) or partition (at least once) already landed."""
+        wc, sql = self.wc, self.wc.sql
+        if wc.guarantee is Guarantee.EXACTLY_ONCE:
+            cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE",
+                        (wc.cfg.sink_id,))
+            row = cur.fetchone()
+            if row is None or row[0] != wc.epoch:
+                raise FencedError(
+                    f"sink {wc.cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
+                    f"this run {wc.epoch}); this stale task writes nothing"
+                )
+            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND batch_id = %s "
+                        "AND partition_id = -1", (wc.cfg.sink_id, task.batch_id))
+        else:
+            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND batch_id = %s "
+                        "AND partition_id = %s", (wc.cfg.sink_id, task.batch_id, task.partition_id))
+        return cur.fetchone() is not None
+
+    def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> int:
+        wc, sql = self.wc, self.wc.sql
+        keys = wc.cfg.upsert_keys
+        tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
+        rows = 0
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            for k in keys:
+                if pc.any(pc.is_null(rb.column(k))).as_py():
+                    raise ConnectorError(
+                        f"upsert key column {k!r} is NULL in a row of batch {task.batch_id}: keys must be "
+                        "present (filter or fill them); nothing of this task was written"
+                    )
+            data = to_csv(rb, sql, tag)
+            cur.copy_expert(sql.copy_staging if keys else sql.copy_target, io.BytesIO(data))
+            rows += rb.num_rows
+        if keys and rows:
+            cur.execute(sql.upsert_from_staging, (tag,))
+            cur.execute(sql.clear_staging, (tag,))
+        return rows

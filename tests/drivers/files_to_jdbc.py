@@ -1,0 +1,36 @@
+"""A streaming job run as its own driver process, so a test can crash it (failpoints).
+
+Usage: python -m tests.drivers.files_to_jdbc SRC_DIR CHECKPOINT POSTGRES_URL TABLE [FAILPOINT]
+Reads JSON files ``{"id": n, "v": "..."}`` one file per batch (a replayable source)
+into PostgreSQL through ``hzsink`` connector ``jdbc`` with ``exactly_once``, until every
+file is written (Trigger.AvailableNow). With FAILPOINT, the driver kills itself there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(src: str, ckpt: str, url: str, table: str, failpoint: str = "") -> int:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if failpoint:
+        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
+        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("jdbc-driver")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(src)
+    q = (df.repartition(3, "id").writeStream.format("hzsink").option("connector", "jdbc")
+         .option("url", url).option("dbtable", table).option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    return 0 if q.exception() is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,225 @@
+"""The PostgreSQL sink against the real local database, in real Spark queries."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from connectors.jdbc import JdbcSink
+from connectors.jdbc.committer import JdbcCommitter
+from connectors.jdbc.writer import JdbcCommittable, JdbcWriter
+from spark_ext.commit import TaskInfo
+from spark_ext.errors import FencedError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from tests.pg_util import execute, prepared, query, table_name, write_json_files
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+
+def make_table(url: str, prefix: str, key: bool = False) -> str:
+    name = table_name(prefix)
+    execute(url, f"CREATE TABLE {name} (id bigint {'PRIMARY KEY' if key else ''}, v text)")
+    return name
+
+
+def run(spark, src, ckpt, url, table, fail: bool = False, **opts: str):
+    df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(str(src))
+    w = (df.repartition(3, "id").writeStream.format("hzsink").option("connector", "jdbc")
+         .option("url", url).option("dbtable", table).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True))
+    for k, v in opts.items():
+        w = w.option(k, v)
+    q = w.start()
+    if fail:
+        with pytest.raises(Exception) as info:
+            q.awaitTermination(180)
+        return str(info.value)
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    return q
+
+
+def ids(url: str, table: str) -> list[int]:
+    return [r[0] for r in query(url, f"SELECT id FROM {table} ORDER BY id")]
+
+
+def test_exactly_once_writes_every_row_once_and_leaves_nothing_in_doubt(spark, services, tmp_path):
+    url, table = services.postgres_url, make_table(services.postgres_url, "eo")
+    write_json_files(tmp_path / "src", [100, 250, 7])
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", url, table)
+    assert len([p for p in q.recentProgress if p["numInputRows"]]) == 3
+    assert ids(url, table) == list(range(357))
+    assert query(url, f"SELECT count(*) FROM {table} WHERE v = 'v' || id") == [(357,)]
+    assert prepared(url) == []
+    decided = query(url, "SELECT batch_id, rows FROM spark_ext_batches WHERE partition_id = -1 AND "
+                         "sink_id = (SELECT sink_id FROM spark_ext_sinks WHERE target = :t)", t=table)
+    assert sorted(decided) == [(0, 100), (1, 250), (2, 7)]
+
+
+def test_restart_after_a_failed_batch_writes_it_exactly_once(spark, services, tmp_path):
+    """A task fails mid-COPY: nothing of the batch is visible, nothing stays prepared;
+    the restarted query writes it once."""
+    url, table = services.postgres_url, make_table(services.postgres_url, "tf")
+    write_json_files(tmp_path / "src", [50, 60])
+    flag = tmp_path / "fail"
+    flag.write_text("1")
+    from pyspark.sql import functions as F
+
+    @F.udf("long")
+    def boom(i: int) -> int:
+        if i == 80 and os.path.exists(str(flag)):
+            raise ValueError("injected task failure")
+        return i
+
+    def start():
+        df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(
+            str(tmp_path / "src"))
+        return (df.withColumn("id", boom("id")).repartition(3, "id").writeStream.format("hzsink")
+                .option("connector", "jdbc").option("url", url).option("dbtable", table)
+                .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+
+    q = start()
+    with pytest.raises(Exception, match="injected task failure"):
+        q.awaitTermination(180)
+    assert ids(url, table) == list(range(50))  # batch 0 committed, batch 1 not at all
+    assert prepared(url) == []  # abort rolled back what other tasks had prepared
+    flag.unlink()
+    q = start()
+    q.awaitTermination(180)
+    assert q.exception() is None
+    assert ids(url, table) == list(range(110))
+
+
+@pytest.mark.parametrize("point", ["jdbc.before_prepare", "jdbc.before_decision", "jdbc.after_decision",
+                                   "jdbc.mid_commit"])
+def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, point):
+    url, table = services.postgres_url, make_table(services.postgres_url, "k9")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), url, table]
+    crashed = subprocess.run([*argv, point], start_new_session=True, capture_output=True, text=True,
+                             timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the failpoint
+    if point in ("jdbc.before_decision", "jdbc.after_decision", "jdbc.mid_commit"):
+        assert prepared(url), "the crash should leave prepared transactions in doubt"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ids(url, table) == list(range(120))  # nothing lost, nothing twice
+    assert prepared(url) == []  # recovery resolved every in-doubt transaction
+
+
+def _plan(url: str, table: str, sink_id: str, schema, **opts: str):
+    o = Options({"url": url, "dbtable": table, "sinkid": sink_id, **opts}, "hzsink")
+    return JdbcSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+
+
+def test_zombie_run_is_fenced(services):
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "zb")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("zombie")
+    old = _plan(url, table, sink_id, schema)
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    task = TaskInfo("q", 0, 0, 0, 1)
+    prepared_by_old: JdbcCommittable = old.new_writer().write(iter([rows]), task)
+    assert prepared_by_old.gid in prepared(url)
+
+    new = _plan(url, table, sink_id, schema)  # a second run takes the sink over
+    assert prepared_by_old.gid not in prepared(url)  # its in-doubt transaction was rolled back
+    with pytest.raises(FencedError, match="taken over"):
+        old.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
+    with pytest.raises(FencedError, match="taken over"):
+        old.new_committer().commit([prepared_by_old], 0)
+    assert ids(url, table) == []
+
+    c = new.new_writer().write(iter([rows]), task)
+    new.new_committer().commit([c], 0)
+    assert ids(url, table) == [1, 2]
+    assert isinstance(new.new_committer(), JdbcCommitter)
+    assert isinstance(new.new_writer(), JdbcWriter)
+
+
+def test_upsert_replays_converge_and_last_row_per_key_wins(spark, services, tmp_path):
+    url, table = services.postgres_url, make_table(services.postgres_url, "up", key=True)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text('{"id": 1, "v": "old"}\n{"id": 2, "v": "x"}\n')
+    (src / "b.json").write_text('{"id": 1, "v": "mid"}\n{"id": 1, "v": "new"}\n{"id": 3, "v": "y"}\n')
+    for guarantee in ("at_least_once", "exactly_once", "at_least_once"):
+        # Each run starts from a fresh checkpoint: a full replay of everything.
+        run(spark, src, tmp_path / f"ck-{guarantee}-{len(os.listdir(tmp_path))}", url, table,
+            upsertKeys="id", guarantee=guarantee)
+        assert query(url, f"SELECT id, v FROM {table} ORDER BY id") == [(1, "new"), (2, "x"), (3, "y")]
+    assert prepared(url) == []
+
+
+def test_at_least_once_append_skips_a_replayed_batch(spark, services, tmp_path):
+    url, table = services.postgres_url, make_table(services.postgres_url, "al")
+    write_json_files(tmp_path / "src", [30, 30])
+    run(spark, tmp_path / "src", tmp_path / "ckpt", url, table, guarantee="at_least_once")
+    # Simulate "crash after the rows landed, before Spark's commit log": drop commit log 1.
+    for f in ("1", ".1.crc"):
+        (tmp_path / "ckpt" / "commits" / f).unlink(missing_ok=True)
+    run(spark, tmp_path / "src", tmp_path / "ckpt", url, table, guarantee="at_least_once")
+    assert ids(url, table) == list(range(60))
+
+
+def test_missing_table_fails_clearly_or_is_created(spark, services, tmp_path):
+    url = services.postgres_url
+    name = table_name("missing")
+    write_json_files(tmp_path / "src", [5])
+    msg = run(spark, tmp_path / "src", tmp_path / "c1", url, name, fail=True)
+    assert f"table {name} does not exist" in msg and "createTable" in msg
+    run(spark, tmp_path / "src", tmp_path / "c2", url, name, createTable="true")
+    assert ids(url, name) == list(range(5))
+
+
+def test_column_and_type_mismatches_fail_at_start(spark, services, tmp_path):
+    url = services.postgres_url
+    write_json_files(tmp_path / "src", [5])
+    other = table_name("cols")
+    execute(url, f"CREATE TABLE {other} (id bigint, w text)")
+    msg = run(spark, tmp_path / "src", tmp_path / "c1", url, other, fail=True)
+    assert "column(s) v are not in table" in msg
+    typed = table_name("types")
+    execute(url, f"CREATE TABLE {typed} (id bigint, v integer)")
+    msg = run(spark, tmp_path / "src", tmp_path / "c2", url, typed, fail=True)
+    assert "column 'v' is string in the DataFrame but INTEGER" in msg
+
+
+def test_null_key_fails_the_batch_and_leaves_nothing(spark, services, tmp_path):
+    url, table = services.postgres_url, make_table(services.postgres_url, "nk", key=True)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text('{"id": 1, "v": "a"}\n{"v": "no key"}\n')
+    msg = run(spark, src, tmp_path / "ckpt", url, table, fail=True, upsertKeys="id")
+    assert "upsert key column 'id' is NULL" in msg
+    assert ids(url, table) == [] and prepared(url) == []
+
+
+def test_unreachable_database_and_wrong_password(spark, services, tmp_path):
+    write_json_files(tmp_path / "src", [5])
+    msg = run(spark, tmp_path / "src", tmp_path / "c1", "postgresql+psycopg2://u:pw@127.0.0.1:1/db", "t",
+              fail=True)
+    assert "cannot use PostgreSQL at postgresql+psycopg2://u:***@127.0.0.1:1/db" in msg
+    bad = services.postgres_url.replace(":postgres@", ":wrong-Secret-42@")
+    assert bad != services.postgres_url
+    msg = run(spark, tmp_path / "src", tmp_path / "c2", bad, "t", fail=True)
+    assert "password authentication failed" in msg
+    assert "wrong-Secret-42" not in msg
+
+
+def test_exactly_once_needs_a_stable_sink_id(services):
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from spark_ext.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="checkpointLocation"):
+        JdbcSink().plan(Options({"url": services.postgres_url, "dbtable": "t"}, "hzsink"),
+                        StructType([StructField("id", LongType())]), Guarantee.EXACTLY_ONCE)
