@@ -21,6 +21,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # case -> "module:function" returning a Result; imported only when the case runs.
 CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
+    "jdbc_write": "bench.jdbc_write:run",
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "bench" / "results"
 
 
 class BenchError(Exception):
@@ -64,7 +65,7 @@ def spark_session() -> Any:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "4g")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.jars", ",".join(_services_module().spark_kafka_jars()))
+        .config("spark.jars", ",".join(_services_module().baseline_jars()))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -1,6 +1,6 @@
 """Start, check and stop the local Kafka, PostgreSQL and ActiveMQ Artemis (no root, loopback).
 
-Usage: ``python services/services.py up|down|status|spark-kafka-jars`` (the Makefile calls it).
+Usage: ``python services/services.py up|down|status|baseline-jars`` (the Makefile calls it).
 
 Everything a run creates lives under ``.local/`` in the repository (pid files, logs,
 data); downloaded broker jars live in a cache outside git (``$SPARK_EXT_CACHE`` or
@@ -188,12 +188,12 @@ def kafka_libs() -> Path:
     return libs
 
 
-def spark_kafka_jars() -> list[str]:
-    """Jars of Spark's built-in kafka source and sink (the baseline), for ``spark.jars``."""
-    libs = CACHE / "spark-sql-kafka-4.2.0"
-    if not list(libs.glob("spark-sql-kafka-*.jar")):
-        log(f"resolving Spark's Kafka connector from Maven Central into {libs}")
-        _mvn("-f", str(ROOT / "services" / "spark-kafka-pom.xml"), "dependency:copy-dependencies",
+def baseline_jars() -> list[str]:
+    """Jars of Spark's own Kafka connector and the PostgreSQL JDBC driver, for ``spark.jars``."""
+    libs = CACHE / "spark-baseline-1"
+    if not list(libs.glob("spark-sql-kafka-*.jar")) or not list(libs.glob("postgresql-*.jar")):
+        log(f"resolving Spark's Kafka connector and the PostgreSQL JDBC driver into {libs}")
+        _mvn("-f", str(ROOT / "services" / "spark-baseline-pom.xml"), "dependency:copy-dependencies",
              f"-DoutputDirectory={libs}", "-DincludeScope=runtime")
     return sorted(str(p) for p in libs.glob("*.jar"))
 
@@ -495,8 +495,8 @@ def down(names: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["spark-kafka-jars"]:
-        print(",".join(spark_kafka_jars()))
+    if argv[:1] == ["baseline-jars"]:
+        print(",".join(baseline_jars()))
         return 0
     if not argv or argv[0] not in ("up", "down", "status"):
         print(__doc__)

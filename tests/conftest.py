@@ -73,7 +73,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     # Spark's own kafka source, the baseline some tests compare with (Maven Central, cached).
-    baseline_jars = ",".join(services_module().spark_kafka_jars())
+    baseline_jars = ",".join(services_module().baseline_jars())
 
     session = (
         SparkSession.builder.master("local[2]")

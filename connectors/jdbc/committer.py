@@ -33,7 +33,6 @@ import psycopg2
 from psycopg2 import errorcodes
 
 from connectors.jdbc.config import JdbcSinkConfig
-from connectors.jdbc.tables import SqlPlan
 from connectors.jdbc.writer import JdbcCommittable, WriterConfig, connect, parse_gid
 from spark_ext import failpoints
 from spark_ext.commit import Committer
@@ -71,11 +70,12 @@ def prepared_gids(conn: Any, sink_id: str) -> list[str]:
         return sorted(r[0] for r in cur.fetchall() if parse_gid(r[0])[0] == sink_id)
 
 
-def decisions(conn: Any, sql: SqlPlan, sink_id: str, batches: set[int]) -> dict[int, set[str]]:
+def decisions(conn: Any, batches_table: str, sink_id: str, batches: set[int]) -> dict[int, set[str]]:
+    """Batch -> its winning transaction ids, for the batches the coordinator decided."""
     if not batches:
         return {}
     with conn.cursor() as cur:
-        cur.execute(f"SELECT batch_id, winners FROM {sql.batches_table} WHERE sink_id = %s AND "
+        cur.execute(f"SELECT batch_id, winners FROM {batches_table} WHERE sink_id = %s AND "
                     "partition_id = -1 AND batch_id = ANY(%s)", (sink_id, sorted(batches)))
         return {b: set(json.loads(w or "[]")) for b, w in cur.fetchall()}
 
@@ -92,10 +92,10 @@ def finish(conn: Any, gid: str, commit: bool) -> bool:
         raise
 
 
-def resolve_in_doubt(conn: Any, sql: SqlPlan, sink_id: str) -> tuple[list[str], list[str]]:
+def resolve_in_doubt(conn: Any, batches_table: str, sink_id: str) -> tuple[list[str], list[str]]:
     """Commit prepared winners of decided batches, roll back everything else."""
     gids = prepared_gids(conn, sink_id)
-    decided = decisions(conn, sql, sink_id, {parse_gid(g)[2] for g in gids})
+    decided = decisions(conn, batches_table, sink_id, {parse_gid(g)[2] for g in gids})
     committed: list[str] = []
     rolled_back: list[str] = []
     for gid in gids:
@@ -119,7 +119,7 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         cfg, sql = self.wc.cfg, self.wc.sql
         try:
             with _Db(cfg) as conn:
-                committed, rolled_back = resolve_in_doubt(conn, sql, cfg.sink_id)
+                committed, rolled_back = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
                 if committed or rolled_back:
                     log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
                                 cfg.sink_id, len(committed), len(rolled_back))
@@ -222,7 +222,7 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         cfg = self.wc.cfg
         try:
             with _Db(cfg) as conn:
-                if decisions(conn, self.wc.sql, cfg.sink_id, {batch_id}):
+                if decisions(conn, self.wc.sql.batches_table, cfg.sink_id, {batch_id}):
                     return  # decided: recovery will finish it, never roll it back
                 for gid in prepared_gids(conn, cfg.sink_id):
                     if parse_gid(gid)[2] == batch_id:

@@ -8,6 +8,8 @@ plain strings in the ``SqlPlan``.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,23 +61,26 @@ def _family_spark(t: DataType) -> str | None:
     return None
 
 
-def _accepts(db_type: sa.types.TypeEngine, family: str) -> bool:
+_ACCEPTS: dict[type, tuple[str, ...]] = {
+    int: ("int",),
+    float: ("int", "float", "decimal"),
+    decimal.Decimal: ("int", "float", "decimal"),
+    bool: ("bool",),
+    datetime.datetime: ("timestamp", "date"),
+    datetime.date: ("date",),
+    bytes: ("binary",),
+    str: ("string",),
+}
+
+
+def _accepts(db_type: sa.types.TypeEngine[Any], family: str) -> bool:
     """May a DataFrame column of ``family`` be written into a column of ``db_type``?"""
-    if isinstance(db_type, sa.Integer):
-        return family == "int"
-    if isinstance(db_type, sa.Numeric):  # Float and Numeric
-        return family in ("int", "float", "decimal")
-    if isinstance(db_type, sa.Boolean):
-        return family == "bool"
-    if isinstance(db_type, sa.DateTime):
-        return family in ("timestamp", "date")
-    if isinstance(db_type, sa.Date):
-        return family == "date"
-    if isinstance(db_type, sa.LargeBinary):
-        return family == "binary"
-    if isinstance(db_type, sa.String):
-        return family == "string"
-    return family == "string"  # uuid, json, enums, ...: PostgreSQL parses their text form
+    try:
+        py = db_type.python_type
+    except NotImplementedError:
+        py = object
+    # uuid, json, enums, intervals...: PostgreSQL parses their text form.
+    return family in _ACCEPTS.get(py, ("string",))
 
 
 _CREATE: dict[str, Callable[[Any], sa.types.TypeEngine[Any]]] = {

@@ -1,0 +1,115 @@
+"""Bench case ``jdbc_write``: our PostgreSQL sink vs Spark's JDBC writer, same data, same run.
+
+``BENCH_JDBC_ROWS`` rows (default 1M: id, account, amount, ts, a ~60-byte note) are
+staged once as Parquet and streamed in one micro-batch (``Trigger.AvailableNow``) into
+an empty table (two rounds, best of each) by: our sink with ``exactly_once`` (the BENCH
+figure), Spark's own JDBC writer called from ``foreachBatch`` (the baseline, at least once, its defaults:
+batched INSERTs of 1,000 rows), our ``at_least_once`` append, and our ``at_least_once``
+upsert by ``id``. Rows/s are wall-clock from ``start()`` to termination. ``equal``: the
+exactly-once table and the baseline table hold exactly the same rows (``EXCEPT ALL``
+both ways). The other two figures go to stderr and the JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.common import RESULTS_DIR, BenchError, Result, services_env, spark_session
+
+COLUMNS = "id bigint PRIMARY KEY, account text, amount double precision, ts timestamptz, note text"
+
+
+def _sql(url: str, stmt: str) -> list[tuple[Any, ...]]:
+    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with eng.begin() as c:
+            res = c.execute(sa.text(stmt))
+            return [tuple(r) for r in res] if res.returns_rows else []
+    finally:
+        eng.dispose()
+
+
+def _stage(spark: Any, rows: int, path: str) -> None:
+    from pyspark.sql import functions as F
+
+    (spark.range(rows).select(
+        F.col("id"),
+        F.concat(F.lit("acct-"), (F.col("id") % 1000).cast("string")).alias("account"),
+        ((F.col("id") * 7919) % 100000 / 100.0).alias("amount"),
+        (F.lit(1_700_000_000) + F.col("id")).cast("timestamp").alias("ts"),
+        F.concat(F.lit("payment note "), F.sha1(F.col("id").cast("string"))).alias("note"),
+    ).repartition(2).write.mode("overwrite").parquet(path))
+
+
+def _timed(spark: Any, src: str, ckpt: str, sink: Any) -> tuple[int, float]:
+    df = spark.readStream.schema(spark.read.parquet(src).schema).parquet(src)
+    t0 = time.monotonic()
+    q = sink(df.writeStream).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+    q.awaitTermination()
+    dt = time.monotonic() - t0
+    if q.exception() is not None:
+        raise BenchError(f"jdbc_write query failed: {q.exception()}")
+    return sum(p["numInputRows"] for p in q.recentProgress), dt
+
+
+def run() -> Result:
+    rows = int(os.environ.get("BENCH_JDBC_ROWS", "1000000"))
+    url = services_env()["POSTGRES_URL"]
+    eng_url = sa.engine.make_url(url)
+    jdbc_url = f"jdbc:postgresql://{eng_url.host}:{eng_url.port or 5432}/{eng_url.database}"
+    props = {"user": eng_url.username or "", "password": eng_url.password or "",
+             "driver": "org.postgresql.Driver"}
+    spark = spark_session()
+    tables = {k: f"bench_jdbc_{k}" for k in ("eo", "spark", "alo", "upsert")}
+    for t in tables.values():
+        _sql(url, f"DROP TABLE IF EXISTS {t}")
+        _sql(url, f"CREATE TABLE {t} ({COLUMNS})")
+
+    def ours(table: str, **opts: str) -> Any:
+        def sink(w: Any) -> Any:
+            w = w.format("hzsink").option("connector", "jdbc").option("url", url).option("dbtable", table)
+            for k, v in opts.items():
+                w = w.option(k, v)
+            return w
+        return sink
+
+    def spark_jdbc(w: Any) -> Any:
+        return w.foreachBatch(lambda df, _id: df.write.jdbc(jdbc_url, tables["spark"], "append", props))
+
+    rates: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = f"{tmp}/src"
+        _stage(spark, rows, src)
+        sinks = (("spark", spark_jdbc), ("eo", ours(tables["eo"])),
+                 ("alo", ours(tables["alo"], guarantee="at_least_once")),
+                 ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")))
+        for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
+            for name, sink in sinks:
+                _sql(url, f"TRUNCATE {tables[name]}")
+                n, dt = _timed(spark, src, f"{tmp}/ck-{name}-{i}", sink)
+                if n != rows:
+                    raise BenchError(f"jdbc_write {name}: read {n} rows, expected {rows}")
+                rates[name] = max(rates.get(name, 0.0), n / dt)
+                print(f"[bench] jdbc_write {name} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
+    diff = _sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {tables['eo']} EXCEPT ALL "
+                     f"SELECT * FROM {tables['spark']}) a), (SELECT count(*) FROM (SELECT * FROM "
+                     f"{tables['spark']} EXCEPT ALL SELECT * FROM {tables['eo']}) b), "
+                     f"(SELECT count(*) FROM {tables['eo']})")[0]
+    equal = diff[0] == 0 and diff[1] == 0 and diff[2] == rows
+    extra = {"at_least_once_rows_per_s": rates["alo"], "upsert_rows_per_s": rates["upsert"],
+             "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
+             "upsert_vs_spark_jdbc": rates["upsert"] / rates["spark"]}
+    print(f"[bench] jdbc_write extra {json.dumps(extra)}", file=sys.stderr)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (Path(RESULTS_DIR) / "jdbc_write_extra.json").write_text(json.dumps(extra, indent=2))
+    for t in tables.values():
+        _sql(url, f"DROP TABLE IF EXISTS {t}")
+    return Result("jdbc_write", rates["eo"], rates["spark"], equal)
