@@ -13,6 +13,7 @@ The addresses are written to ``.local/services.env`` as shell ``KEY=VALUE`` line
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -420,6 +421,20 @@ def _stomp_ready() -> bool:
         conn.disconnect()
 
 
+def _stomp_prefixes(broker_xml: Path) -> None:
+    """STOMP's /queue/ and /topic/ conventions (ActiveMQ classic, JMS over STOMP).
+
+    Without these prefixes Artemis takes "/queue/x" as a literal address name and, by
+    default, auto-creates it MULTICAST on the first SEND, with no queue yet: messages sent
+    before the first subscriber are dropped. With them, /queue/x is an anycast queue.
+    """
+    text = broker_xml.read_text()
+    if "anycastPrefix=/queue/" not in text:
+        text = re.sub(r'(<acceptor name="stomp">[^<]*?)(</acceptor>)',
+                      r"\1;anycastPrefix=/queue/;multicastPrefix=/topic/\2", text)
+        broker_xml.write_text(text)
+
+
 def artemis_up() -> None:
     home = artemis_home()
     instance = LOCAL / "artemis" / "broker"
@@ -435,6 +450,7 @@ def artemis_up() -> None:
         )
         if res.returncode != 0:
             raise ServiceError(f"artemis create failed:\n{res.stdout}\n{res.stderr}")
+    _stomp_prefixes(instance / "etc" / "broker.xml")
     pid = _spawn("artemis", [str(instance / "bin" / "artemis"), "run"])
     log(f"starting artemis (pid {pid})")
     _wait("artemis", _stomp_ready, pid, LOCAL / "logs" / "artemis.log")

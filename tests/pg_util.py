@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,8 +48,12 @@ def write_json_files(src: Path, sizes: list[int], start: int = 0) -> int:
     """One JSON file per future micro-batch: ``{"id": n, "v": "v<n>"}``; returns the next id."""
     src.mkdir(parents=True, exist_ok=True)
     n = start
+    base = time.time() - 1000 + start
     for i, size in enumerate(sizes):
         rows = [json.dumps({"id": n + k, "v": f"v{n + k}"}) for k in range(size)]
-        (src / f"f{start}_{i:03d}.json").write_text("\n".join(rows) + "\n")
+        f = src / f"f{start}_{i:03d}.json"
+        f.write_text("\n".join(rows) + "\n")
+        # Spark's file source orders files by modification time (ms): make the order certain.
+        os.utime(f, (base + i, base + i))
         n += size
     return n

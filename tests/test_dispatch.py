@@ -50,15 +50,12 @@ def test_missing_source_connector_option(spark):
     assert "jms, kafka" in msg
 
 
-def test_source_placeholders_say_not_built_yet(spark):
-    msg = _read_error(spark, connector="jms")
-    assert "NotBuiltYetError: hzsource connector 'jms' is not built yet" in msg
-
-
 def test_built_source_checks_its_options_at_load(spark):
     msg = _read_error(spark, connector="kafka")
     assert "MissingOptionError: hzsource connector 'kafka' needs option 'kafka.bootstrap.servers'" in msg
     _assert_no_executor_trace(msg)
+    msg = _read_error(spark, connector="jms")
+    assert "MissingOptionError: hzsource connector 'jms' needs option 'destination'" in msg
 
 
 def test_register_makes_the_formats_available(spark):

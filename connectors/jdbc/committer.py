@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg2
+import psycopg2.errors
 from psycopg2 import errorcodes
 
 from connectors.jdbc.config import JdbcSinkConfig
@@ -41,6 +43,7 @@ from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, Retr
 log = logging.getLogger(__name__)
 
 KEEP_BATCHES = 100  # decision and marker rows kept per sink (older ones are pruned)
+ABORT_WAIT_S = 120.0  # how long abort waits for the batch's running tasks to be fenced
 
 
 class _Db:
@@ -219,13 +222,39 @@ class JdbcCommitter(Committer[JdbcCommittable]):
             return cur.fetchone() is not None
 
     def abort(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
+        """Roll back the batch, including tasks still running when Spark gave up on it.
+
+        Spark calls this as soon as one task failed for good, while others may still be
+        writing. Bumping the epoch fences them: the UPDATE waits for every writer holding
+        the sink row FOR SHARE; each round rolls back what prepared meanwhile, so once the
+        bump lands no writer of this batch can prepare any more.
+        """
         cfg = self.wc.cfg
+        deadline = time.monotonic() + ABORT_WAIT_S
         try:
             with _Db(cfg) as conn:
                 if decisions(conn, self.wc.sql.batches_table, cfg.sink_id, {batch_id}):
                     return  # decided: recovery will finish it, never roll it back
-                for gid in prepared_gids(conn, cfg.sink_id):
-                    if parse_gid(gid)[2] == batch_id:
-                        finish(conn, gid, commit=False)
+                with conn.cursor() as cur:
+                    cur.execute("SET lock_timeout = '1s'")
+                while True:
+                    self._roll_back_batch(conn, batch_id)
+                    try:
+                        with conn.cursor() as cur:
+                            cur.execute(f"UPDATE {self.wc.sql.sinks_table} SET epoch = epoch + 1, "
+                                        "updated_at = now() WHERE sink_id = %s", (cfg.sink_id,))
+                        break
+                    except psycopg2.errors.LockNotAvailable:
+                        if time.monotonic() > deadline:
+                            raise RetriableCommitError(
+                                f"abort of batch {batch_id}: writers still hold the sink after "
+                                f"{ABORT_WAIT_S:.0f} s; their transactions are resolved at the next start"
+                            ) from None
+                self._roll_back_batch(conn, batch_id)
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(f"abort of batch {batch_id}: {str(e).strip()}") from None
+
+    def _roll_back_batch(self, conn: Any, batch_id: int) -> None:
+        for gid in prepared_gids(conn, self.wc.cfg.sink_id):
+            if parse_gid(gid)[2] == batch_id:
+                finish(conn, gid, commit=False)

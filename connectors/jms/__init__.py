@@ -1,7 +1,5 @@
-"""JMS-style acknowledging source over STOMP (placeholder for now)."""
+"""Acknowledging queue source: ``hzsource`` connector ``jms`` (ActiveMQ Artemis over STOMP)."""
 
-from spark_ext.connector import NotBuiltSource
+from connectors.jms.source import JmsSource
 
-
-class JmsSource(NotBuiltSource):
-    name = "jms"
+__all__ = ["JmsSource"]

@@ -1,0 +1,197 @@
+"""The driver's STOMP connection: receives into memory, acknowledges by message ID.
+
+Lives in the stream reader's long-lived driver process (PRODUCT.md: the planning reader
+is one object in one process), which is why receiving happens there: only the process
+that received a message can acknowledge it, and acknowledging must wait until Spark
+committed the batch, long after any executor task ended. stomp.py delivers frames on
+its own receiver thread; everything shared with it sits behind one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+import stomp
+from stomp.exception import ConnectFailedException, StompException
+
+from connectors.jms.config import JmsSourceConfig
+from spark_ext.errors import ConnectorError
+from spark_ext.guarantees import Guarantee
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One received message, as it travels to an executor inside an input partition."""
+
+    message_id: str
+    body: bytes
+    headers: dict[str, str]
+    destination: str
+    timestamp_ms: int
+    redelivered: bool
+    ack_id: str = field(compare=False, default="")
+
+
+_ARTEMIS_ID = re.compile(r"^\d+,(\d+)$")
+
+
+def stable_message_id(header: str) -> str:
+    """The part of a broker message-id that survives redelivery.
+
+    Artemis's STOMP ``message-id`` is ``<consumer id>,<message id>``; the consumer part
+    changes when the message is redelivered to a new subscription, the second does not.
+    """
+    m = _ARTEMIS_ID.match(header)
+    return m.group(1) if m else header
+
+
+class _Listener(stomp.ConnectionListener):
+    def __init__(self, receiver: StompReceiver) -> None:
+        self.r = receiver
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        self.r._received(frame)
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        self.r._error = frame.headers.get("message") or str(frame.body)[:500]
+        self.r._receipt.set()
+
+    def on_receipt(self, frame: stomp.utils.Frame) -> None:
+        self.r._receipt.set()
+
+    def on_disconnected(self) -> None:
+        self.r._connected = False
+
+
+class StompReceiver:
+    """Subscribes with client-individual acknowledgement (auto for ``none``). Driver only."""
+
+    def __init__(self, cfg: JmsSourceConfig) -> None:
+        self.cfg = cfg
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._queue: dict[str, Message] = {}  # received, in arrival order, not yet handed out
+        self._ack_ids: dict[str, str] = {}  # message id -> ack id of its latest delivery
+        self._error: str | None = None
+        self._connected = False
+        self._conn: stomp.Connection12 | None = None
+        self._sub = "spark-ext-source"
+        self._receipt = threading.Event()
+
+    def connect(self) -> None:
+        """Connect and subscribe; a clear error names the broker and what it said."""
+        cfg = self.cfg
+        conn = stomp.Connection12([(cfg.host, cfg.port)], heartbeats=(10_000, 10_000),
+                                  reconnect_attempts_max=1, timeout=cfg.connect_timeout_s)
+        conn.set_listener("spark-ext", _Listener(self))
+        try:
+            conn.connect(cfg.user, cfg.password, wait=True)
+        except (ConnectFailedException, StompException, OSError) as e:
+            why = self._error or f"{type(e).__name__}: {e}".rstrip(": ")
+            raise ConnectorError(
+                f"cannot connect to the STOMP broker at {cfg.host}:{cfg.port} as user {cfg.user!r}: "
+                f"{why}. Check options host/port (or brokerUrl), user and password"
+            ) from None
+        if self._error:
+            raise ConnectorError(
+                f"the STOMP broker at {cfg.host}:{cfg.port} refused the login: {self._error}"
+            )
+        ack = "auto" if cfg.guarantee is Guarantee.NONE else "client-individual"
+        # The receipt proves the broker accepted the subscription (or lets its ERROR land).
+        headers = {"consumer-window-size": str(cfg.window_bytes), "receipt": "spark-ext-subscribe"}
+        self._receipt.clear()
+        conn.subscribe(cfg.destination, id=self._sub, ack=ack, headers=headers)
+        self._conn, self._connected = conn, True
+        if not self._receipt.wait(cfg.connect_timeout_s) and not self._error:
+            raise ConnectorError(f"the STOMP broker did not confirm the subscription to {cfg.where}")
+        if self._error:
+            raise ConnectorError(f"the broker refused subscribing to {cfg.where}: {self._error}")
+
+    def ensure(self) -> None:
+        if self._conn is None or not self._connected:
+            self.connect()
+
+    def _received(self, frame: stomp.utils.Frame) -> None:
+        h = frame.headers
+        mid = h.get(self.cfg.id_header) or ""
+        if self.cfg.id_header == "message-id":
+            mid = stable_message_id(mid)
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
+        msg = Message(
+            message_id=mid,
+            body=body,
+            headers={k: v for k, v in h.items() if k not in ("ack", "subscription")},
+            destination=h.get("destination", self.cfg.destination),
+            timestamp_ms=int(h.get("timestamp") or 0),
+            redelivered=str(h.get("redelivered", "false")).lower() == "true",
+            ack_id=h.get("ack", h.get("message-id", "")),
+        )
+        with self._lock:
+            self._ack_ids[mid] = msg.ack_id
+            self._queue[mid] = msg
+            self._arrived.notify_all()
+
+    def check(self) -> None:
+        if self._error:
+            raise ConnectorError(f"the STOMP broker at {self.cfg.where} reported: {self._error}")
+
+    def take(self, limit: int, exclude: set[str]) -> list[Message]:
+        """Up to ``limit`` received messages in arrival order, skipping ids in ``exclude``."""
+        self.check()
+        out: list[Message] = []
+        with self._lock:
+            for mid in list(self._queue):
+                if mid in exclude:
+                    continue
+                out.append(self._queue.pop(mid))
+                if len(out) == limit:
+                    break
+        return out
+
+    def wait_for(self, ids: list[str], timeout_s: float) -> tuple[dict[str, Message], list[str]]:
+        """The messages with these ids, as the broker redelivers them; and the ids still missing."""
+        want = set(ids)
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                have = {i: self._queue[i] for i in want if i in self._queue}
+                if len(have) == len(want) or time.monotonic() >= deadline:
+                    for i in have:
+                        del self._queue[i]
+                    return have, sorted(want - set(have))
+                self._arrived.wait(min(0.5, max(deadline - time.monotonic(), 0.01)))
+
+    def drop(self, ids: set[str]) -> list[str]:
+        """Forget received copies of ``ids`` (already committed); their ack ids, to acknowledge."""
+        with self._lock:
+            found = [i for i in ids if i in self._queue]
+            for i in found:
+                del self._queue[i]
+            return found
+
+    def ack(self, ids: list[str]) -> int:
+        """Acknowledge the latest delivery of each id; ids never received are skipped."""
+        if not ids or self._conn is None:
+            return 0
+        n = 0
+        for mid in ids:
+            with self._lock:
+                ack_id = self._ack_ids.pop(mid, None)
+            if ack_id:
+                self._conn.ack(ack_id, self._sub)
+                n += 1
+        return n
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.disconnect()
+            except StompException:
+                pass
+            self._conn = None

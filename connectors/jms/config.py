@@ -1,0 +1,82 @@
+"""Options of the acknowledging queue source (STOMP), parsed once on the driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from spark_ext.errors import InvalidOptionError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options, OptionSpec
+
+SOURCE_OPTIONS = OptionSpec(
+    names=frozenset({"host", "port", "user", "password", "brokerurl", "destination",
+                     "maxmessagespertrigger", "messageidheader", "consumerwindowsize",
+                     "replaytimeoutms", "skipmissingmessages", "dedupwindowms", "connecttimeoutms"}),
+    required=frozenset({"destination"}),
+)
+
+
+@dataclass(frozen=True)
+class JmsSourceConfig:
+    """Broker address, destination and the bookkeeping policy. Picklable; no connection."""
+
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+    destination: str
+    guarantee: Guarantee
+    max_per_trigger: int
+    id_header: str
+    window_bytes: int
+    replay_timeout_s: float
+    skip_missing: bool
+    dedup_window_s: float
+    connect_timeout_s: float
+
+    def __repr__(self) -> str:  # never show the password
+        return f"JmsSourceConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
+
+    @property
+    def where(self) -> str:
+        return f"stomp://{self.host}:{self.port}{self.destination}"
+
+    @property
+    def tracks_ids(self) -> bool:
+        """Exactly once records message IDs with the offsets; weaker guarantees do not."""
+        return self.guarantee is Guarantee.EXACTLY_ONCE
+
+    @staticmethod
+    def parse(opts: Options) -> JmsSourceConfig:
+        SOURCE_OPTIONS.check(opts.raw(), "hzsource connector 'jms'")
+        host, port = opts.get_str("host", "127.0.0.1") or "127.0.0.1", opts.get_int("port", 61613, minimum=1)
+        url = opts.get_str("brokerurl")
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("stomp", "tcp") or not parts.hostname:
+                raise InvalidOptionError(
+                    f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor)"
+                )
+            host, port = parts.hostname, parts.port or 61613
+        dest = opts.require("destination")
+        if not dest.startswith(("/queue/", "/topic/")) or len(dest) <= len("/queue/"):
+            raise InvalidOptionError(
+                f"option 'destination' is {dest!r}; expected /queue/<name> (acknowledged, replayable) "
+                "or /topic/<name>"
+            )
+        return JmsSourceConfig(
+            host=host,
+            port=int(port or 61613),
+            user=opts.get_str("user"),
+            password=opts.get_str("password"),
+            destination=dest,
+            guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee.EXACTLY_ONCE),
+            max_per_trigger=opts.get_int("maxmessagespertrigger", 10_000, minimum=1) or 10_000,
+            id_header=(opts.get_str("messageidheader", "message-id") or "message-id").lower(),
+            window_bytes=opts.get_int("consumerwindowsize", 64 * 1024 * 1024, minimum=-1) or -1,
+            replay_timeout_s=(opts.get_int("replaytimeoutms", 60_000, minimum=1) or 60_000) / 1000.0,
+            skip_missing=opts.get_bool("skipmissingmessages", False),
+            dedup_window_s=(opts.get_int("dedupwindowms", 300_000, minimum=0) or 0) / 1000.0,
+            connect_timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
+        )

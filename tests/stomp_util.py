@@ -1,0 +1,51 @@
+"""Helpers for tests against the real local ActiveMQ Artemis (STOMP)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import stomp
+
+
+def queue_name(prefix: str) -> str:
+    return f"/queue/{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _conn(services) -> stomp.Connection12:
+    c = stomp.Connection12([(services.stomp_host, services.stomp_port)], heartbeats=(0, 0))
+    c.connect(services.stomp_user, services.stomp_password, wait=True)
+    return c
+
+
+def send(services, dest: str, bodies: list[str], headers: dict[str, str] | None = None) -> None:
+    c = _conn(services)
+    try:
+        for b in bodies:
+            c.send(dest, b, headers={"persistent": "true", **(headers or {})})
+    finally:
+        c.disconnect()  # waits for the DISCONNECT receipt: the broker has every frame before it
+
+
+def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
+    """Everything left on the queue, up to a sentinel sent now (FIFO proves nothing else is left)."""
+    sentinel = f"sentinel-{uuid.uuid4().hex}"
+    send(services, dest, [sentinel])
+    got: list[str] = []
+    done = threading.Event()
+
+    class L(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            if frame.body == sentinel:
+                done.set()
+            else:
+                got.append(frame.body)
+
+    c = _conn(services)
+    c.set_listener("drain", L())
+    c.subscribe(dest, id="drain", ack="auto")
+    try:
+        assert done.wait(timeout), f"sentinel not received from {dest} in {timeout} s"
+        return got
+    finally:
+        c.disconnect()

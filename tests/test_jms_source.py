@@ -1,0 +1,130 @@
+"""The acknowledging queue source against the real local ActiveMQ Artemis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.pg_util import execute, prepared, query, table_name
+from tests.stomp_util import drain, queue_name, send
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+
+def jms(spark, services, dest: str, **opts: str):
+    r = (spark.readStream.format("hzsource").option("connector", "jms")
+         .option("host", services.stomp_host).option("port", str(services.stomp_port))
+         .option("user", services.stomp_user).option("password", services.stomp_password)
+         .option("destination", dest))
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def wait_for(cond, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_every_message_read_once_and_acknowledged_after_commit(spark, services, tmp_path):
+    dest = queue_name("once")
+    send(services, dest, [f"m{i}" for i in range(300)], headers={"kind": "test"})
+    df = jms(spark, services, dest, maxMessagesPerTrigger="70")
+    assert [f.name for f in df.schema.fields] == ["message_id", "body", "body_text", "headers",
+                                                   "destination", "timestamp", "redelivered"]
+    q = (df.writeStream.format("memory").queryName("jms_once")
+         .option("checkpointLocation", str(tmp_path / "c"))
+         .trigger(processingTime="100 milliseconds").start())
+    try:
+        wait_for(lambda: spark.table("jms_once").count() >= 300, "300 rows")
+        wait_for(lambda: q.lastProgress is not None and q.lastProgress["numInputRows"] == 0, "an idle batch")
+    finally:
+        q.stop()
+    rows = spark.table("jms_once").collect()
+    assert sorted(r.body_text for r in rows) == sorted(f"m{i}" for i in range(300))
+    assert len({r.message_id for r in rows}) == 300
+    assert all(r.headers["kind"] == "test" and r.destination == dest for r in rows)
+    assert max(p["numInputRows"] for p in q.recentProgress) <= 70
+    assert drain(services, dest) == []  # everything was acknowledged
+
+
+@pytest.mark.parametrize("point", ["jdbc.before_decision", "jms.before_ack", "jms.mid_ack"])
+def test_kill_9_then_restart_every_message_exactly_once_in_postgres(services, tmp_path, point):
+    dest, table = queue_name("k9"), table_name("jmsk9")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"p{i}" for i in range(200)])
+    base = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
+            services.stomp_user, services.stomp_password, dest, str(tmp_path / "ckpt"), url, table, "200"]
+    crashed = subprocess.run([*base, point], start_new_session=True, capture_output=True, text=True,
+                             timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    done = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
+    assert sorted(b for b, _ in rows) == sorted(f"p{i}" for i in range(200))
+    assert all(n == 1 for _, n in rows)  # redelivered duplicates were dropped
+    assert prepared(url) == []
+    assert drain(services, dest) == []  # and everything is acknowledged
+
+
+def test_recorded_message_that_never_returns_fails_clearly_or_is_skipped(services, tmp_path):
+    dest, table = queue_name("gone"), table_name("jmsgone")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"g{i}" for i in range(100)])
+    base = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
+            services.stomp_user, services.stomp_password, dest, str(tmp_path / "ckpt"), url, table]
+    crashed = subprocess.run([*base, "100", "jdbc.before_decision"], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9
+    lost = drain(services, dest)  # another consumer takes everything, the batch's messages too
+    assert len(lost) == 100
+    failed = subprocess.run([*base, "1", "-", "replayTimeoutMs=3000"], capture_output=True, text=True,
+                            timeout=300)
+    assert failed.returncode == 1
+    assert "did not redeliver" in failed.stderr and "skipMissingMessages=true" in failed.stderr
+    send(services, dest, [f"new{i}" for i in range(10)])
+    skipped = subprocess.run([*base, "10", "-", "replayTimeoutMs=3000", "skipMissingMessages=true"],
+                             capture_output=True, text=True, timeout=300)
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert "skipped (skipMissingMessages=true)" in skipped.stderr
+    # The query went on past the lost batch: the new messages landed, once each.
+    bodies = sorted(r[0] for r in query(url, f"SELECT body FROM {table}"))
+    assert bodies == sorted(f"new{i}" for i in range(10))
+
+
+def _start_error(spark, services, tmp_path, **opts: str) -> str:
+    q = (jms(spark, services, queue_name("bad"), **opts).writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "c")).start())
+    with pytest.raises(Exception) as info:
+        q.awaitTermination(120)
+    return str(info.value)
+
+
+def test_wrong_credentials_fail_at_start_without_the_password(spark, services, tmp_path):
+    msg = _start_error(spark, services, tmp_path, password="Wrong-Pass-77")
+    assert "cannot connect to the STOMP broker" in msg or "refused the login" in msg
+    assert "Wrong-Pass-77" not in msg
+
+
+def test_broker_down_fails_at_start(spark, services, tmp_path):
+    msg = _start_error(spark, services, tmp_path, port="1", connectTimeoutMs="2000")
+    assert "cannot connect to the STOMP broker at 127.0.0.1:1" in msg
+
+
+@pytest.mark.parametrize(("opts", "needle"), [
+    ({"destination": "orders"}, "expected /queue/"),
+    ({"maxMessagesPerTrigger": "0"}, "maxmessagespertrigger"),
+    ({"brokerUrl": "http://x"}, "brokerUrl"),
+])
+def test_bad_options_fail_at_load(spark, services, opts, needle):
+    with pytest.raises(Exception, match=needle):
+        jms(spark, services, opts.pop("destination", "/queue/x"), **opts)
