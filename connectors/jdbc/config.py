@@ -108,6 +108,11 @@ class JdbcSinkConfig:
         )
 
 
+def checkpoint_sink_id(checkpoint_location: str) -> str:
+    """The sink id derived from a query's checkpoint location (what ``doctor`` lists)."""
+    return "ck-" + hashlib.sha256(checkpoint_location.rstrip("/").encode()).hexdigest()[:16]
+
+
 def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str:
     """A stable name for this sink: ``sinkId``, else derived from the checkpoint location."""
     given = opts.get_str("sinkid")
@@ -119,7 +124,7 @@ def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str
         return given
     ckpt = opts.get_str("checkpointlocation")
     if ckpt is not None:
-        return "ck-" + hashlib.sha256(ckpt.rstrip("/").encode()).hexdigest()[:16]
+        return checkpoint_sink_id(ckpt)
     if guarantee is Guarantee.EXACTLY_ONCE:
         raise InvalidOptionError(
             "hzsink connector 'jdbc' with guarantee exactly_once needs a stable sink id to find its "

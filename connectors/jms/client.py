@@ -84,8 +84,12 @@ class StompReceiver:
         self._sub = "spark-ext-source"
         self._receipt = threading.Event()
 
-    def connect(self) -> None:
-        """Connect and subscribe; a clear error names the broker and what it said."""
+    def probe(self) -> None:
+        """Log in and out again: proves address and credentials without consuming anything."""
+        conn = self._login()
+        conn.disconnect()
+
+    def _login(self) -> stomp.Connection12:
         cfg = self.cfg
         conn = stomp.Connection12([(cfg.host, cfg.port)], heartbeats=(10_000, 10_000),
                                   reconnect_attempts_max=1, timeout=cfg.connect_timeout_s)
@@ -102,6 +106,12 @@ class StompReceiver:
             raise ConnectorError(
                 f"the STOMP broker at {cfg.host}:{cfg.port} refused the login: {self._error}"
             )
+        return conn
+
+    def connect(self) -> None:
+        """Connect and subscribe; a clear error names the broker and what it said."""
+        cfg = self.cfg
+        conn = self._login()
         ack = "auto" if cfg.guarantee is Guarantee.NONE else "client-individual"
         # The receipt proves the broker accepted the subscription (or lets its ERROR land).
         headers = {"consumer-window-size": str(cfg.window_bytes), "receipt": "spark-ext-subscribe"}

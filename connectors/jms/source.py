@@ -4,8 +4,9 @@ Jet's rules for an acknowledging source (seed 002), with Spark's micro-batch as 
 snapshot:
 
 1. **Acknowledge only after the snapshot.** Messages are received with
-   client-individual acknowledgement on the driver and acked in ``commit(end)``, which
-   Spark calls after it committed the batch (commit log N written).
+   client-individual acknowledgement on the driver and acked once Spark committed the
+   batch (commit log N written): in ``commit(end)``, or in the next ``latestOffset``,
+   whose ``start`` Spark only hands over once that batch committed.
 2. **Message IDs in the snapshot.** With ``exactly_once`` the offset of batch N, which
    Spark writes to its offset log *before* N runs, is ``{"seq": N, "ids": [...],
    "carry": [...]}``: the IDs of N's messages (by default the broker's ``message-id``;
@@ -119,8 +120,13 @@ class JmsStreamReader(DataSourceStreamReader):
         return self._rx
 
     def check_reachable(self) -> None:
-        """Driver, at query start: the broker accepts the login and the subscription."""
-        _ = self.rx
+        """Driver, at ``streamReader`` time: the broker accepts the login.
+
+        This runs in a short-lived planning worker, not in the process that will own
+        the subscription, so it must not subscribe: a consumer left there would hold
+        messages unacknowledged until that worker exits.
+        """
+        StompReceiver(self.cfg).probe()
 
     def initialOffset(self) -> dict:
         return {"seq": 0, "ids": [], "carry": []}
@@ -148,7 +154,14 @@ class JmsStreamReader(DataSourceStreamReader):
         self._committed = {m: t for m, t in self._committed.items() if t >= horizon}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """Driver, before each batch: hand the next received messages to batch seq+1."""
+        """Driver, before each batch: hand the next received messages to batch seq+1.
+
+        Spark asks for the next batch only after the previous one committed (commit log
+        written), so ``start`` is committed: its messages are acknowledged here. Spark's
+        own ``commit(end)`` comes only once a *later* batch has data, which would leave
+        the last batch unacknowledged while the queue is idle.
+        """
+        self._ack_through(int(start["seq"]))
         self._absorb(start)
         n = limit.max_rows if isinstance(limit, ReadMaxRows) else self.cfg.max_per_trigger
         if isinstance(limit, ReadAllAvailable):
@@ -203,7 +216,13 @@ class JmsStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Driver, after Spark committed the batch ending at ``end``: acknowledge it now."""
-        done = sorted(s for s in self._batches if s <= int(end["seq"]))
+        self._ack_through(int(end["seq"]))
+
+    def _ack_through(self, seq: int) -> None:
+        """Acknowledge every planned batch up to ``seq``: Spark has committed them."""
+        done = sorted(s for s in self._batches if s <= seq)
+        if not done:
+            return
         ids = [m.message_id for s in done for m in self._batches[s]]
         if self.cfg.guarantee is not Guarantee.NONE:  # none: the subscription auto-acks
             failpoints.hit("jms.before_ack")

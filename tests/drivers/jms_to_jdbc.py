@@ -44,6 +44,12 @@ def main(host: str, port: str, user: str, password: str, dest: str, ckpt: str, u
         with eng.connect() as c:
             if c.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one() >= int(expected):
                 break
+    # The last batch is acknowledged by the next trigger's planning: wait for an idle one.
+    seen = len(q.recentProgress)
+    while q.isActive and time.monotonic() < deadline:
+        q.awaitTermination(1)
+        if any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]):
+            break
     failed = q.exception() is not None
     if failed:
         print(f"query failed: {q.exception()}", file=sys.stderr)
