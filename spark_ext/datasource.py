@@ -97,7 +97,10 @@ def _in_commit_runner() -> bool:
     """
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_globals.get("__name__") == _COMMIT_RUNNER:
+        spec = frame.f_globals.get("__spec__")
+        # By module name, or by file: run without the worker daemon, the runner is __main__.
+        if _COMMIT_RUNNER in (frame.f_globals.get("__name__"), getattr(spec, "name", None)) or \
+                frame.f_code.co_filename.endswith("python_streaming_sink_runner.py"):
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

@@ -56,7 +56,7 @@ def test_exactly_once_writes_every_row_once_and_leaves_nothing_in_doubt(spark, s
     assert ids(url, table) == list(range(357))
     assert query(url, f"SELECT count(*) FROM {table} WHERE v = 'v' || id") == [(357,)]
     assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
-    decided = query(url, "SELECT batch_id, rows FROM spark_ext_batches WHERE partition_id = -1 AND "
+    decided = query(url, "SELECT batch_id, rows FROM spark_ext_commits WHERE partition_id = -1 AND "
                          "sink_id = (SELECT sink_id FROM spark_ext_sinks WHERE target = :t)", t=table)
     assert sorted(decided) == [(0, 100), (1, 250), (2, 7)]
 
@@ -165,6 +165,20 @@ def test_upsert_replays_converge_and_last_row_per_key_wins(spark, services, tmp_
         assert query(url, f"SELECT id, v FROM {table} ORDER BY id") == [(1, "new"), (2, "x"), (3, "y")]
 
 
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_new_checkpoint_at_the_same_path_writes_again(spark, services, tmp_path, guarantee):
+    """Deleting the checkpoint to reprocess is a new query: its batches 0, 1 ... are not
+    mistaken for the old query's (same sink id, same batch ids)."""
+    import shutil
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "reset")
+    write_json_files(tmp_path / "src", [20, 20])
+    run(spark, tmp_path / "src", tmp_path / "ckpt", url, table, guarantee=guarantee)
+    shutil.rmtree(tmp_path / "ckpt")
+    run(spark, tmp_path / "src", tmp_path / "ckpt", url, table, guarantee=guarantee)
+    assert ids(url, table) == sorted(list(range(40)) * 2)
+
+
 def test_at_least_once_append_skips_a_replayed_batch(spark, services, tmp_path):
     url, table = services.postgres_url, make_table(services.postgres_url, "al")
     write_json_files(tmp_path / "src", [30, 30])
@@ -246,7 +260,7 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
     undecided = plan.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
     committer = plan.new_committer()
     with __import__("connectors.jdbc.committer", fromlist=["_Db"])._Db(committer.wc.cfg) as conn:
-        committer._decide(conn, 0, {decided.gid}, 2, 1)  # as if the driver died right after deciding
+        committer._decide(conn, "q", 0, {decided.gid}, 2, 1)  # as if the driver died after deciding
 
     listed = {r["gid"]: r["state"] for r in doctor.list_in_doubt(url, "public", sink_id)}
     assert listed == {decided.gid: "decided: commit", undecided.gid: "undecided"}

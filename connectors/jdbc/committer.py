@@ -74,13 +74,17 @@ def prepared_gids(conn: Any, sink_id: str) -> list[str]:
 
 
 def decisions(conn: Any, batches_table: str, sink_id: str, batches: set[int]) -> dict[int, set[str]]:
-    """Batch -> its winning transaction ids, for the batches the coordinator decided."""
+    """Batch -> the transaction ids decided to commit (over every query id of the sink:
+    ids carry the epoch, so one query's decision never names another's transaction)."""
     if not batches:
         return {}
+    out: dict[int, set[str]] = {}
     with conn.cursor() as cur:
         cur.execute(f"SELECT batch_id, winners FROM {batches_table} WHERE sink_id = %s AND "
                     "partition_id = -1 AND batch_id = ANY(%s)", (sink_id, sorted(batches)))
-        return {b: set(json.loads(w or "[]")) for b, w in cur.fetchall()}
+        for b, w in cur.fetchall():
+            out.setdefault(b, set()).update(json.loads(w or "[]"))
+    return out
 
 
 def finish(conn: Any, gid: str, commit: bool) -> bool:
@@ -146,6 +150,12 @@ class JdbcCommitter(Committer[JdbcCommittable]):
     def commit(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
         cfg, sql = self.wc.cfg, self.wc.sql
         mine = {c.gid for c in committables if c.gid}
+        query_ids = {c.query_id for c in committables}
+        if len(query_ids) > 1:
+            raise FatalCommitError(f"batch {batch_id} mixes tasks of queries {sorted(query_ids)}")
+        if not query_ids:
+            return  # no task reported: nothing was prepared
+        query_id = query_ids.pop()
         epochs = {parse_gid(g)[1] for g in mine}
         if len(epochs) > 1:
             raise FatalCommitError(f"batch {batch_id} mixes transactions of epochs {sorted(epochs)}")
@@ -155,7 +165,7 @@ class JdbcCommitter(Committer[JdbcCommittable]):
             with _Db(cfg) as conn:
                 if rows:  # crash tests aim at batches that carry rows
                     failpoints.hit("jdbc.before_decision")
-                winners = self._decide(conn, batch_id, mine, rows, epoch)
+                winners = self._decide(conn, query_id, batch_id, mine, rows, epoch)
                 if rows:
                     failpoints.hit("jdbc.after_decision")
                 for i, gid in enumerate(sorted(winners)):
@@ -172,14 +182,15 @@ class JdbcCommitter(Committer[JdbcCommittable]):
                     if parse_gid(gid)[2] <= batch_id and gid not in winners:
                         finish(conn, gid, commit=False)
                 with conn.cursor() as cur:
-                    cur.execute(f"DELETE FROM {sql.batches_table} WHERE sink_id = %s AND batch_id < %s",
-                                (cfg.sink_id, batch_id - KEEP_BATCHES))
+                    cur.execute(f"DELETE FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                                "AND batch_id < %s", (cfg.sink_id, query_id, batch_id - KEEP_BATCHES))
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(f"commit of batch {batch_id}: {str(e).strip()}") from None
         log.info("sink %s: batch %s committed (%d rows, %d transactions)",
                  cfg.sink_id, batch_id, rows, len(mine))
 
-    def _decide(self, conn: Any, batch_id: int, mine: set[str], rows: int, epoch: int | None) -> set[str]:
+    def _decide(self, conn: Any, query_id: str, batch_id: int, mine: set[str], rows: int,
+                epoch: int | None) -> set[str]:
         """Record "batch N commits these ids" unless decided already; fenced runs cannot.
 
         ``epoch``: the one the batch's writers ran under (None when every task found the
@@ -203,13 +214,15 @@ class JdbcCommitter(Committer[JdbcCommittable]):
                         "rolled back"
                     )
                 cur.execute(
-                    f"INSERT INTO {sql.batches_table} (sink_id, batch_id, partition_id, attempt, epoch, "
-                    "rows, winners) VALUES (%s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                    (cfg.sink_id, batch_id, epoch if epoch is not None else row[0], rows,
+                    f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
+                    "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "
+                    "RETURNING 1",
+                    (cfg.sink_id, query_id, batch_id, epoch if epoch is not None else row[0], rows,
                      json.dumps(sorted(mine))))
                 if cur.fetchone() is None:  # decided by an earlier run: a replay
                     cur.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
-                                "batch_id = %s AND partition_id = -1", (cfg.sink_id, batch_id))
+                                "query_id = %s AND batch_id = %s AND partition_id = -1",
+                                (cfg.sink_id, query_id, batch_id))
                     mine = set(json.loads(cur.fetchone()[0] or "[]"))
             conn.commit()
         finally:
@@ -235,8 +248,6 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         deadline = time.monotonic() + ABORT_WAIT_S
         try:
             with _Db(cfg) as conn:
-                if decisions(conn, self.wc.sql.batches_table, cfg.sink_id, {batch_id}):
-                    return  # decided: recovery will finish it, never roll it back
                 with conn.cursor() as cur:
                     cur.execute("SET lock_timeout = '1s'")
                 while True:
@@ -257,6 +268,8 @@ class JdbcCommitter(Committer[JdbcCommittable]):
             raise RetriableCommitError(f"abort of batch {batch_id}: {str(e).strip()}") from None
 
     def _roll_back_batch(self, conn: Any, batch_id: int) -> None:
+        """Roll back the batch's prepared transactions, except decided winners (recovery's)."""
+        won = decisions(conn, self.wc.sql.batches_table, self.wc.cfg.sink_id, {batch_id}).get(batch_id, set())
         for gid in prepared_gids(conn, self.wc.cfg.sink_id):
-            if parse_gid(gid)[2] == batch_id:
+            if parse_gid(gid)[2] == batch_id and gid not in won:
                 finish(conn, gid, commit=False)

@@ -38,7 +38,7 @@ from connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.errors import ConnectorError, InvalidOptionError
 
 SINKS_TABLE = "spark_ext_sinks"
-BATCHES_TABLE = "spark_ext_batches"
+BATCHES_TABLE = "spark_ext_commits"
 
 
 def _family_spark(t: DataType) -> str | None:
@@ -232,11 +232,14 @@ def _create_bookkeeping(conn: sa.Connection, cfg: JdbcSinkConfig) -> None:
         "epoch bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())"
     ))
     # partition_id = -1 marks the driver's decision "batch N commits", listing its winners.
+    # query_id: Spark's query id, the same across restarts from one checkpoint and new
+    # with a new checkpoint, so a query restarted from scratch never mistakes the rows of
+    # its predecessor for its own batches.
     conn.execute(sa.text(
-        f"CREATE TABLE IF NOT EXISTS {batches} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
-        "partition_id int NOT NULL, attempt int NOT NULL, epoch bigint NOT NULL, rows bigint, "
-        "winners text, at timestamptz NOT NULL DEFAULT now(), "
-        "PRIMARY KEY (sink_id, batch_id, partition_id, attempt))"
+        f"CREATE TABLE IF NOT EXISTS {batches} (sink_id text NOT NULL, query_id text NOT NULL, "
+        "batch_id bigint NOT NULL, partition_id int NOT NULL, attempt int NOT NULL, "
+        "epoch bigint NOT NULL, rows bigint, winners text, at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, attempt))"
     ))
 
 

@@ -43,6 +43,7 @@ class JdbcCommittable(Committable):
     """One task attempt's outcome; ``gid`` names its prepared transaction (None: nothing)."""
 
     gid: str | None = None
+    query_id: str = ""
 
 
 def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int) -> str:
@@ -114,18 +115,21 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                 rows = self._copy(cur, batches, task)
                 if wc.guarantee is not Guarantee.NONE:
                     cur.execute(
-                        f"INSERT INTO {sql.batches_table} (sink_id, batch_id, partition_id, attempt, epoch, "
-                        "rows) VALUES (%s, %s, %s, %s, %s, %s)",
-                        (wc.cfg.sink_id, task.batch_id, task.partition_id, task.attempt, wc.epoch, rows))
+                        f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
+                        "attempt, epoch, rows) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                        (wc.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt,
+                         wc.epoch, rows))
             if exactly and not skip:
                 failpoints.hit("jdbc.before_prepare")
                 conn.tpc_prepare()  # phase one: durable, invisible, owned by no session
-                return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid)
+                return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
+                                       task.query_id)
             if exactly:
                 conn.tpc_rollback()
             else:
                 conn.commit()
-            return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, None)
+            return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, None,
+                                   task.query_id)
         except psycopg2.Error as e:
             raise ConnectorError(
                 f"writing batch {task.batch_id} partition {task.partition_id} to {wc.cfg.qualified} "
@@ -146,11 +150,13 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                     f"sink {wc.cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
                     f"this run {wc.epoch}); this stale task writes nothing"
                 )
-            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND batch_id = %s "
-                        "AND partition_id = -1", (wc.cfg.sink_id, task.batch_id))
+            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                        "AND batch_id = %s AND partition_id = -1",
+                        (wc.cfg.sink_id, task.query_id, task.batch_id))
         else:
-            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND batch_id = %s "
-                        "AND partition_id = %s", (wc.cfg.sink_id, task.batch_id, task.partition_id))
+            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                        "AND batch_id = %s AND partition_id = %s",
+                        (wc.cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
         return cur.fetchone() is not None
 
     def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> int:

@@ -77,7 +77,7 @@ class StompReceiver:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._queue: dict[str, Message] = {}  # received, in arrival order, not yet handed out
-        self._ack_ids: dict[str, str] = {}  # message id -> ack id of its latest delivery
+        self._ack_ids: dict[str, list[str]] = {}  # message id -> ack ids of its unacked deliveries
         self._error: str | None = None
         self._connected = False
         self._conn: stomp.Connection12 | None = None
@@ -109,8 +109,16 @@ class StompReceiver:
         return conn
 
     def connect(self) -> None:
-        """Connect and subscribe; a clear error names the broker and what it said."""
+        """Connect and subscribe; a clear error names the broker and what it said.
+
+        After a lost connection every unacknowledged message comes again with new ack
+        ids, so what the old connection received is forgotten here.
+        """
         cfg = self.cfg
+        with self._lock:
+            self._error = None
+            self._queue.clear()
+            self._ack_ids.clear()
         conn = self._login()
         ack = "auto" if cfg.guarantee is Guarantee.NONE else "client-individual"
         # The receipt proves the broker accepted the subscription (or lets its ERROR land).
@@ -132,6 +140,11 @@ class StompReceiver:
         mid = h.get(self.cfg.id_header) or ""
         if self.cfg.id_header == "message-id":
             mid = stable_message_id(mid)
+        if not mid:
+            # Messages without an ID cannot be de-duplicated: stop instead of guessing.
+            self._error = (f"message {h.get('message-id')} on {self.cfg.where} has no header "
+                           f"{self.cfg.id_header!r} (option messageIdHeader); every message must carry it")
+            return
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
         msg = Message(
             message_id=mid,
@@ -143,7 +156,7 @@ class StompReceiver:
             ack_id=h.get("ack", h.get("message-id", "")),
         )
         with self._lock:
-            self._ack_ids[mid] = msg.ack_id
+            self._ack_ids.setdefault(mid, []).append(msg.ack_id)
             self._queue[mid] = msg
             self._arrived.notify_all()
 
@@ -186,14 +199,14 @@ class StompReceiver:
             return found
 
     def ack(self, ids: list[str]) -> int:
-        """Acknowledge the latest delivery of each id; ids never received are skipped."""
+        """Acknowledge every delivery of each id; ids never received are skipped."""
         if not ids or self._conn is None:
             return 0
         n = 0
         for mid in ids:
             with self._lock:
-                ack_id = self._ack_ids.pop(mid, None)
-            if ack_id:
+                ack_ids = self._ack_ids.pop(mid, [])
+            for ack_id in ack_ids:
                 self._conn.ack(ack_id, self._sub)
                 n += 1
         return n

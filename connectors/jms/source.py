@@ -117,9 +117,10 @@ class JmsStreamReader(DataSourceStreamReader):
         self._rx: StompReceiver | None = None
         self._batches: dict[int, list[Message]] = {}  # planned, not yet acked
         self._committed: dict[str, float] = {}  # committed ids whose redelivery must be dropped
+        self._acked_seqs: set[int] = set()  # batches this process planned and acknowledged
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"cfg": self.cfg, "_rx": None, "_batches": {}, "_committed": {}}
+        return {"cfg": self.cfg, "_rx": None, "_batches": {}, "_committed": {}, "_acked_seqs": set()}
 
     @property
     def rx(self) -> StompReceiver:
@@ -148,17 +149,17 @@ class JmsStreamReader(DataSourceStreamReader):
         if not self.cfg.tracks_ids:
             return
         now = time.time()
-        for mid in start.get("ids", []):
-            if not any(mid == m.message_id for b in self._batches.values() for m in b):
+        if int(start["seq"]) not in self._acked_seqs:
+            # Committed by an earlier run of this query, maybe never acknowledged: its
+            # redeliveries must be dropped, for as long as the dedup window.
+            for mid in start.get("ids", []):
                 self._committed.setdefault(mid, now)
         for mid, since in start.get("carry", []):
             self._committed.setdefault(mid, since)
         dupes = self.rx.drop(set(self._committed))
         if dupes:
             log.warning("dropped %d redelivered message(s) of committed batches: %s", len(dupes), dupes[:5])
-            self.rx.ack(dupes)
-            for mid in dupes:
-                self._committed.pop(mid, None)
+            self.rx.ack(dupes)  # kept in _committed: this ack may be lost as well
         horizon = now - self.cfg.dedup_window_s
         self._committed = {m: t for m, t in self._committed.items() if t >= horizon}
 
@@ -242,6 +243,7 @@ class JmsStreamReader(DataSourceStreamReader):
             self.rx.drop(set(ids))
         for s in done:
             del self._batches[s]
+        self._acked_seqs = {s for s in self._acked_seqs if s > seq - 16} | set(done)
 
     def stop(self) -> None:
         if self._rx is not None:

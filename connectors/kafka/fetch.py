@@ -91,20 +91,13 @@ def watermarks(cfg: KafkaSourceConfig, topic: str, partition: int,
     return int(low), int(high)
 
 
-class RangeReader:
-    """Reads ``[start, end)`` of one partition; yields record batches of up to 50k rows."""
+class RangeReaderBase:
+    """What both fetchers share: the range, the position, and the data-loss policy."""
 
     def __init__(self, cfg: KafkaSourceConfig, rng: KafkaRange) -> None:
         self._cfg = cfg
         self._rng = rng
         self._pos = rng.start
-
-    def _where(self) -> str:
-        r = self._rng
-        return f"{r.topic}-{r.partition} [{r.start}, {r.end})"
-
-    def _watermarks(self, consumer: Consumer) -> tuple[int, int]:
-        return watermarks(self._cfg, self._rng.topic, self._rng.partition, consumer)
 
     def _lost(self, msg: str, resume: int) -> None:
         """Records the batch planned to read are gone: fail, or skip to ``resume``."""
@@ -118,6 +111,17 @@ class RangeReader:
         self._lost(f"{r.topic}-{r.partition} ends at offset {high} but the batch planned to read up to "
                    f"{r.end}: the partition was truncated (unclean leader election, or the topic was "
                    "deleted and recreated)", r.end)
+
+
+class RangeReader(RangeReaderBase):
+    """Reads ``[start, end)`` of one partition; yields record batches of up to 50k rows."""
+
+    def _where(self) -> str:
+        r = self._rng
+        return f"{r.topic}-{r.partition} [{r.start}, {r.end})"
+
+    def _watermarks(self, consumer: Consumer) -> tuple[int, int]:
+        return watermarks(self._cfg, self._rng.topic, self._rng.partition, consumer)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         r, cfg = self._rng, self._cfg

@@ -30,10 +30,10 @@ from kafka.errors import for_code
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
-from connectors.kafka.fetch import watermarks
+from connectors.kafka.fetch import RangeReaderBase, watermarks
 from connectors.kafka.offsets import KafkaRange
 from connectors.kafka.source_config import KafkaSourceConfig
-from spark_ext.errors import ConnectorError, DataLossError
+from spark_ext.errors import ConnectorError
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +85,11 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-class WireRangeReader:
+class WireRangeReader(RangeReaderBase):
     """Reads ``[start, end)`` of one partition with raw fetches; yields Arrow batches."""
 
     def __init__(self, cfg: KafkaSourceConfig, rng: KafkaRange) -> None:
-        self._cfg = cfg
-        self._rng = rng
-        self._pos = rng.start
+        super().__init__(cfg, rng)
         self._committed = cfg.consumer_conf()["isolation.level"] == "read_committed"
         self._timeout = cfg.metadata_timeout_s
         self._max_bytes = int(str(cfg.consumer_conf()["max.partition.fetch.bytes"]))
@@ -198,18 +196,6 @@ class WireRangeReader:
         if out is None and self._pos < r.end and part.high_watermark <= self._pos:
             self._truncated(part.high_watermark)  # nothing left to read, yet short of ``end``
         return out
-
-    def _lost(self, msg: str, resume: int) -> None:
-        if self._cfg.fail_on_data_loss:
-            raise DataLossError(f"{msg}. Set option failOnDataLoss=false to skip them and continue")
-        log.warning("%s; failOnDataLoss=false, continuing from offset %d", msg, resume)
-        self._pos = max(self._pos, resume)
-
-    def _truncated(self, high_watermark: int) -> None:
-        r = self._rng
-        self._lost(f"{r.topic}-{r.partition} ends at offset {high_watermark} but the batch planned to "
-                   f"read up to {r.end}: the partition was truncated (unclean leader election, or the "
-                   "topic was deleted and recreated)", r.end)
 
     def _decode(self, part: Any) -> pa.RecordBatch | None:
         r, end, pos = self._rng, self._rng.end, self._pos
