@@ -8,6 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 CASES ?=
+PIPELINES ?=
 
 .PHONY: help venv services services-down services-status test unit lint demo bench faults clean
 
@@ -49,7 +50,7 @@ bench: $(STAMP) services
 	$(PY) -m bench $(CASES)
 
 faults: $(STAMP) services
-	$(PY) -m bench.faults
+	$(PY) -m bench.faults $(PIPELINES)
 
 clean: services-down
 	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,20 +1,125 @@
 """``make faults``: crash-and-restart runs per pipeline, one ``FAULTS`` line each.
 
-Pipelines register here as their connectors are built.
+Each pipeline runs a real streaming job as its own driver process (the ones the tests
+use, ``tests/drivers/``), crashes it with ``kill -9`` at every named failpoint in turn
+(``spark_ext/failpoints.py``), each time restarting from the same checkpoint, then lets
+a last run finish, and compares what the sink committed with what went in:
+
+``FAULTS pipeline=<name> guarantee=<g> crashes=<n> expected=<n> committed=<n> lost=<n>
+duplicated=<n> in_doubt=<n>``
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
 
-PIPELINES: dict[str, object] = {}
+import sqlalchemy as sa
+
+from bench.common import ROOT, services_env
+from connectors.jdbc.config import checkpoint_sink_id
 
 
-def main() -> int:
-    if not PIPELINES:
-        print("no fault pipelines are built yet")
+def _sql(url: str, stmt: str) -> list[tuple[object, ...]]:
+    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with eng.begin() as c:
+            res = c.execute(sa.text(stmt))
+            return [tuple(r) for r in res] if res.returns_rows else []
+    finally:
+        eng.dispose()
+
+
+def _run(argv: list[str], crash: bool) -> None:
+    p = subprocess.run(argv, cwd=ROOT, start_new_session=True, capture_output=True, text=True, timeout=600)
+    if crash and p.returncode != -9:
+        raise SystemExit(f"expected a kill -9 at the failpoint, got exit {p.returncode}:\n{p.stderr[-2000:]}")
+    if not crash and p.returncode != 0:
+        raise SystemExit(f"the final run failed ({p.returncode}):\n{p.stderr[-2000:]}")
+
+
+def _line(name: str, crashes: int, url: str, table: str, key: str, expected: set[str], sink: str) -> str:
+    rows = [str(r[0]) for r in _sql(url, f"SELECT {key} FROM {table}")]
+    present = set(rows) & expected
+    in_doubt = _sql(url, f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0]
+    return (f"FAULTS pipeline={name} guarantee=exactly_once crashes={crashes} expected={len(expected)} "
+            f"committed={len(rows)} lost={len(expected - present)} duplicated={len(rows) - len(set(rows))} "
+            f"in_doubt={in_doubt}")
+
+
+def files_to_jdbc(tmp: Path) -> str:
+    """Replayable file source -> PostgreSQL 2PC sink, crashed before prepare, between
+    prepare and commit, after the decision and half-way through the commits."""
+    url = services_env()["POSTGRES_URL"]
+    table = f"faults_files_{uuid.uuid4().hex[:8]}"
+    _sql(url, f"CREATE TABLE {table} (id bigint, v text)")
+    src, ckpt = tmp / "src", tmp / "ckpt"
+    src.mkdir()
+    points = ["jdbc.before_prepare", "jdbc.before_decision", "jdbc.after_decision", "jdbc.mid_commit"]
+    n = 0
+    base = time.time() - 10_000
+    for i in range(len(points) + 2):  # one file (one batch) more than there are crashes
+        f = src / f"f{i:03d}.json"
+        f.write_text("".join(json.dumps({"id": n + k, "v": f"v{n + k}"}) + "\n" for k in range(100)))
+        os.utime(f, (base + i, base + i))  # the file source orders by modification time
+        n += 100
+    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(src), str(ckpt), url, table]
+    for point in points:
+        _run([*argv, point], crash=True)
+    _run(argv, crash=False)
+    line = _line("files_to_jdbc", len(points), url, table, "id", {str(i) for i in range(n)},
+                 checkpoint_sink_id(str(ckpt)))
+    _sql(url, f"DROP TABLE {table}")
+    return line
+
+
+def jms_to_jdbc(tmp: Path) -> str:
+    """Acknowledging queue -> PostgreSQL 2PC sink, crashed before the batch commit, after
+    the commit but before the ack, and during the ack."""
+    import stomp
+
+    env = services_env()
+    url = env["POSTGRES_URL"]
+    table = f"faults_jms_{uuid.uuid4().hex[:8]}"
+    _sql(url, f"CREATE TABLE {table} (message_id text, body text)")
+    dest = f"/queue/faults-{uuid.uuid4().hex[:8]}"
+    conn = stomp.Connection12([(env["STOMP_HOST"], int(env["STOMP_PORT"]))], heartbeats=(0, 0))
+    conn.connect(env["STOMP_USER"], env["STOMP_PASSWORD"], wait=True)
+    bodies = [f"m{i}" for i in range(300)]
+    for b in bodies:
+        conn.send(dest, b, headers={"persistent": "true"})
+    conn.disconnect()  # the DISCONNECT receipt: the broker has every message
+    ckpt = tmp / "ckpt"
+    argv = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", env["STOMP_HOST"], env["STOMP_PORT"],
+            env["STOMP_USER"], env["STOMP_PASSWORD"], dest, str(ckpt), url, table, str(len(bodies))]
+    points = ["jdbc.before_decision", "jms.before_ack", "jms.mid_ack"]
+    for point in points:
+        _run([*argv, point], crash=True)
+    _run(argv, crash=False)
+    line = _line("jms_to_jdbc", len(points), url, table, "body", set(bodies), checkpoint_sink_id(str(ckpt)))
+    _sql(url, f"DROP TABLE {table}")
+    return line
+
+
+PIPELINES = {"files_to_jdbc": files_to_jdbc, "jms_to_jdbc": jms_to_jdbc}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(PIPELINES)
+    for name in names:
+        if name not in PIPELINES:
+            print(f"unknown pipeline {name!r}; available: {', '.join(PIPELINES)}", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory() as tmp:
+            print(PIPELINES[name](Path(tmp)), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
