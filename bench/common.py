@@ -32,6 +32,19 @@ class Result:
                 f"ratio={self.ratio:.2f} equal={str(self.equal).lower()}")
 
 
+def run_sql(url: str, stmt: str) -> list[tuple[Any, ...]]:
+    """One statement in its own transaction on a throwaway engine; the rows, if any."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with eng.begin() as c:
+            res = c.execute(sa.text(stmt))
+            return [tuple(r) for r in res] if res.returns_rows else []
+    finally:
+        eng.dispose()
+
+
 def services_env() -> dict[str, str]:
     """Addresses ``make services`` wrote; environment variables of the same name win."""
     path = ROOT / ".local" / "services.env"

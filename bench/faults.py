@@ -20,20 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
-import sqlalchemy as sa
-
-from bench.common import ROOT, services_env
+from bench.common import ROOT, run_sql, services_env
 from connectors.jdbc.config import checkpoint_sink_id
-
-
-def _sql(url: str, stmt: str) -> list[tuple[object, ...]]:
-    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with eng.begin() as c:
-            res = c.execute(sa.text(stmt))
-            return [tuple(r) for r in res] if res.returns_rows else []
-    finally:
-        eng.dispose()
 
 
 def _run(argv: list[str], crash: bool) -> None:
@@ -45,9 +33,9 @@ def _run(argv: list[str], crash: bool) -> None:
 
 
 def _line(name: str, crashes: int, url: str, table: str, key: str, expected: set[str], sink: str) -> str:
-    rows = [str(r[0]) for r in _sql(url, f"SELECT {key} FROM {table}")]
+    rows = [str(r[0]) for r in run_sql(url, f"SELECT {key} FROM {table}")]
     present = set(rows) & expected
-    in_doubt = _sql(url, f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0]
+    in_doubt = run_sql(url, f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0]
     return (f"FAULTS pipeline={name} guarantee=exactly_once crashes={crashes} expected={len(expected)} "
             f"committed={len(rows)} lost={len(expected - present)} duplicated={len(rows) - len(set(rows))} "
             f"in_doubt={in_doubt}")
@@ -58,7 +46,7 @@ def files_to_jdbc(tmp: Path) -> str:
     prepare and commit, after the decision and half-way through the commits."""
     url = services_env()["POSTGRES_URL"]
     table = f"faults_files_{uuid.uuid4().hex[:8]}"
-    _sql(url, f"CREATE TABLE {table} (id bigint, v text)")
+    run_sql(url, f"CREATE TABLE {table} (id bigint, v text)")
     src, ckpt = tmp / "src", tmp / "ckpt"
     src.mkdir()
     points = ["jdbc.before_prepare", "jdbc.before_decision", "jdbc.after_decision", "jdbc.mid_commit"]
@@ -75,7 +63,7 @@ def files_to_jdbc(tmp: Path) -> str:
     _run(argv, crash=False)
     line = _line("files_to_jdbc", len(points), url, table, "id", {str(i) for i in range(n)},
                  checkpoint_sink_id(str(ckpt)))
-    _sql(url, f"DROP TABLE {table}")
+    run_sql(url, f"DROP TABLE {table}")
     return line
 
 
@@ -87,7 +75,7 @@ def jms_to_jdbc(tmp: Path) -> str:
     env = services_env()
     url = env["POSTGRES_URL"]
     table = f"faults_jms_{uuid.uuid4().hex[:8]}"
-    _sql(url, f"CREATE TABLE {table} (message_id text, body text)")
+    run_sql(url, f"CREATE TABLE {table} (message_id text, body text)")
     dest = f"/queue/faults-{uuid.uuid4().hex[:8]}"
     conn = stomp.Connection12([(env["STOMP_HOST"], int(env["STOMP_PORT"]))], heartbeats=(0, 0))
     conn.connect(env["STOMP_USER"], env["STOMP_PASSWORD"], wait=True)
@@ -103,7 +91,7 @@ def jms_to_jdbc(tmp: Path) -> str:
         _run([*argv, point], crash=True)
     _run(argv, crash=False)
     line = _line("jms_to_jdbc", len(points), url, table, "body", set(bodies), checkpoint_sink_id(str(ckpt)))
-    _sql(url, f"DROP TABLE {table}")
+    run_sql(url, f"DROP TABLE {table}")
     return line
 
 

@@ -22,19 +22,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.common import RESULTS_DIR, BenchError, Result, services_env, spark_session
+from bench.common import RESULTS_DIR, BenchError, Result, run_sql, services_env, spark_session
 
 COLUMNS = "id bigint PRIMARY KEY, account text, amount double precision, ts timestamptz, note text"
 
-
-def _sql(url: str, stmt: str) -> list[tuple[Any, ...]]:
-    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with eng.begin() as c:
-            res = c.execute(sa.text(stmt))
-            return [tuple(r) for r in res] if res.returns_rows else []
-    finally:
-        eng.dispose()
 
 
 def _stage(spark: Any, rows: int, path: str) -> None:
@@ -70,8 +61,8 @@ def run() -> Result:
     spark = spark_session()
     tables = {k: f"bench_jdbc_{k}" for k in ("eo", "spark", "alo", "upsert")}
     for t in tables.values():
-        _sql(url, f"DROP TABLE IF EXISTS {t}")
-        _sql(url, f"CREATE TABLE {t} ({COLUMNS})")
+        run_sql(url, f"DROP TABLE IF EXISTS {t}")
+        run_sql(url, f"CREATE TABLE {t} ({COLUMNS})")
 
     def ours(table: str, **opts: str) -> Any:
         def sink(w: Any) -> Any:
@@ -93,13 +84,13 @@ def run() -> Result:
                  ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")))
         for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
             for name, sink in sinks:
-                _sql(url, f"TRUNCATE {tables[name]}")
+                run_sql(url, f"TRUNCATE {tables[name]}")
                 n, dt = _timed(spark, src, f"{tmp}/ck-{name}-{i}", sink)
                 if n != rows:
                     raise BenchError(f"jdbc_write {name}: read {n} rows, expected {rows}")
                 rates[name] = max(rates.get(name, 0.0), n / dt)
                 print(f"[bench] jdbc_write {name} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
-    diff = _sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {tables['eo']} EXCEPT ALL "
+    diff = run_sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {tables['eo']} EXCEPT ALL "
                      f"SELECT * FROM {tables['spark']}) a), (SELECT count(*) FROM (SELECT * FROM "
                      f"{tables['spark']} EXCEPT ALL SELECT * FROM {tables['eo']}) b), "
                      f"(SELECT count(*) FROM {tables['eo']})")[0]
@@ -111,5 +102,5 @@ def run() -> Result:
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "jdbc_write_extra.json").write_text(json.dumps(extra, indent=2))
     for t in tables.values():
-        _sql(url, f"DROP TABLE IF EXISTS {t}")
+        run_sql(url, f"DROP TABLE IF EXISTS {t}")
     return Result("jdbc_write", rates["eo"], rates["spark"], equal)

@@ -106,6 +106,16 @@ class RangeReaderBase:
         log.warning("%s; failOnDataLoss=false, continuing from offset %d", msg, resume)
         self._pos = max(self._pos, resume)
 
+    def _out_of_range(self, low: int, high: int) -> None:
+        """The broker refused our position: records deleted below it, or the log cut above."""
+        r = self._rng
+        if self._pos < low:
+            self._lost(f"records {self._pos}..{min(low, r.end) - 1} of {r.topic}-{r.partition} no "
+                       f"longer exist (earliest available offset is {low}): deleted by retention or "
+                       "the topic was recreated", min(low, r.end))
+        elif self._pos >= high:
+            self._truncated(high)
+
     def _truncated(self, high: int) -> None:
         r = self._rng
         self._lost(f"{r.topic}-{r.partition} ends at offset {high} but the batch planned to read up to "
@@ -184,13 +194,7 @@ class RangeReader(RangeReaderBase):
                 return True
             return False
         if code in _OUT_OF_RANGE:
-            low, high = self._watermarks(consumer)
-            if self._pos < low:
-                self._lost(f"records {self._pos}..{min(low, r.end) - 1} of {r.topic}-{r.partition} no "
-                           f"longer exist (earliest available offset is {low}): deleted by retention or "
-                           "the topic was recreated", min(low, r.end))
-            elif self._pos >= high:
-                self._truncated(high)
+            self._out_of_range(*self._watermarks(consumer))
             if self._pos < r.end:
                 consumer.assign([TopicPartition(r.topic, r.partition, self._pos)])
             return True

@@ -180,13 +180,7 @@ class WireRangeReader(RangeReaderBase):
         code = part.error_code
         if code == _OUT_OF_RANGE:
             # Error responses carry no watermarks: ask the leader through librdkafka (rare path).
-            low, high = watermarks(self._cfg, r.topic, r.partition)
-            if self._pos < low:
-                self._lost(f"records {self._pos}..{min(low, r.end) - 1} of {r.topic}-{r.partition} no "
-                           f"longer exist (earliest available offset is {low}): deleted by retention or "
-                           "the topic was recreated", min(low, r.end))
-            elif self._pos >= high:
-                self._truncated(high)
+            self._out_of_range(*watermarks(self._cfg, r.topic, r.partition))
             return None
         if code in _RETRY_LEADER:
             raise ConnectionError(f"{for_code(code).__name__} for {r.topic}-{r.partition}")
