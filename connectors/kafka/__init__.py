@@ -1,10 +1,6 @@
-"""Kafka connectors: the replayable source (built) and the two-phase-commit sink (to come)."""
+"""Kafka connectors: the replayable source and the two-phase-commit sink."""
 
+from connectors.kafka.sink import KafkaSink
 from connectors.kafka.source import KafkaSource
-from spark_ext.connector import NotBuiltSink
 
 __all__ = ["KafkaSink", "KafkaSource"]
-
-
-class KafkaSink(NotBuiltSink):
-    name = "kafka"

@@ -17,7 +17,6 @@ batches are never returned.
 from __future__ import annotations
 
 import logging
-import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -28,61 +27,23 @@ import pyarrow as pa
 from aiokafka.record.memory_records import MemoryRecords
 from kafka.errors import for_code
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
 from connectors.kafka.fetch import RangeReaderBase, watermarks
 from connectors.kafka.offsets import KafkaRange
+from connectors.kafka.protocol import Conn as _Conn
+from connectors.kafka.protocol import metadata
 from connectors.kafka.source_config import KafkaSourceConfig
 from spark_ext.errors import ConnectorError
 
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 11  # Kafka 2.3+ (4.x still serves it): isolation level, log start offset
-METADATA_VERSION = 8
 _TS = pa.timestamp("us", tz="UTC")
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # Errors that mean "ask the cluster again who leads this partition".
 _RETRY_LEADER = frozenset({3, 5, 6, 74, 75})  # unknown partition, leader n/a, not leader, epochs
 _OUT_OF_RANGE = 1
 _ABORT = 0
-
-
-class _Conn:
-    """One blocking connection speaking the Kafka protocol. Not thread-safe."""
-
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._cid = 0
-
-    def _recv(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
-            if not k:
-                raise ConnectionError("connection closed by the broker")
-            got += k
-        return buf
-
-    def request(self, req: Any, version: int, response: Any) -> Any:
-        self._cid += 1
-        req.with_header(correlation_id=self._cid, client_id="spark-ext")
-        self.sock.sendall(req.encode(version=version, header=True, framed=True))
-        (size,) = struct.unpack(">i", self._recv(4))
-        resp = response.decode(bytes(self._recv(size)), version=version, header=True)
-        return resp
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _addresses(bootstrap: str) -> list[tuple[str, int]]:
-    out = []
-    for hp in bootstrap.split(","):
-        host, _, port = hp.strip().rpartition(":")
-        out.append((host.strip("[]") or "localhost", int(port or 9092)))
-    return out
 
 
 class WireRangeReader(RangeReaderBase):
@@ -100,26 +61,13 @@ class WireRangeReader(RangeReaderBase):
     def _leader(self) -> _Conn:
         """Ask a bootstrap server who leads the partition; connect there."""
         r = self._rng
-        last: Exception | None = None
-        for host, port in _addresses(self._cfg.bootstrap):
-            try:
-                c = _Conn(host, port, self._timeout)
-                try:
-                    topic = MetadataRequest.MetadataRequestTopic(name=r.topic)
-                    req = MetadataRequest(topics=[topic], allow_auto_topic_creation=False)
-                    md = c.request(req, METADATA_VERSION, MetadataResponse)
-                finally:
-                    c.close()
-            except OSError as e:
-                last = e
-                continue
-            brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
-            for t in md.topics:
-                for p in t.partitions:
-                    if t.name == r.topic and p.partition_index == r.partition and p.leader_id in brokers:
-                        return _Conn(*brokers[p.leader_id], self._timeout)
-            last = ConnectionError(f"no leader for {r.topic}-{r.partition} yet")
-        raise ConnectionError(str(last))
+        md = metadata(self._cfg.bootstrap, [r.topic], self._timeout)
+        brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
+        for t in md.topics:
+            for p in t.partitions:
+                if t.name == r.topic and p.partition_index == r.partition and p.leader_id in brokers:
+                    return _Conn(*brokers[p.leader_id], self._timeout)
+        raise ConnectionError(f"no leader for {r.topic}-{r.partition} yet")
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         if self._rng.start >= self._rng.end:

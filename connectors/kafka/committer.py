@@ -1,0 +1,216 @@
+"""Driver side of the Kafka sink: commit what the tasks prepared, and recover after crashes.
+
+Where "batch N is committed" lives: Kafka has no transaction spanning several
+transactional ids, so the decision is recorded before any task's transaction is
+committed, in Kafka itself, as consumer-group offsets written *transactionally* by the
+sink's own commit id ``<prefix>-commit``:
+
+- group ``<prefix>.batches``, partition 0 of ``commitTopic``: offset N+1, metadata
+  naming the query, the checkpoint and the winners (partition, attempt, producer id,
+  epoch) — "batch N decided, commit these";
+- group ``<prefix>.batches.done``: offset N+1 once every winner is committed.
+
+Commit of batch N, step by step (``KafkaCommitter.commit``):
+
+1. every winner (the attempt whose message reached the driver) must still be open with
+   its epoch; one aborted by ``transaction.timeout.ms`` or fenced means the batch is
+   rolled back and the query fails loudly (nothing decided, so a restart rewrites it);
+2. the decision is written; the commit id's epoch comes from this batch's plan, so a
+   zombie driver whose plan is older is fenced here and decides nothing;
+3. ``EndTxn(commit)`` for every winner;
+4. the done record; then every other open transaction of the sink (failed or
+   speculative attempts) is aborted, so read_committed consumers are never blocked.
+
+A crash anywhere is resolved by ``recover`` in the next batch's plan (the first after a
+restart included): a decision without its done record is finished (its winners
+committed), then every open transaction of the sink is aborted. Spark replays a batch
+whose commit log entry is missing; if that batch was decided, its tasks write nothing
+(``Decided`` in the plan), so nothing appears twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from connectors.kafka.sink_config import KafkaSinkConfig
+from connectors.kafka.sink_writer import Decided, KafkaCommittable, WriterConfig
+from connectors.kafka.txn import KafkaTxnClient, Producer
+from spark_ext import failpoints
+from spark_ext.commit import Committer
+from spark_ext.errors import ConfigurationError, FatalCommitError, FencedError, SparkExtError
+
+log = logging.getLogger(__name__)
+
+_OPEN = ["Ongoing", "PrepareCommit", "PrepareAbort"]
+_META_LIMIT = 3900  # the broker's default offset.metadata.max.bytes is 4096
+
+
+class TransactionTimedOutError(FatalCommitError):
+    """A prepared transaction was aborted by the broker before the driver committed it."""
+
+
+class PrefixInUseError(ConfigurationError):
+    """Two queries share one ``transactionalIdPrefix``."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    batch_id: int
+    query_id: str
+    checkpoint: str | None
+    winners: tuple[Producer, ...]
+
+    def encode(self) -> str:
+        raw = json.dumps({"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
+                          "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]},
+                         separators=(",", ":"))
+        if len(raw) <= _META_LIMIT:
+            return raw
+        packed = "z:" + base64.b64encode(zlib.compress(raw.encode(), 9)).decode()
+        if len(packed) > _META_LIMIT:
+            raise FatalCommitError(f"batch {self.batch_id} has {len(self.winners)} tasks, more than the "
+                                   "commit record can name; use fewer partitions (coalesce) before the sink")
+        return packed
+
+    @staticmethod
+    def decode(meta: str) -> Decision:
+        raw = zlib.decompress(base64.b64decode(meta[2:])).decode() if meta.startswith("z:") else meta
+        d = json.loads(raw)
+        return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]))
+
+
+class KafkaCommitter(Committer[KafkaCommittable]):
+    """Commits, aborts and recovers the sink's transactions. Driver only."""
+
+    def __init__(self, wc: WriterConfig) -> None:
+        self.cfg: KafkaSinkConfig = wc.cfg
+        self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s)
+
+    # --- before a batch (plan with prepare=True) ---------------------------------------------
+
+    def take_over(self) -> tuple[Producer, Decided | None]:
+        """Fence older drivers, finish a decided batch, abort every other open transaction."""
+        cfg = self.cfg
+        try:
+            commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)
+            decision = self._decision()
+            if decision is not None:
+                if decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
+                    raise PrefixInUseError(
+                        f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by the query with "
+                        f"checkpoint {decision.checkpoint!r}; two queries must not share a prefix "
+                        "(the second would abort the first's transactions). Choose another prefix"
+                    )
+                if not self._done(decision.batch_id):
+                    log.warning("finishing batch %s, decided before a crash", decision.batch_id)
+                    self._commit_winners(decision)
+                    self._mark_done(commit_producer, decision.batch_id)
+            self._abort_open(keep=())
+            return commit_producer, (Decided(decision.batch_id, decision.query_id) if decision else None)
+        finally:
+            self.client.close()
+
+    def _decision(self) -> Decision | None:
+        off, meta = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0]).get(0, (-1, ""))
+        return Decision.decode(meta) if off >= 0 and meta else None
+
+    def _done(self, batch_id: int) -> bool:
+        off, _ = self.client.fetch_offsets(self.cfg.group + ".done", self._anchor(), [0]).get(0, (-1, ""))
+        return off >= batch_id + 1
+
+    def _anchor(self) -> str:
+        if not self.cfg.commit_topic:
+            raise ConfigurationError("set option 'topic' or 'commitTopic' (an existing topic whose "
+                                     "consumer-group offsets record the committed batches)")
+        return self.cfg.commit_topic
+
+    # --- after a batch --------------------------------------------------------------------
+
+    def commit(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
+        """Driver, after every task of the batch succeeded. Idempotent via recovery."""
+        winners = [c for c in committables if not c.skipped and c.partitions]
+        try:
+            if not winners:
+                return  # nothing written, or a replay of a batch committed before a crash
+            commit_producer = winners[0].commit_producer
+            assert commit_producer is not None
+            self._check_open(winners, batch_id)                         # step 1
+            failpoints.hit("kafka.before_decision")
+            decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
+                                tuple(c.producer for c in winners))
+            self.client.commit_offsets(commit_producer, self.cfg.group,  # step 2
+                                       {(self._anchor(), 0): (batch_id + 1, decision.encode())})
+            failpoints.hit("kafka.after_decision")
+            self._commit_winners(decision)                              # step 3
+            self._mark_done(commit_producer, batch_id)                  # step 4
+            self._abort_open(keep=tuple(w.transactional_id for w in winners))
+            log.info("batch %s committed: %s records in %s transactions", batch_id,
+                     sum(c.rows for c in winners), len(winners))
+        finally:
+            self.client.close()
+
+    def abort(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
+        """Driver, after a task failed for good: abort every open transaction of the sink."""
+        try:
+            self._abort_open(keep=())
+        finally:
+            self.client.close()
+
+    def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
+        states = self.client.describe([c.transactional_id for c in winners])
+        now = time.time() * 1000
+        age_s = (now - min(c.started_ms for c in winners)) / 1000
+        limit_s = self.cfg.txn_timeout_ms / 1000
+        for c in winners:
+            s = states[c.transactional_id]
+            if s.state != "Ongoing" or s.producer_id != c.producer_id or s.epoch != c.epoch:
+                self._abort_open(keep=())
+                raise TransactionTimedOutError(
+                    f"batch {batch_id}: transaction {c.transactional_id!r} is no longer open on the "
+                    f"broker (state {s.state}, epoch {s.epoch}, ours {c.epoch}) {age_s:.1f} s after it "
+                    f"began; kafka.transaction.timeout.ms is {self.cfg.txn_timeout_ms}. It was aborted "
+                    "by that timeout or fenced by another run. Nothing of the batch was committed; "
+                    "restart the query to write it again, and raise kafka.transaction.timeout.ms (up to "
+                    "the broker's transaction.max.timeout.ms) or make batches shorter"
+                )
+        if age_s > self.cfg.warn_fraction * limit_s:
+            log.warning("batch %s took %.1f s, more than %.0f%% of kafka.transaction.timeout.ms (%.0f s): "
+                        "a slower batch would be aborted by the broker; raise the timeout or make batches "
+                        "shorter", batch_id, age_s, self.cfg.warn_fraction * 100, limit_s)
+
+    def _commit_winners(self, decision: Decision) -> None:
+        for i, w in enumerate(decision.winners):
+            if i == 1:
+                failpoints.hit("kafka.mid_commit")
+            try:
+                self.client.end_txn(w, commit=True)
+            except (FencedError, FatalCommitError):
+                s = self.client.describe([w.transactional_id])[w.transactional_id]
+                if s.state == "CompleteCommit" and s.producer_id == w.producer_id and s.epoch == w.epoch:
+                    continue  # committed before a crash; this is the retry
+                raise TransactionTimedOutError(
+                    f"batch {decision.batch_id} was decided, but transaction {w.transactional_id!r} is "
+                    f"now {s.state} (epoch {s.epoch}, ours {w.epoch}): the broker aborted it before the "
+                    "commit finished, most likely by kafka.transaction.timeout.ms while the driver was "
+                    "down. Its records are lost; re-run the batch's input, and raise the timeout"
+                ) from None
+
+    def _mark_done(self, commit_producer: Producer, batch_id: int) -> None:
+        self.client.commit_offsets(commit_producer, self.cfg.group + ".done",
+                                   {(self._anchor(), 0): (batch_id + 1, "")})
+
+    def _abort_open(self, keep: tuple[str, ...]) -> None:
+        """Abort every open transaction of this sink except ``keep`` (fences their owners)."""
+        for tid, _pid, _state in self.client.list_transactions(self.cfg.txn_pattern, _OPEN):
+            if tid in keep:
+                continue
+            try:
+                self.client.init_producer(tid, self.cfg.txn_timeout_ms)
+            except SparkExtError as e:
+                log.warning("could not abort open transaction %s: %s", tid, e)

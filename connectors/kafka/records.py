@@ -1,0 +1,237 @@
+"""Rows of Spark's Kafka-sink schema -> Kafka record batches, partitioned as Kafka does.
+
+Input columns are those of Spark's built-in Kafka sink: ``value`` (string or binary,
+required), ``key`` (string or binary), ``topic`` (string), ``partition`` (int),
+``headers`` (array<struct<key: string, value: binary>>).
+
+Partitioning follows Kafka's default partitioner, so consumers see the layout any Kafka
+producer would give: an explicit ``partition`` wins; otherwise a keyed record goes to
+``(murmur2(key) & 0x7fffffff) % partitions`` (Java's ``Utils.murmur2``, computed here in
+NumPy over all keys of one length at once, never per row in Python); records without a
+key are spread in runs, as Kafka's sticky partitioner does.
+
+Record batches are encoded by aiokafka's compiled ``DefaultRecordBatchBuilder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from spark_ext.errors import ConfigurationError, ConnectorError
+
+_M = np.uint32(0x5BD1E995)
+_SEED = 0x9747B28C
+# Kafka's names -> the codec bits of a record batch's attributes.
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+STICKY_RUN = 4096  # records a key-less run sends to one partition before moving on
+
+
+class SinkSchemaError(ConfigurationError):
+    """The DataFrame's columns do not fit Spark's Kafka sink schema."""
+
+
+def check_schema(fields: dict[str, pa.DataType | str], topic_option: str | None) -> None:
+    """Driver, at query start: the input columns must be those of Spark's Kafka sink."""
+    if "value" not in fields:
+        raise SinkSchemaError(
+            "the Kafka sink needs a 'value' column (string or binary); "
+            f"the DataFrame has {sorted(fields)}. Select or alias one, e.g. to_json(struct(*)) AS value"
+        )
+    kinds = {
+        "value": {"string", "binary"}, "key": {"string", "binary"}, "topic": {"string"},
+        "partition": {"int"}, "headers": {"array<struct<key:string,value:binary>>"},
+    }
+    for name, ok in kinds.items():
+        if name in fields and str(fields[name]) not in ok:
+            raise SinkSchemaError(
+                f"column {name!r} has type {fields[name]}; the Kafka sink takes {' or '.join(sorted(ok))}. "
+                f"Cast it, e.g. CAST({name} AS {sorted(ok)[0]})"
+            )
+    if "topic" not in fields and not topic_option:
+        raise SinkSchemaError("no topic: set option 'topic' or add a string column 'topic'")
+
+
+def murmur2(keys: pa.Array) -> np.ndarray:
+    """Kafka's ``Utils.murmur2`` of every key (binary, no nulls), as uint32."""
+    keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
+    n = len(keys)
+    out = np.empty(n, np.uint32)
+    if n == 0:
+        return out
+    offsets = np.frombuffer(keys.buffers()[1], np.int32, n + 1, keys.offset * 4)
+    buf = keys.buffers()[2]
+    data = np.frombuffer(buf, np.uint8) if buf is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    for length in np.unique(lengths):
+        rows = np.nonzero(lengths == length)[0]
+        L = int(length)
+        mat = data[offsets[rows][:, None] + np.arange(L)] if L else np.zeros((len(rows), 0), np.uint8)
+        h = np.full(len(rows), (_SEED ^ L) & 0xFFFFFFFF, np.uint32)
+        whole = L // 4
+        if whole:
+            blocks = np.ascontiguousarray(mat[:, : whole * 4]).view("<u4")
+            for i in range(whole):
+                k = blocks[:, i] * _M
+                k ^= k >> np.uint32(24)
+                k *= _M
+                h *= _M
+                h ^= k
+        tail = L % 4
+        if tail:
+            base = whole * 4
+            for j in range(tail - 1, -1, -1):
+                h ^= mat[:, base + j].astype(np.uint32) << np.uint32(8 * j)
+            h *= _M
+        h ^= h >> np.uint32(13)
+        h *= _M
+        h ^= h >> np.uint32(15)
+        out[rows] = h
+    return out
+
+
+def kafka_partition(keys: pa.Array, partitions: int) -> np.ndarray:
+    """The partition Kafka's default partitioner picks for each (non-null) key."""
+    return ((murmur2(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int32)
+
+
+def _binary(col: pa.Array) -> pa.Array:
+    text = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+    return col.cast(pa.binary()) if text else col
+
+
+@dataclass
+class Targets:
+    """Where each row of a batch goes: ``(topic, partition) -> row indices``, in row order."""
+
+    rows: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+
+
+class Partitioner:
+    """Assigns rows to (topic, partition). Executor, one per task; keeps the sticky state."""
+
+    def __init__(self, topic_option: str | None, partition_counts: dict[str, int],
+                 task_partition: int) -> None:
+        self.topic_option = topic_option
+        self.counts = partition_counts
+        self._sticky = task_partition  # start runs at different partitions in different tasks
+        self._run_left = STICKY_RUN
+
+    def assign(self, batch: pa.RecordBatch) -> Targets:
+        n = batch.num_rows
+        names = batch.schema.names
+        if "topic" in names:
+            tcol = batch.column("topic")
+            if self.topic_option and tcol.null_count:
+                tcol = pc.fill_null(tcol, self.topic_option)
+            elif tcol.null_count:
+                raise ConnectorError("a row has a null 'topic' and no option 'topic' is set; "
+                                     "set option 'topic' as the default or fill the column")
+            topics = tcol.to_numpy(zero_copy_only=False).astype(object)
+        else:
+            topics = np.full(n, self.topic_option, dtype=object)
+        part = np.full(n, -1, np.int32)
+        if "partition" in names:
+            pcol = batch.column("partition")
+            part = pc.fill_null(pcol, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+        out = Targets()
+        for topic in np.unique(topics):
+            t_rows = np.nonzero(topics == topic)[0] if len(set(topics)) > 1 else np.arange(n)
+            count = self.counts.get(str(topic))
+            if count is None:
+                raise ConnectorError(f"topic {topic!r} does not exist; create it first "
+                                     "(the sink never auto-creates topics)")
+            p = part[t_rows].copy()
+            bad = p >= count
+            if bad.any():
+                raise ConnectorError(f"row asks for partition {int(p[bad][0])} of topic {topic!r}, "
+                                     f"which has {count} partitions")
+            free = np.nonzero(p < 0)[0]
+            if len(free) and "key" in names:
+                keys = batch.column("key").take(pa.array(t_rows[free]))
+                keyed = np.asarray(keys.is_valid())
+                if keyed.any():
+                    p[free[keyed]] = kafka_partition(_binary(keys.filter(pa.array(keyed))), count)
+                free = free[~keyed]
+            if len(free):
+                p[free] = self._sticky_runs(len(free), count)
+            for q in np.unique(p):
+                out.rows[(str(topic), int(q))] = t_rows[p == q]
+        return out
+
+    def _sticky_runs(self, n: int, count: int) -> np.ndarray:
+        out = np.empty(n, np.int32)
+        i = 0
+        while i < n:
+            take = min(self._run_left, n - i)
+            out[i:i + take] = self._sticky % count
+            i += take
+            self._run_left -= take
+            if self._run_left == 0:
+                self._sticky += 1
+                self._run_left = STICKY_RUN
+        return out
+
+
+@dataclass
+class Batcher:
+    """Open record batches per partition; yields full ones. Executor, one per task."""
+
+    producer_id: int
+    epoch: int
+    transactional: bool
+    codec: int
+    batch_bytes: int
+    sequences: dict[tuple[str, int], int] = field(default_factory=dict)
+    _open: dict[tuple[str, int], tuple[Any, int]] = field(default_factory=dict)
+
+    def add(self, tp: tuple[str, int], keys: list[bytes | None], values: list[bytes | None],
+            headers: list[Any] | None, ts_ms: int) -> Iterator[tuple[tuple[str, int], bytes, int]]:
+        """Append rows for ``tp``; yields ``(tp, encoded batch, records)`` for each full batch."""
+        builder, count = self._open.get(tp) or (self._new(tp), 0)
+        no_headers: list[Any] = []
+        for i in range(len(values)):
+            h = headers[i] if headers is not None and headers[i] else no_headers
+            if builder.append(count, ts_ms, keys[i], values[i], h) is None:
+                if count == 0:
+                    raise ConnectorError(f"a record for {tp[0]}-{tp[1]} is larger than the batch size "
+                                         f"{self.batch_bytes}; raise option 'kafka.batch.size'")
+                yield self._close(tp, builder, count)
+                builder, count = self._new(tp), 0
+                builder.append(0, ts_ms, keys[i], values[i], h)
+            count += 1
+        self._open[tp] = (builder, count)
+
+    def drain(self) -> Iterator[tuple[tuple[str, int], bytes, int]]:
+        for tp, (builder, count) in list(self._open.items()):
+            if count:
+                yield self._close(tp, builder, count)
+        self._open.clear()
+
+    def _new(self, tp: tuple[str, int]) -> Any:
+        seq = self.sequences.get(tp, 0)
+        return DefaultRecordBatchBuilder(2, self.codec, int(self.transactional), self.producer_id,
+                                         self.epoch, seq, self.batch_bytes)
+
+    def _close(self, tp: tuple[str, int], builder: Any, count: int) -> tuple[tuple[str, int], bytes, int]:
+        self.sequences[tp] = self.sequences.get(tp, 0) + count
+        return tp, bytes(builder.build()), count
+
+
+def column_lists(batch: pa.RecordBatch, rows: np.ndarray) -> tuple[list[Any], list[Any], list[Any] | None]:
+    """Python lists of key, value and headers for ``rows`` (bytes, as the encoder wants)."""
+    idx = pa.array(rows)
+    value = _binary(batch.column("value")).take(idx).to_pylist()
+    names = batch.schema.names
+    key = _binary(batch.column("key")).take(idx).to_pylist() if "key" in names else [None] * len(rows)
+    headers = None
+    if "headers" in names:
+        headers = [[(h["key"], h["value"]) for h in hs] if hs else None
+                   for hs in batch.column("headers").take(idx).to_pylist()]
+    return key, value, headers
