@@ -261,6 +261,9 @@ def kafka_up() -> None:
         # Topics are created on purpose; a typo must not silently make a new topic.
         "auto.create.topics.enable=false",
         "transaction.max.timeout.ms=900000",
+        # Abort timed-out transactions within a second (default 10 s), so the sink's
+        # transaction-timeout guard is tested without long waits.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
         "",
     ]))
     log4j = home / "log4j2.properties"

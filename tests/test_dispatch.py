@@ -90,9 +90,10 @@ def test_unknown_guarantee(spark, tmp_path):
     _assert_no_executor_trace(msg)
 
 
-def test_sink_placeholders_say_not_built_yet(spark, tmp_path):
+def test_kafka_sink_checks_its_options_at_start(spark, tmp_path):
     msg = _write_error(spark, tmp_path, connector="kafka", guarantee="at_least_once")
-    assert "NotBuiltYetError: hzsink connector 'kafka' is not built yet" in msg
+    assert "MissingOptionError: hzsink connector 'kafka' needs option 'kafka.bootstrap.servers'" in msg
+    _assert_no_executor_trace(msg)
 
 
 def test_built_sink_checks_its_options_at_start(spark, tmp_path):

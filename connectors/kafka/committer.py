@@ -163,6 +163,13 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             self.client.close()
 
     def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
+        cp = winners[0].commit_producer
+        assert cp is not None
+        now_cp = self.client.describe([cp.transactional_id])[cp.transactional_id]
+        if (now_cp.producer_id, now_cp.epoch) != (cp.producer_id, cp.epoch):
+            raise FencedError(f"batch {batch_id}: another run of this sink ({self.cfg.txn_prefix!r}) took "
+                              "over after this batch began; this run stops without committing "
+                              "(zombie fencing)")
         states = self.client.describe([c.transactional_id for c in winners])
         now = time.time() * 1000
         age_s = (now - min(c.started_ms for c in winners)) / 1000

@@ -198,10 +198,8 @@ class Batcher:
         no_headers: list[Any] = []
         for i in range(len(values)):
             h = headers[i] if headers is not None and headers[i] else no_headers
+            # A batch takes its first record whatever its size (the broker judges it).
             if builder.append(count, ts_ms, keys[i], values[i], h) is None:
-                if count == 0:
-                    raise ConnectorError(f"a record for {tp[0]}-{tp[1]} is larger than the batch size "
-                                         f"{self.batch_bytes}; raise option 'kafka.batch.size'")
                 yield self._close(tp, builder, count)
                 builder, count = self._new(tp), 0
                 builder.append(0, ts_ms, keys[i], values[i], h)

@@ -133,6 +133,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
 
     def __init__(self, wc: WriterConfig) -> None:
         self.wc = wc
+        self._began = False  # a partition was added: the broker holds an open transaction
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
         """Executor, once per task attempt. Raising leaves the transaction to be aborted."""
@@ -154,7 +155,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
             rows, touched = self._produce(batches, task, producer, sender, client, exactly)
         except BaseException:
             sender.close()
-            if exactly:
+            if exactly and self._began:
                 self._abort_quietly(client, producer)
             client.close()
             raise
@@ -185,6 +186,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
                 by_topic: dict[str, list[int]] = {}
                 for t, p in new:
                     by_topic.setdefault(t, []).append(p)
+                self._began = True
                 client.add_partitions(producer, by_topic)
             touched.update(new)
             ts = int(time.time() * 1000)

@@ -1,0 +1,292 @@
+"""The Kafka sink against the real local broker, in real Spark queries."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from kafka import KafkaConsumer
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from connectors.kafka import KafkaSink
+from connectors.kafka.committer import TransactionTimedOutError
+from connectors.kafka.sink_config import KafkaSinkConfig
+from connectors.kafka.sink_writer import KafkaWriter
+from connectors.kafka.txn import KafkaTxnClient
+from spark_ext.commit import TaskInfo
+from spark_ext.errors import FencedError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from tests.kafka_util import create_topic
+from tests.pg_util import write_json_files
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+OPEN = ["Ongoing", "PrepareCommit", "PrepareAbort"]
+
+
+def consume(bootstrap: str, topic: str, committed: bool = True) -> list[tuple[int, bytes | None, bytes]]:
+    """Every record of ``topic`` as (partition, key, value), read to the end."""
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                      isolation_level="read_committed" if committed else "read_uncommitted",
+                      enable_auto_commit=False, consumer_timeout_ms=2500)
+    try:
+        return [(m.partition, m.key, m.value) for m in c]
+    finally:
+        c.close()
+
+
+def open_transactions(bootstrap: str, prefix: str) -> list[tuple[str, int, str]]:
+    """Kafka's ListTransactions admin API: this sink's transactions still open."""
+    client = KafkaTxnClient(bootstrap)
+    try:
+        return client.list_transactions(prefix.replace(".", r"\.") + ".*", OPEN)
+    finally:
+        client.close()
+
+
+def prefix_of(ckpt: object) -> str:
+    o = Options({"kafka.bootstrap.servers": "x:1", "topic": "t", "checkpointlocation": str(ckpt)}, "hzsink")
+    return KafkaSinkConfig.parse(o, Guarantee.EXACTLY_ONCE).txn_prefix
+
+
+def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | None = None, **opts: str):
+    df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(str(src))
+    out = df.repartition(3, "id").selectExpr(*(select or ("CAST(id AS STRING) AS key", "v AS value")))
+    w = (out.writeStream.format("hzsink").option("connector", "kafka")
+         .option("kafka.bootstrap.servers", bootstrap).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True))
+    if topic:
+        w = w.option("topic", topic)
+    for k, v in opts.items():
+        w = w.option(k, v)
+    return w.start()
+
+
+def test_exactly_once_every_record_once_in_kafkas_partition_layout(spark, services, tmp_path):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 4, "sink")
+    write_json_files(tmp_path / "src", [300, 500, 11])
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic)
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    got = consume(bootstrap, topic)
+    assert sorted(int(v[1:]) for _, _, v in got) == list(range(811))  # each once
+    # the partition Kafka's own default partitioner picks for each key
+    for part, key, _ in got:
+        assert key is not None
+        assert part == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 4
+    assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
+
+
+def test_headers_topic_and_partition_columns(spark, services, tmp_path):
+    bootstrap = services.kafka_bootstrap
+    a, b = create_topic(bootstrap, 2, "ta"), create_topic(bootstrap, 3, "tb")
+    write_json_files(tmp_path / "src", [40])
+    select = (
+        f"IF(id % 2 = 0, '{a}', '{b}') AS topic", "CAST(v AS BINARY) AS value",
+        "IF(id % 5 = 0, CAST(1 AS INT), CAST(NULL AS INT)) AS partition",
+        "array(named_struct('key', 'h', 'value', CAST(id AS STRING) ::binary)) AS headers",
+    )
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, "", select, commitTopic=a)
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    ra, rb = consume(bootstrap, a), consume(bootstrap, b)
+    assert sorted(int(v[1:]) for _, _, v in ra) == list(range(0, 40, 2))
+    assert sorted(int(v[1:]) for _, _, v in rb) == list(range(1, 40, 2))
+    assert all(p == 1 for p, _, v in ra + rb if int(v[1:]) % 5 == 0)
+    c = KafkaConsumer(a, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=2500,
+                      isolation_level="read_committed")
+    assert all(m.headers == [("h", m.value[1:])] for m in c)
+    c.close()
+
+
+def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(spark, services, tmp_path):
+    """A task fails after producing some records (the broker refuses its last row, larger
+    than message.max.bytes): read_committed sees none of the batch, read_uncommitted sees the aborted
+    records; the restart (row fixed) writes the batch once."""
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "tf")
+    write_json_files(tmp_path / "src", [50, 3000])
+    flag = tmp_path / "fail"
+    flag.write_text("1")
+    from pyspark.sql import functions as F
+
+    @F.udf("string")
+    def value(i: int, v: str) -> str:
+        return "x" * 2_000_000 if i == 3049 and os.path.exists(str(flag)) else v
+
+    def start():
+        df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(
+            str(tmp_path / "src"))
+        out = df.repartition(1).select(F.col("id").cast("string").alias("key"),
+                                       value("id", "v").alias("value"))
+        return (out.writeStream.format("hzsink").option("connector", "kafka")
+                .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+                .option("kafka.batch.size", "4096")  # many small batches: some reach the broker first
+                .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")  # records flow before the failure
+    try:
+        q = start()
+        with pytest.raises(Exception, match="Kafka refused 1 records"):
+            q.awaitTermination(180)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted(int(v[1:]) for _, _, v in consume(bootstrap, topic)) == list(range(50))
+    uncommitted = consume(bootstrap, topic, committed=False)
+    assert len(uncommitted) > 50, "the failed task's records reached the broker, in an aborted transaction"
+    assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
+    flag.unlink()
+    q = start()
+    q.awaitTermination(180)
+    assert q.exception() is None
+    assert sorted(int(v[1:]) for _, _, v in consume(bootstrap, topic)) == list(range(3050))
+    assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
+
+
+@pytest.mark.parametrize("point", ["kafka.before_decision", "kafka.after_decision", "kafka.mid_commit"])
+def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, point):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "k9")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), bootstrap, topic]
+    crashed = subprocess.run([*argv, point], start_new_session=True, capture_output=True, text=True,
+                             timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the failpoint
+    prefix = prefix_of(tmp_path / "ckpt")
+    assert open_transactions(bootstrap, prefix), "the crash should leave transactions open"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    values = sorted(int(v) for _, _, v in consume(bootstrap, topic))
+    assert values == list(range(120))  # nothing lost, nothing twice
+    assert open_transactions(bootstrap, prefix) == []  # recovery resolved every open transaction
+
+
+def _plan(bootstrap: str, topic: str, prefix: str, **opts: str):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix,
+                 **opts}, "hzsink")
+    return KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+
+
+def _prepare(plan, batch: int, rows: list[str], partition: int = 0, attempt: int = 0):
+    data = pa.record_batch([pa.array(rows), pa.array(rows)], names=["key", "value"])
+    task = TaskInfo(query_id="q1", batch_id=batch, partition_id=partition, attempt=attempt, task_attempt_id=0)
+    writer = plan.new_writer()
+    assert isinstance(writer, KafkaWriter)
+    return writer.write(iter([data]), task)
+
+
+def test_zombie_run_is_fenced(services):
+    """Run A prepares batch 0; run B of the same sink starts; A can no longer commit or
+    produce, its open transaction is aborted, and nothing of A appears."""
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "zb")
+    prefix = f"zombie-{topic}"
+    plan_a = _plan(bootstrap, topic, prefix)
+    msg_a = _prepare(plan_a, 0, ["a1", "a2"])
+    plan_b = _plan(bootstrap, topic, prefix)  # B takes over: fences A's commit id, aborts A's transaction
+    with pytest.raises(FencedError):
+        plan_a.new_committer().commit([msg_a], 0)
+    msg_b = _prepare(plan_b, 0, ["b1"])
+    plan_b.new_committer().commit([msg_b], 0)
+    # a stale attempt of B's own task id (same transactional id, older epoch) cannot commit either
+    stale = _prepare(plan_b, 1, ["s1"])
+    fresh = _prepare(plan_b, 1, ["s2"])
+    with pytest.raises(FencedError):
+        KafkaTxnClient(bootstrap).end_txn(stale.producer, commit=True)
+    plan_b.new_committer().commit([fresh], 1)
+    assert sorted(v for _, _, v in consume(bootstrap, topic)) == [b"b1", b"s2"]
+    assert open_transactions(bootstrap, prefix) == []
+
+
+def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "to")
+    prefix = f"timeout-{topic}"
+    plan = _plan(bootstrap, topic, prefix, **{"kafka.transaction.timeout.ms": "1000"})
+    msg = _prepare(plan, 0, ["x"])
+    client = KafkaTxnClient(bootstrap)
+    deadline = time.monotonic() + 30
+    while client.describe([msg.transactional_id])[msg.transactional_id].state == "Ongoing":
+        assert time.monotonic() < deadline, "the broker never aborted the timed-out transaction"
+        time.sleep(0.2)
+    with pytest.raises(TransactionTimedOutError, match="aborted by that timeout") as info:
+        plan.new_committer().commit([msg], 0)
+    assert "kafka.transaction.timeout.ms is 1000" in str(info.value)
+    assert consume(bootstrap, topic) == []
+    # nothing was decided, so the batch is not skipped when it is written again
+    again = _prepare(_plan(bootstrap, topic, prefix), 0, ["x"])
+    assert not again.skipped
+
+
+def test_timeout_above_the_brokers_limit_is_refused_at_start(spark, services, tmp_path):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "tl")
+    write_json_files(tmp_path / "src", [5])
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic,
+            **{"kafka.transaction.timeout.ms": "3600000"})
+    with pytest.raises(Exception) as info:
+        q.awaitTermination(120)
+    assert "kafka.transaction.timeout.ms is 3600000 but the broker's transaction.max.timeout.ms is 900000" \
+        in str(info.value)
+    assert consume(bootstrap, topic) == []
+
+
+@pytest.mark.parametrize("select,opts,expected", [
+    (("CAST(id AS STRING) AS key",), {}, "needs a 'value' column"),
+    (("id AS value",), {}, "column 'value' has type bigint"),
+    (("v AS value", "id AS partition"), {}, "column 'partition' has type bigint"),
+    (("v AS value",), {"topic": "no-such-topic-here"}, "topic 'no-such-topic-here' does not exist"),
+    (("v AS value",), {"kafka.acks.typo": "1"}, "kafka.acks.typo is not a producer setting"),
+])
+def test_bad_input_fails_at_start_and_writes_nothing(spark, services, tmp_path, select, opts, expected):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "bad")
+    write_json_files(tmp_path / "src", [5])
+    o = {"topic": topic, **opts}
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, o.pop("topic"), select, **o)
+    with pytest.raises(Exception) as info:
+        q.awaitTermination(120)
+    assert expected in str(info.value)
+    assert consume(bootstrap, topic) == []
+
+
+def test_prefix_shared_by_two_queries_is_refused(spark, services, tmp_path):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "sh")
+    write_json_files(tmp_path / "src", [5])
+    prefix = f"shared-{topic}"
+    q = run(spark, tmp_path / "src", tmp_path / "ck1", bootstrap, topic, transactionalIdPrefix=prefix)
+    q.awaitTermination(120)
+    assert q.exception() is None
+    q = run(spark, tmp_path / "src", tmp_path / "ck2", bootstrap, topic, transactionalIdPrefix=prefix)
+    with pytest.raises(Exception, match="is already used by the query with checkpoint"):
+        q.awaitTermination(120)
+    assert len(consume(bootstrap, topic)) == 5
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "none"])
+def test_weaker_guarantees_write_every_record(spark, services, tmp_path, guarantee):
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, guarantee.replace("_", ""))
+    write_json_files(tmp_path / "src", [100, 20])
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic, guarantee=guarantee)
+    q.awaitTermination(120)
+    assert q.exception() is None
+    # none does not wait for acks, so give the broker a moment by reading until all arrive
+    deadline = time.monotonic() + 20
+    got: Counter[bytes] = Counter()
+    while sum(got.values()) < 120 and time.monotonic() < deadline:
+        got = Counter(v for _, _, v in consume(bootstrap, topic))
+    assert sorted(int(v[1:]) for v in got) == list(range(120))
+    assert max(got.values()) == 1
