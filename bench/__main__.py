@@ -22,6 +22,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
     "jdbc_write": "bench.jdbc_write:run",
+    "kafka_write": "bench.kafka_write:run",
 }
 
 

@@ -55,7 +55,8 @@ def prefix_of(ckpt: object) -> str:
     return KafkaSinkConfig.parse(o, Guarantee.EXACTLY_ONCE).txn_prefix
 
 
-def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | None = None, **opts: str):
+def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | None = None,
+        extra: dict[str, str] | None = None, **opts: str):
     df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(str(src))
     out = df.repartition(3, "id").selectExpr(*(select or ("CAST(id AS STRING) AS key", "v AS value")))
     w = (out.writeStream.format("hzsink").option("connector", "kafka")
@@ -63,7 +64,7 @@ def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | 
          .trigger(availableNow=True))
     if topic:
         w = w.option("topic", topic)
-    for k, v in opts.items():
+    for k, v in {**opts, **(extra or {})}.items():
         w = w.option(k, v)
     return w.start()
 
@@ -234,7 +235,7 @@ def test_timeout_above_the_brokers_limit_is_refused_at_start(spark, services, tm
     topic = create_topic(bootstrap, 1, "tl")
     write_json_files(tmp_path / "src", [5])
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic,
-            **{"kafka.transaction.timeout.ms": "3600000"})
+            extra={"kafka.transaction.timeout.ms": "3600000"})
     with pytest.raises(Exception) as info:
         q.awaitTermination(120)
     assert "kafka.transaction.timeout.ms is 3600000 but the broker's transaction.max.timeout.ms is 900000" \
@@ -254,7 +255,7 @@ def test_bad_input_fails_at_start_and_writes_nothing(spark, services, tmp_path, 
     topic = create_topic(bootstrap, 1, "bad")
     write_json_files(tmp_path / "src", [5])
     o = {"topic": topic, **opts}
-    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, o.pop("topic"), select, **o)
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, o.pop("topic"), select, extra=o)
     with pytest.raises(Exception) as info:
         q.awaitTermination(120)
     assert expected in str(info.value)
