@@ -98,15 +98,17 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         """Fence older drivers, finish a decided batch, abort every other open transaction."""
         cfg = self.cfg
         try:
-            commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)
             decision = self._decision()
+            # Refuse a second query before fencing anything of the first one.
+            if decision and decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
+                raise PrefixInUseError(
+                    f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by another query (a "
+                    "different checkpoint location); two queries must not share a prefix (the second "
+                    "would abort the first's transactions). Choose another prefix"
+                )
+            commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)
+            decision = self._decision()  # again, now that no older driver can write one
             if decision is not None:
-                if decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
-                    raise PrefixInUseError(
-                        f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by the query with "
-                        f"checkpoint {decision.checkpoint!r}; two queries must not share a prefix "
-                        "(the second would abort the first's transactions). Choose another prefix"
-                    )
                 if not self._done(decision.batch_id):
                     log.warning("finishing batch %s, decided before a crash", decision.batch_id)
                     self._commit_winners(decision)
@@ -140,13 +142,16 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                 return  # nothing written, or a replay of a batch committed before a crash
             commit_producer = winners[0].commit_producer
             assert commit_producer is not None
-            self._check_open(winners, batch_id)                         # step 1
-            failpoints.hit("kafka.before_decision")
-            decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
-                                tuple(c.producer for c in winners))
-            self.client.commit_offsets(commit_producer, self.cfg.group,  # step 2
-                                       {(self._anchor(), 0): (batch_id + 1, decision.encode())})
-            failpoints.hit("kafka.after_decision")
+            decision = self._decision()
+            if not self._is(decision, batch_id, winners[0].query_id):  # else: a retry after step 2
+                self._check_open(winners, batch_id)                     # step 1
+                failpoints.hit("kafka.before_decision")
+                decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
+                                    tuple(c.producer for c in winners))
+                self.client.commit_offsets(commit_producer, self.cfg.group,  # step 2
+                                           {(self._anchor(), 0): (batch_id + 1, decision.encode())})
+                failpoints.hit("kafka.after_decision")
+            assert decision is not None
             self._commit_winners(decision)                              # step 3
             self._mark_done(commit_producer, batch_id)                  # step 4
             self._abort_open(keep=tuple(w.transactional_id for w in winners))
@@ -156,11 +161,32 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             self.client.close()
 
     def abort(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
-        """Driver, after a task failed for good: abort every open transaction of the sink."""
+        """Driver, after a task (or the commit) failed: abort this batch's own transactions.
+
+        A batch already decided is left alone: the next plan's recovery finishes it. Other
+        transactions of the sink (another run's) are never touched here.
+        """
         try:
-            self._abort_open(keep=())
+            if committables and self._is(self._decision(), batch_id, committables[0].query_id):
+                log.warning("batch %s was decided; its commit is finished by the next batch's recovery",
+                            batch_id)
+                return
+            self._abort_own(committables)
         finally:
             self.client.close()
+
+    @staticmethod
+    def _is(decision: Decision | None, batch_id: int, query_id: str) -> bool:
+        return decision is not None and decision.batch_id == batch_id and decision.query_id == query_id
+
+    def _abort_own(self, committables: Sequence[KafkaCommittable]) -> None:
+        for c in committables:
+            if c.skipped or not c.partitions:
+                continue
+            try:
+                self.client.end_txn(c.producer, commit=False)
+            except (FencedError, FatalCommitError):
+                pass  # already aborted (timeout, or fenced by a newer attempt)
 
     def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
         cp = winners[0].commit_producer
@@ -177,7 +203,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         for c in winners:
             s = states[c.transactional_id]
             if s.state != "Ongoing" or s.producer_id != c.producer_id or s.epoch != c.epoch:
-                self._abort_open(keep=())
+                self._abort_own(winners)
                 raise TransactionTimedOutError(
                     f"batch {batch_id}: transaction {c.transactional_id!r} is no longer open on the "
                     f"broker (state {s.state}, epoch {s.epoch}, ours {c.epoch}) {age_s:.1f} s after it "
@@ -186,6 +212,16 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                     "restart the query to write it again, and raise kafka.transaction.timeout.ms (up to "
                     "the broker's transaction.max.timeout.ms) or make batches shorter"
                 )
+        margin_s = min(2 * self.cfg.timeout_s, limit_s / 4)
+        if age_s > limit_s - margin_s:
+            # Deciding now could let the broker abort a winner after the decision: refuse.
+            self._abort_own(winners)
+            raise TransactionTimedOutError(
+                f"batch {batch_id}: its transactions are {age_s:.1f} s old, within {margin_s:.0f} s of "
+                f"kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms}); the batch is rolled back "
+                "rather than risk a partial commit. Restart the query, and raise the timeout or make "
+                "batches shorter"
+            )
         if age_s > self.cfg.warn_fraction * limit_s:
             log.warning("batch %s took %.1f s, more than %.0f%% of kafka.transaction.timeout.ms (%.0f s): "
                         "a slower batch would be aborted by the broker; raise the timeout or make batches "

@@ -126,11 +126,9 @@ class Partitioner:
     def assign(self, batch: pa.RecordBatch) -> Targets:
         n = batch.num_rows
         names = batch.schema.names
-        if "topic" in names:
+        if "topic" in names and not self.topic_option:  # as Spark: option 'topic' overrides the column
             tcol = batch.column("topic")
-            if self.topic_option and tcol.null_count:
-                tcol = pc.fill_null(tcol, self.topic_option)
-            elif tcol.null_count:
+            if tcol.null_count:
                 raise ConnectorError("a row has a null 'topic' and no option 'topic' is set; "
                                      "set option 'topic' as the default or fill the column")
             topics = tcol.to_numpy(zero_copy_only=False).astype(object)
@@ -148,6 +146,8 @@ class Partitioner:
                 raise ConnectorError(f"topic {topic!r} does not exist; create it first "
                                      "(the sink never auto-creates topics)")
             p = part[t_rows].copy()
+            if (p < -1).any():
+                raise ConnectorError(f"a row asks for a negative partition of topic {topic!r}")
             bad = p >= count
             if bad.any():
                 raise ConnectorError(f"row asks for partition {int(p[bad][0])} of topic {topic!r}, "

@@ -26,7 +26,9 @@ SINK_OPTIONS = OptionSpec(
 
 # kafka.* settings this producer honours, with their defaults.
 _PRODUCER_DEFAULTS = {
-    "transaction.timeout.ms": "60000",
+    # The broker's default maximum (15 min): a driver killed after deciding a batch must be
+    # back before its transactions time out, or their records are lost (Flink uses 1 h).
+    "transaction.timeout.ms": "900000",
     "batch.size": "1048000",  # under the broker's default message.max.bytes (1 MiB + 12)
     "compression.type": "none",
     "request.timeout.ms": "30000",
@@ -60,7 +62,12 @@ class KafkaSinkConfig:
         return f"{self.txn_prefix}.batches"
 
     def txn_id(self, partition: int, attempt: int) -> str:
-        """A task's transactional id: bounded by partitions x attempts, reused every batch."""
+        """A task's transactional id: bounded by partitions x attempts, reused every batch.
+
+        A retried *stage* restarts attempt numbers at 0, so its tasks fence the old stage's
+        zombies by id (PySpark exposes no stage attempt number); that fails the commit
+        loudly rather than duplicating anything.
+        """
         return f"{self.txn_prefix}-p{partition}-a{attempt}"
 
     @property

@@ -146,12 +146,11 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s)
         started = int(time.time() * 1000)
         tid = cfg.txn_id(task.partition_id, task.attempt) if exactly else None
-        if cfg.guarantee is Guarantee.NONE:
-            producer = Producer("", -1, -1)
-        else:
-            producer = client.init_producer(tid, cfg.txn_timeout_ms)
         sender = _Sender(cfg, tid, 0 if cfg.guarantee is Guarantee.NONE else -1)
+        producer = Producer("", -1, -1)
         try:
+            if cfg.guarantee is not Guarantee.NONE:
+                producer = client.init_producer(tid, cfg.txn_timeout_ms)
             rows, touched = self._produce(batches, task, producer, sender, client, exactly)
         except BaseException:
             sender.close()
@@ -175,7 +174,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            if "topic" in batch.schema.names:
+            if "topic" in batch.schema.names and not cfg.topic:
                 seen = set(batch.column("topic").drop_null().to_pylist())
                 missing = [t for t in seen if t not in sender.counts]
                 if missing:

@@ -239,20 +239,22 @@ class KafkaTxnClient:
 
     def list_transactions(self, pattern: str, states: list[str]) -> list[tuple[str, int, str]]:
         """(transactional id, producer id, state) of every transaction matching ``pattern``."""
-        md = metadata(self.bootstrap, [], self.timeout_s)
-        out: list[tuple[str, int, str]] = []
-        for b in md.brokers:  # each broker answers for the coordinators it hosts
-            c = Conn(b.host, b.port, self.timeout_s)
-            try:
-                req = ListTransactionsRequest(state_filters=states, producer_id_filters=[],
-                                              duration_filter=-1, transactional_id_pattern=pattern)
-                r = c.request(req, 2, ListTransactionsResponse)
-                _check(r.error_code, "listing transactions")
-                out += [(s.transactional_id, s.producer_id, s.transaction_state)
-                        for s in r.transaction_states]
-            finally:
-                c.close()
-        return out
+        def call() -> list[tuple[str, int, str]]:
+            md = metadata(self.bootstrap, [], self.timeout_s)
+            out: list[tuple[str, int, str]] = []
+            for b in md.brokers:  # each broker answers for the coordinators it hosts
+                c = Conn(b.host, b.port, self.timeout_s)
+                try:
+                    req = ListTransactionsRequest(state_filters=states, producer_id_filters=[],
+                                                  duration_filter=-1, transactional_id_pattern=pattern)
+                    r = c.request(req, 2, ListTransactionsResponse)
+                    _check(r.error_code, "listing transactions")
+                    out += [(s.transactional_id, s.producer_id, s.transaction_state)
+                            for s in r.transaction_states]
+                finally:
+                    c.close()
+            return out
+        return self._retry("listing transactions", call)
 
     def describe(self, tids: list[str]) -> dict[str, TxnState]:
         """DescribeTransactions for ``tids`` (asked of each id's coordinator)."""
