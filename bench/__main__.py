@@ -23,6 +23,10 @@ CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
     "jdbc_write": "bench.jdbc_write:run",
     "kafka_write": "bench.kafka_write:run",
+    "window_sliding_1": "bench.windows:sliding_1",
+    "window_sliding_12": "bench.windows:sliding_12",
+    "window_sliding_60": "bench.windows:sliding_60",
+    "window_session": "bench.windows:session",
 }
 
 

@@ -1,0 +1,123 @@
+"""Bench cases ``window_sliding_<k>`` (k = size/slide: 1, 12, 60) and ``window_session``.
+
+``BENCH_WINDOW_EVENTS`` events (default 2M; 1,000 keys ``acct-<n>``, integer amounts,
+event times in order at ``BENCH_WINDOW_RATE`` events per second of event time, default
+1,000) are staged once as 4 Parquet files and streamed one file per micro-batch
+(``maxFilesPerTrigger=1``, ``Trigger.AvailableNow``) through ours (``spark_ext.windows``)
+and Spark's ``groupBy(window(ts, 60 s, 60/k s))`` (or ``session_window(ts, 10 s)``) with
+``withWatermark(ts, 5 s)``, aggregates count, sum and max, into Parquet (append). The
+last file ends with one far-future event of a separate key, so both emit every window.
+Events/s are wall-clock from ``start()`` to termination; ``equal``: the two outputs hold
+the same rows (``exceptAll`` both ways).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.common import BenchError, Result, spark_session
+
+KEYS = 1000
+
+
+def _stage(spark: Any, events: int, rate: int, path: str) -> None:
+    from pyspark.sql import functions as F
+
+    base = 1_700_000_000 * 1_000_000
+    step = 1_000_000 // rate
+    df = spark.range(events).select(
+        F.concat(F.lit("acct-"), ((F.col("id") * 7919) % KEYS).cast("string")).alias("account"),
+        F.timestamp_micros(F.lit(base) + F.col("id") * step).alias("ts"),
+        ((F.col("id") * 31) % 1000).alias("amount"),
+        (F.col("id") * 4 / events).cast("int").alias("file"),
+    )
+    flush = spark.createDataFrame([("~flush", 0, 0, 3)], "account string, t long, amount long, file int") \
+        .select("account", F.timestamp_micros(F.lit(base + events * step + 3_600_000_000)).alias("ts"),
+                "amount", "file")
+    df.unionByName(flush).repartition(4, "file").sortWithinPartitions("ts").write.partitionBy("file") \
+        .mode("overwrite").parquet(path)
+    # one file per micro-batch, in event-time order: file order is modification time
+    for i, d in enumerate(sorted(os.listdir(path))):
+        full = os.path.join(path, d)
+        if os.path.isdir(full):
+            for f in os.listdir(full):
+                os.utime(os.path.join(full, f), (1_000_000 + i, 1_000_000 + i))
+
+
+def _run(kind: str, k: int) -> Result:
+    from pyspark.sql import functions as F
+
+    from spark_ext import aggregate as agg
+    from spark_ext import windows
+
+    events = int(os.environ.get("BENCH_WINDOW_EVENTS", "2000000"))
+    rate = int(os.environ.get("BENCH_WINDOW_RATE", "1000"))
+    spark = spark_session()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    name = f"window_sliding_{k}" if kind == "sliding" else "window_session"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = f"{tmp}/src"
+        _stage(spark, events, rate, src)
+        schema = spark.read.parquet(src).schema
+
+        def stream() -> Any:
+            return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+                    .select("account", "ts", "amount"))
+
+        slide = f"{60 // k} seconds" if k else "60 seconds"
+        if kind == "sliding":
+            ours = windows.sliding(stream(), ["account"], "ts", "60 seconds", slide,
+                                   {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")},
+                                   lateness="5 seconds")
+            w = F.window("ts", "60 seconds", slide)
+        else:
+            ours = windows.session(stream(), ["account"], "ts", "10 seconds",
+                                   {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")},
+                                   lateness="5 seconds")
+            w = F.session_window("ts", "10 seconds")
+        col = "window" if kind == "sliding" else "session_window"
+        base = (stream().withWatermark("ts", "5 seconds").groupBy("account", w)
+                .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"))
+                .select("account", F.col(f"{col}.start").alias("window_start"),
+                        F.col(f"{col}.end").alias("window_end"), "n", "total", "top"))
+        rates = {}
+        for label, df in (("baseline", base), ("ours", ours)):
+            t0 = time.monotonic()
+            q = (df.writeStream.format("parquet").option("path", f"{tmp}/out-{label}")
+                 .option("checkpointLocation", f"{tmp}/ck-{label}").outputMode("append")
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+            dt = time.monotonic() - t0
+            if q.exception() is not None:
+                raise BenchError(f"{name} {label} failed: {q.exception()}")
+            n = sum(p["numInputRows"] for p in q.recentProgress)
+            if n != events + 1:
+                raise BenchError(f"{name} {label}: read {n} events, expected {events + 1}")
+            rates[label] = n / dt
+            print(f"[bench] {name} {label}: {n} events in {dt:.2f} s", file=sys.stderr)
+        a = spark.read.parquet(f"{tmp}/out-ours").where("account != '~flush'")
+        b = spark.read.parquet(f"{tmp}/out-baseline").where("account != '~flush'")
+        rows = b.count()
+        equal = rows > 0 and a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
+        print(f"[bench] {name}: {rows} windows", file=sys.stderr)
+    return Result(name, rates["ours"], rates["baseline"], equal)
+
+
+def sliding_1() -> Result:
+    return _run("sliding", 1)
+
+
+def sliding_12() -> Result:
+    return _run("sliding", 12)
+
+
+def sliding_60() -> Result:
+    return _run("sliding", 60)
+
+
+def session() -> Result:
+    return _run("session", 0)

@@ -1,0 +1,43 @@
+"""A streaming window query run as its own driver process, so a test can crash it.
+
+Usage: python -m tests.drivers.files_to_windows SRC_DIR CHECKPOINT OUT_DIR [FAILPOINT]
+Reads JSON files ``{"account", "ts", "amount"}`` one file per batch, computes 30 s
+windows sliding by 10 s with ``spark_ext.windows`` and appends them to Parquet (Spark's
+file sink, exactly once through its log), until every file is read.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(src: str, ckpt: str, out: str, failpoint: str = "") -> int:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if failpoint:
+        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
+        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from spark_ext import aggregate as agg
+    from spark_ext import windows
+
+    spark = (SparkSession.builder.master("local[2]").appName("windows-driver")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = (spark.readStream.schema("account string, ts double, amount long").option("maxFilesPerTrigger", 1)
+          .json(src).withColumn("ts", F.col("ts").cast("timestamp")))
+    w = windows.sliding(df, ["account"], "ts", "30 seconds", "10 seconds",
+                        {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")})
+    q = (w.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+         .outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    return 0 if q.exception() is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

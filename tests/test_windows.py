@@ -1,0 +1,267 @@
+"""Frame-aggregated windows in real Spark queries, against Spark's own window functions."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_ext import aggregate as agg
+from spark_ext import windows
+from spark_ext.frames import WindowError
+
+pytestmark = [pytest.mark.spark]
+
+ALL_OPS = {
+    "n": agg.count(), "total": agg.sum("amount"), "mean": agg.avg("amount"), "low": agg.min("amount"),
+    "top": agg.max("amount"), "var": agg.variance("x"), "sd": agg.stddev("x"), "varp": agg.variance_pop("x"),
+    "sdp": agg.stddev_pop("x"), "slope": agg.linreg_slope("x", "y"),
+}
+
+
+def spark_aggs():
+    from pyspark.sql import functions as F
+
+    return [F.count("*").alias("n"), F.sum("amount").alias("total"), F.avg("amount").alias("mean"),
+            F.min("amount").alias("low"), F.max("amount").alias("top"), F.var_samp("x").alias("var"),
+            F.stddev_samp("x").alias("sd"), F.var_pop("x").alias("varp"), F.stddev_pop("x").alias("sdp"),
+            F.regr_slope("y", "x").alias("slope")]
+
+
+def same(a: list, b: list) -> bool:
+    """Rows equal: exact for everything but floats, which match within 1e-9 relative."""
+    if len(a) != len(b):
+        return False
+    for ra, rb in zip(sorted(a, key=_key), sorted(b, key=_key), strict=True):
+        for x, y in zip(ra, rb, strict=True):
+            if isinstance(x, float) or isinstance(y, float):
+                if x is None or y is None:
+                    if x is not y:
+                        return False
+                elif not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def _key(r: tuple) -> tuple:
+    return tuple((v is None, str(v)) for v in r[:3])
+
+
+def events(seed: int, n: int, keys: int, span_s: int) -> list[tuple]:
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        x = rnd.choice([None, float(rnd.randint(-20, 20)), rnd.random() * 1e3])
+        out.append((f"k{rnd.randrange(keys)}", rnd.randrange(span_s * 1_000_000) - 5_000_000,
+                    rnd.choice([None, rnd.randint(-100, 100)]), x,
+                    None if x is None else 2.5 * x + rnd.random()))
+    return out
+
+
+def frame(spark, rows):
+    from pyspark.sql import functions as F
+
+    return spark.createDataFrame(rows, "account string, tsu long, amount long, x double, y double") \
+        .withColumn("ts", F.timestamp_micros("tsu")).drop("tsu")
+
+
+@pytest.mark.parametrize("seed,size,slide", [(1, 30, 10), (2, 60, 60), (3, 20, 4), (4, 9, 3)])
+def test_sliding_equals_spark_window_on_shuffled_input(spark, seed, size, slide):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    rows = events(seed, 2000, 7, 240)
+    random.Random(seed).shuffle(rows)
+    df = frame(spark, rows).repartition(3)
+    ours = windows.sliding(df, ["account"], "ts", f"{size} seconds", f"{slide} seconds", ALL_OPS)
+    ref = (df.groupBy("account", F.window("ts", f"{size} seconds", f"{slide} seconds")).agg(*spark_aggs())
+           .select("account", "window.start", "window.end", *ALL_OPS))
+    assert same([tuple(r) for r in ours.collect()], [tuple(r) for r in ref.collect()])
+
+
+def test_session_equals_spark_session_window(spark):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    rows = events(5, 1500, 5, 600)
+    df = frame(spark, rows).repartition(4)
+    ours = windows.session(df, ["account"], "ts", "7 seconds", ALL_OPS)
+    ref = (df.groupBy("account", F.session_window("ts", "7 seconds")).agg(*spark_aggs())
+           .select("account", "session_window.start", "session_window.end", *ALL_OPS))
+    assert same([tuple(r) for r in ours.collect()], [tuple(r) for r in ref.collect()])
+
+
+def test_seeds_worked_example_30_s_window_sliding_by_10_s(spark):
+    """Seed 001: count events per 30 s window sliding by 10 s (events labelled mm:ss)."""
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    at = ["1:01", "1:04", "1:07", "1:12", "1:14", "1:15", "1:19", "1:23", "1:28", "1:29", "1:31", "1:37",
+          "1:42", "1:45"]
+    secs = [int(m) * 60 + int(s) for m, s in (t.split(":") for t in at)]
+    df = spark.createDataFrame([("k", s) for s in secs], "key string, s long") \
+        .withColumn("ts", F.timestamp_seconds("s"))
+    out = windows.sliding(df, ["key"], "ts", "30 seconds", "10 seconds", {"n": agg.count()})
+    got = {(r.window_start.minute * 60 + r.window_start.second): r.n for r in out.collect()}
+    expected = {start: sum(start <= s < start + 30 for s in secs) for start in range(40, 110, 10)}
+    assert got == {s: n for s, n in expected.items() if n}
+    assert got[60] == 10 and got[90] == 4  # 1:00-1:30 holds ten events, 1:30-2:00 four
+
+
+def _write_files(src: Path, batches: list[list[dict]]) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    for i, rows in enumerate(batches):
+        f = src / f"f{i:03d}.json"
+        f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(f, (1_000_000 + i, 1_000_000 + i))
+
+
+def _in_order_batches(seed: int, files: int, per_file: int) -> list[list[dict]]:
+    rnd, t, out = random.Random(seed), 0, []
+    for i in range(files):
+        rows = []
+        for _ in range(per_file):
+            t += rnd.randint(0, 300_000)
+            rows.append({"account": f"k{rnd.randint(0, 5)}", "ts": t / 1e6, "amount": rnd.randint(0, 100)})
+        if i == files - 1:  # a far-future event of another key closes every window
+            rows.append({"account": "~flush", "ts": t / 1e6 + 10_000, "amount": 0})
+        out.append(rows)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["sliding", "session"])
+def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    _write_files(tmp_path / "src", _in_order_batches(7, 4, 400))
+
+    def stream():
+        return (spark.readStream.schema("account string, ts double, amount long")
+                .option("maxFilesPerTrigger", 1).json(str(tmp_path / "src"))
+                .withColumn("ts", F.col("ts").cast("timestamp")))
+
+    aggs = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")}
+    if kind == "sliding":
+        ours = windows.sliding(stream(), ["account"], "ts", "30 seconds", "10 seconds", aggs,
+                               lateness="5 seconds")
+        w, col = F.window("ts", "30 seconds", "10 seconds"), "window"
+    else:
+        ours = windows.session(stream(), ["account"], "ts", "3 seconds", aggs, lateness="5 seconds")
+        w, col = F.session_window("ts", "3 seconds"), "session_window"
+    ref = (stream().withWatermark("ts", "5 seconds").groupBy("account", w)
+           .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"))
+           .select("account", F.col(f"{col}.start"), F.col(f"{col}.end"), "n", "total", "top"))
+    got = {}
+    for name, df in (("ours", ours), ("ref", ref)):
+        q = (df.writeStream.format("memory").queryName(f"w_{kind}_{name}").outputMode("append")
+             .option("checkpointLocation", str(tmp_path / f"ck-{name}")).trigger(availableNow=True).start())
+        q.awaitTermination(300)
+        assert q.exception() is None
+        table = spark.table(f"w_{kind}_{name}").where("account != '~flush'")
+        got[name] = sorted(tuple(r) for r in table.collect())
+    assert got["ours"] and got["ours"] == got["ref"]
+
+
+def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_path):
+    """Partition 1 lags 900 s behind partition 0. Spark's global watermark (max - delay)
+    drops its later events as late; ours (min over partitions) keeps every one."""
+    from pyspark.sql import functions as F
+
+    from tests.kafka_util import create_topic, produce
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "lag")
+
+    def send(part: int, secs: list[int]) -> None:
+        produce(bootstrap, topic, [(part, b"k", json.dumps({"account": "a", "s": s}).encode()) for s in secs])
+
+    def stream():
+        return (spark.readStream.format("hzsource").option("connector", "kafka")
+                .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+                .option("startingOffsets", "earliest").load()
+                .select("partition",
+                        F.from_json(F.col("value").cast("string"), "account string, s long").alias("j"))
+                .select("partition", "j.account", F.timestamp_seconds("j.s").alias("ts")))
+
+    ours = windows.tumbling(stream(), ["account"], "ts", "10 seconds", {"n": agg.count()},
+                            lateness="5 seconds", partition_column="partition")
+    spark_w = (stream().withWatermark("ts", "5 seconds").groupBy("account", F.window("ts", "10 seconds"))
+               .agg(F.count("*").alias("n")).select("account", "window.start", "n"))
+
+    def run_all() -> None:
+        for name, df in (("ours", ours), ("spark", spark_w)):
+            q = (df.writeStream.format("parquet").option("path", str(tmp_path / f"out-{name}"))
+                 .outputMode("append").option("checkpointLocation", str(tmp_path / f"ck-{name}"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination(300)
+            assert q.exception() is None
+
+    send(0, list(range(1000, 1030)))
+    send(1, list(range(100, 130)))
+    run_all()
+    send(0, list(range(1030, 1060)))
+    send(1, list(range(130, 160)))  # behind partition 0's watermark, ahead of its own
+    run_all()
+    send(0, [5000])
+    send(1, [5000])  # both partitions move on: every window closes
+    run_all()
+    run_all()  # Spark applies a new watermark one batch later
+    ours_rows = spark.read.parquet(str(tmp_path / "out-ours")).collect()
+    spark_rows = spark.read.parquet(str(tmp_path / "out-spark")).collect()
+    ours_n = {r.window_start.timestamp(): r.n for r in ours_rows}
+    spark_n = {r.start.timestamp(): r.n for r in spark_rows}
+    expected = {float(w): 10 for w in [*range(100, 160, 10), *range(1000, 1060, 10)]}
+    assert ours_n == expected  # every event of the lagging partition counted
+    assert sum(spark_n.values()) < sum(expected.values())  # Spark dropped the lagging ones
+
+
+def test_kill_9_then_restart_emits_every_window_once(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    batches = _in_order_batches(11, 5, 300)
+    _write_files(tmp_path / "src", batches)
+    argv = [sys.executable, "-m", "tests.drivers.files_to_windows", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), str(tmp_path / "out")]
+    crashed = subprocess.run([*argv, "windows.batch2"], start_new_session=True, capture_output=True,
+                             text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = spark.read.parquet(str(tmp_path / "out")).where("account != '~flush'")
+    df = spark.createDataFrame([r for b in batches for r in b], "account string, ts double, amount long") \
+        .where("account != '~flush'").withColumn("ts", F.col("ts").cast("timestamp"))
+    ref = (df.groupBy("account", F.window("ts", "30 seconds", "10 seconds"))
+           .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"))
+           .select("account", F.col("window.start").alias("window_start"),
+                   F.col("window.end").alias("window_end"), "n", "total", "top"))
+    rows = sorted(tuple(r) for r in got.collect())
+    assert len(rows) == len(set(rows))  # no window twice
+    assert rows == sorted(tuple(r) for r in ref.collect())
+
+
+@pytest.mark.parametrize("call,expected", [
+    (lambda df: windows.sliding(df, ["account"], "ts", "60 seconds", "7 seconds", {"n": agg.count()}),
+     "not a multiple of slide"),
+    (lambda df: windows.sliding(df, ["nope"], "ts", "60 seconds", "10 seconds", {"n": agg.count()}),
+     "column 'nope' is not in the DataFrame"),
+    (lambda df: windows.tumbling(df, ["account"], "amount", "60 seconds", {"n": agg.count()}),
+     "cast it to timestamp"),
+    (lambda df: windows.tumbling(df, ["account"], "ts", "sixty", {"n": agg.count()}), "write a duration"),
+    (lambda df: windows.tumbling(df, ["account"], "ts", "1 minute", {"s": agg.sum("missing")}),
+     "reads column 'missing'"),
+])
+def test_bad_arguments_fail_on_the_driver(spark, call, expected):
+    df = frame(spark, events(1, 5, 1, 10))
+    with pytest.raises(WindowError, match=expected):
+        call(df)
