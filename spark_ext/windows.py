@@ -24,7 +24,15 @@ events dropped as late, as Spark's global ``max - delay`` would. A partition wit
 events for ``idle_timeout`` (processing time) stops holding it back. Late events (every
 window they belong to already emitted) are dropped and counted in the log. Windows are
 emitted when a batch with data arrives (as with Spark's append mode, output waits for
-later input); the number of buckets must stay the same across restarts.
+later input); the number of buckets must stay the same across restarts (checked).
+Idleness is measured in the batches' processing time from Spark's offset log, so a
+replayed batch decides the same, and time the query was down counts for no partition.
+
+Sessions are merged per input partition before the shuffle, so the late rule applies to
+a partial session as a whole (dropped only when it ends at or before the watermark), as
+Spark does with ``spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition``;
+with the default Spark drops late events one by one. In-order input (or disorder within
+``lateness``) gives identical sessions either way.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ import io
 import json
 import logging
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,7 +60,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BUCKET, KIND, PART, MAXTS = "__bucket", "__kind", "__part", "__maxts"
+BUCKET, KIND, PART, MAXTS, PAYLOAD = "__bucket", "__kind", "__part", "__maxts", "__payload"
+# What stage 1 sends to stage 2: never null, so pandas keeps every column's type. Each
+# row carries one bucket's partial frames as Arrow IPC (kind 0) or one source partition's
+# latest event time (kind 1).
+WIRE = pa.schema([pa.field(BUCKET, pa.int64()), pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()),
+                  pa.field(MAXTS, pa.int64()), pa.field(PAYLOAD, pa.binary())])
 _N = "hzn"  # hidden event count: emptiness and late-event accounting
 _MIN = -(2**62)
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
@@ -85,8 +97,9 @@ class _Spec:
     part_col: str | None
     buckets: int
     ops: Mapping[str, AggregateOperation]
-    stage1_schema: pa.Schema
+    stage1_schema: pa.Schema  # partial frames / sessions: keys, bucket, bounds, states
     out_schema: pa.Schema
+    streaming: bool
 
     @property
     def group(self) -> list[str]:
@@ -146,6 +159,9 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     for c in [*keys, ts, *([part_col] if part_col else [])]:
         if c not in cols:
             raise WindowError(f"column {c!r} is not in the DataFrame (columns: {sorted(cols)})")
+    if part_col and cols[part_col].simpleString() not in ("tinyint", "smallint", "int", "bigint"):
+        raise WindowError(f"partition_column {part_col!r} has type {cols[part_col].simpleString()}; give the "
+                          "integer source partition (the Kafka source's 'partition' column)")
     if not isinstance(cols[ts], TimestampType | TimestampNTZType):
         raise WindowError(f"timestamp column {ts!r} has type {cols[ts].simpleString()}; cast it to timestamp")
     if not aggs:
@@ -169,14 +185,14 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     state_fields = [f for p, op in ops.items() for f in op.state_fields(p, ev_schema)]
     bounds = [pa.field(fr.FRAME, pa.int64())] if kind == "sliding" else [
         pa.field(fr.SESSION_START, pa.int64()), pa.field(fr.SESSION_END, pa.int64())]
-    stage1 = pa.schema([*key_fields, pa.field(BUCKET, pa.int64()), *bounds, *state_fields,
-                        pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()), pa.field(MAXTS, pa.int64())])
+    stage1 = pa.schema([*key_fields, pa.field(BUCKET, pa.int64()), *bounds, *state_fields])
     results = [pa.field(p, op.result_type(op.state_types(ev_schema))) for p, op in aggs.items()]
     ts_type = pa.timestamp("us", tz="UTC")
     bounds_out = [pa.field("window_start", ts_type), pa.field("window_end", ts_type)]
     out = pa.schema([*key_fields, *bounds_out, *results])
     return _Spec(kind, tuple(keys), ts, slide_us, k, gap_us, duration_us(lateness, "lateness"),
-                 duration_us(idle, "idle_timeout") if idle else None, part_col, buckets, ops, stage1, out)
+                 duration_us(idle, "idle_timeout") if idle else None, part_col, buckets, ops, stage1, out,
+                 df.isStreaming)
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -190,8 +206,9 @@ def _build(df: DataFrame, spec: _Spec) -> DataFrame:
 
     needed = sorted({*spec.keys, spec.ts, *([spec.part_col] if spec.part_col else []),
                      *[c for op in spec.ops.values() for c in op.inputs]})
-    src = df.select(*needed).withColumn(BUCKET, F.pmod(F.xxhash64(*spec.keys), F.lit(spec.buckets)))
-    partial = src.mapInArrow(_stage1(spec), _spark_schema(spec.stage1_schema))
+    bucket = F.pmod(F.xxhash64(*spec.keys), F.lit(spec.buckets)) if spec.keys else F.lit(0).cast("long")
+    src = df.select(*needed).withColumn(BUCKET, bucket)
+    partial = src.mapInArrow(_stage1(spec), _spark_schema(WIRE))
     grouped = partial.groupBy(BUCKET)
     if not df.isStreaming:
         return grouped.applyInArrow(_batch_stage2(spec), _spark_schema(spec.out_schema))
@@ -207,33 +224,48 @@ def _build(df: DataFrame, spec: _Spec) -> DataFrame:
 
 def _stage1(spec: _Spec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        events = pa.Table.from_batches(list(batches))
-        if events.num_rows == 0:
+        chunks = [b for b in batches if b.num_rows]
+        if not chunks:  # Spark calls us for empty partitions too
             return
-        ts = events.column(spec.ts).cast(pa.int64())
+        events = pa.Table.from_batches(chunks)
         if spec.kind == "sliding":
             part = fr.accumulate_frames(events, spec.group, spec.ts, spec.slide_us, spec.ops)
         else:
             part = fr.partial_sessions(events, spec.group, spec.ts, spec.gap_us, spec.ops)
-        n = part.num_rows
-        part = part.append_column(KIND, pa.array(np.zeros(n, np.int64)))
-        part = part.append_column(PART, pa.nulls(n, pa.int64())).append_column(MAXTS, pa.nulls(n, pa.int64()))
-        yield from part.select(spec.stage1_schema.names).cast(spec.stage1_schema).to_batches()
-        yield _watermark_rows(spec, events, ts)
+        part = part.select(spec.stage1_schema.names).cast(spec.stage1_schema)
+        buckets = part.column(BUCKET).to_numpy()
+        order = np.argsort(buckets, kind="stable")
+        sb = buckets[order]
+        starts: list[int] = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]]).tolist() if len(order) else []
+        ends = [*starts[1:], len(order)]
+        ids = [int(buckets[order[i]]) for i in starts]
+        payloads = [_ipc(part.take(pa.array(order[i:j]))) for i, j in zip(starts, ends, strict=True)]
+        n = len(ids)
+        rows: dict[str, list[Any]] = {BUCKET: ids, KIND: [0] * n, PART: [-1] * n, MAXTS: [_MIN] * n,
+                                      PAYLOAD: payloads}
+        if spec.streaming:
+            wm = _watermark_rows(spec, events)
+            for k in rows:
+                rows[k] = rows[k] + wm[k]
+        yield pa.RecordBatch.from_pydict(rows, schema=WIRE)
     return run
 
 
-def _watermark_rows(spec: _Spec, events: pa.Table, ts: pa.ChunkedArray) -> pa.RecordBatch:
+def _watermark_rows(spec: _Spec, events: pa.Table) -> dict[str, list[Any]]:
     """One row per (bucket, source partition): the latest event time this task saw there."""
+    ts = events.column(spec.ts).cast(pa.int64())
     t = pa.table({"p": events.column(spec.part_col).cast(pa.int64()) if spec.part_col
                   else pa.array(np.zeros(events.num_rows, np.int64)), "ts": ts})
     latest = t.drop_null().group_by("p").aggregate([("ts", "max")])
-    parts, maxts = latest.column("p").to_numpy(), latest.column("ts_max").to_numpy()
-    b = np.repeat(np.arange(spec.buckets, dtype=np.int64), len(parts))
-    rows = {f.name: pa.nulls(len(b), f.type) for f in spec.stage1_schema}
-    rows.update({BUCKET: pa.array(b), KIND: pa.array(np.ones(len(b), np.int64)),
-                 PART: pa.array(np.tile(parts, spec.buckets)), MAXTS: pa.array(np.tile(maxts, spec.buckets))})
-    return pa.RecordBatch.from_pydict(rows, schema=spec.stage1_schema)
+    parts, maxts = latest.column("p").to_pylist(), latest.column("ts_max").to_pylist()
+    n = spec.buckets * len(parts)
+    return {BUCKET: [b for b in range(spec.buckets) for _ in parts], KIND: [1] * n,
+            PART: parts * spec.buckets, MAXTS: maxts * spec.buckets, PAYLOAD: [b""] * n}
+
+
+def _partials(spec: _Spec, kinds: np.ndarray, payloads: Sequence[bytes]) -> pa.Table:
+    tables = [pa.ipc.open_stream(p).read_all() for k, p in zip(kinds, payloads, strict=True) if k == 0]
+    return pa.concat_tables(tables) if tables else spec.stage1_schema.empty_table()
 
 
 # --- stage 2: per bucket -------------------------------------------------------------------------
@@ -246,6 +278,8 @@ def _emit(spec: _Spec, state: pa.Table, wm_before: int, wm: int) -> tuple[pa.Tab
         state = fr.combine_frames(state, spec.group, ops)
         before = None if wm_before <= _MIN else fr.frames_closed_by(wm_before, spec.slide_us)
         upto = None if wm >= -_MIN else fr.frames_closed_by(wm, spec.slide_us)
+        if before is not None and upto is not None and upto <= before:
+            return spec.out_schema.empty_table(), state  # the watermark did not close a frame
         out = fr.sliding(state, spec.group, ops, spec.k, spec.slide_us, emit_from_frame=before,
                          emit_before_frame=upto)
         keep = state if upto is None else fr.purge_frames(state, spec.k, upto)
@@ -268,14 +302,10 @@ def _output(spec: _Spec, out: pa.Table) -> pa.Table:
 
 def _batch_stage2(spec: _Spec) -> Callable[[pa.Table], pa.Table]:
     def run(table: pa.Table) -> pa.Table:
-        rows = table.filter(pa.compute.equal(table.column(KIND), 0))
-        out, _ = _emit(spec, rows.select(_state_cols(spec)), _MIN, -_MIN)
+        partial = _partials(spec, table.column(KIND).to_numpy(), table.column(PAYLOAD).to_pylist())
+        out, _ = _emit(spec, partial, _MIN, -_MIN)
         return out
     return run
-
-
-def _state_cols(spec: _Spec) -> list[str]:
-    return [n for n in spec.stage1_schema.names if n not in (KIND, PART, MAXTS)]
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -288,26 +318,35 @@ def _ipc(table: pa.Table) -> bytes:
 def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     def run(key: Any, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         _failpoint()
-        incoming = pa.concat_tables([pa.Table.from_pandas(p, schema=spec.stage1_schema, preserve_index=False)
-                                     for p in pdfs])
+        import pandas as pd
+
+        wire = pd.concat(list(pdfs), ignore_index=True)
         if state.exists:
             frames_blob, meta_text = state.get
             kept = pa.ipc.open_stream(frames_blob).read_all()
             meta = json.loads(meta_text)
         else:
-            kept, meta = None, {"wm": _MIN, "parts": {}, "late": 0}
-        now = time.time() * 1e6
-        kind = incoming.column(KIND).to_numpy(zero_copy_only=False)
-        wmrows = incoming.filter(pa.array(kind == 1))
-        for p, t in zip(wmrows.column(PART).to_pylist(), wmrows.column(MAXTS).to_pylist(), strict=True):
+            kept, meta = None, {"wm": _MIN, "parts": {}, "late": 0, "buckets": spec.buckets}
+        if meta.get("buckets", spec.buckets) != spec.buckets:
+            raise WindowError(f"this checkpoint's window state was built with buckets={meta['buckets']}, "
+                              f"now {spec.buckets}; pass buckets={meta['buckets']} (keys would move)")
+        # The batch's processing time from the offset log: the same when a batch is replayed.
+        now = float(state.getCurrentProcessingTimeMs()) * 1000
+        if spec.idle_us is not None and now - meta.get("now", now) > spec.idle_us:
+            # The query was down (or no data came at all): that is nobody's idleness.
+            gap = now - meta["now"]
+            meta["parts"] = {p: [v[0], v[1] + gap] for p, v in meta["parts"].items()}
+        meta["now"] = now
+        kind = wire[KIND].to_numpy()
+        for p, t in zip(wire[PART].to_numpy()[kind == 1], wire[MAXTS].to_numpy()[kind == 1], strict=True):
             old = meta["parts"].get(str(p), [_MIN, 0])
-            meta["parts"][str(p)] = [max(old[0], t), now]
+            meta["parts"][str(p)] = [max(old[0], int(t)), now]
         wm_before = int(meta["wm"])
         active = [v[0] for v in meta["parts"].values()
                   if spec.idle_us is None or now - v[1] <= spec.idle_us] or \
             [v[0] for v in meta["parts"].values()]
         wm = max(wm_before, min(active) - spec.lateness_us) if active else wm_before
-        new = incoming.filter(pa.array(kind == 0)).select(_state_cols(spec))
+        new = _partials(spec, kind, wire[PAYLOAD].tolist())
         new, late = _drop_late(spec, new, wm_before)
         if late:
             meta["late"] += late
@@ -318,7 +357,7 @@ def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], 
         meta["wm"] = wm
         state.update((_ipc(keep), json.dumps(meta)))
         if out.num_rows:
-            yield out.to_pandas()
+            yield out.to_pandas(integer_object_nulls=True)
     return run
 
 

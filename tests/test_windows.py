@@ -124,32 +124,39 @@ def _write_files(src: Path, batches: list[list[dict]]) -> None:
         os.utime(f, (1_000_000 + i, 1_000_000 + i))
 
 
-def _in_order_batches(seed: int, files: int, per_file: int) -> list[list[dict]]:
+def _in_order_batches(seed: int, files: int, per_file: int, jitter_us: int = 0) -> list[list[dict]]:
+    """Events in time order (each moved by up to ``jitter_us`` and shuffled within its
+    file when jitter is given), amounts sometimes null; the last file closes every window."""
     rnd, t, out = random.Random(seed), 0, []
     for i in range(files):
         rows = []
         for _ in range(per_file):
             t += rnd.randint(0, 300_000)
-            rows.append({"account": f"k{rnd.randint(0, 5)}", "ts": t / 1e6, "amount": rnd.randint(0, 100)})
+            ts = max(0, t + rnd.randint(-jitter_us, jitter_us))
+            amount = None if jitter_us and rnd.random() < 0.1 else rnd.randint(0, 100)
+            rows.append({"account": f"k{rnd.randint(0, 5)}", "ts": ts / 1e6, "amount": amount})
+        if jitter_us:
+            rnd.shuffle(rows)
         if i == files - 1:  # a far-future event of another key closes every window
             rows.append({"account": "~flush", "ts": t / 1e6 + 10_000, "amount": 0})
         out.append(rows)
     return out
 
 
-@pytest.mark.parametrize("kind", ["sliding", "session"])
-def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind):
+@pytest.mark.parametrize("kind,jitter_us", [("sliding", 0), ("session", 0), ("sliding", 2_000_000)])
+def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind, jitter_us):
+    """In order, and out of order within the allowed lateness (with null amounts)."""
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    _write_files(tmp_path / "src", _in_order_batches(7, 4, 400))
+    _write_files(tmp_path / "src", _in_order_batches(7, 4, 400, jitter_us))
 
     def stream():
         return (spark.readStream.schema("account string, ts double, amount long")
                 .option("maxFilesPerTrigger", 1).json(str(tmp_path / "src"))
                 .withColumn("ts", F.col("ts").cast("timestamp")))
 
-    aggs = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")}
+    aggs = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount"), "low": agg.min("amount")}
     if kind == "sliding":
         ours = windows.sliding(stream(), ["account"], "ts", "30 seconds", "10 seconds", aggs,
                                lateness="5 seconds")
@@ -158,15 +165,16 @@ def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind
         ours = windows.session(stream(), ["account"], "ts", "3 seconds", aggs, lateness="5 seconds")
         w, col = F.session_window("ts", "3 seconds"), "session_window"
     ref = (stream().withWatermark("ts", "5 seconds").groupBy("account", w)
-           .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"))
-           .select("account", F.col(f"{col}.start"), F.col(f"{col}.end"), "n", "total", "top"))
+           .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"),
+                F.min("amount").alias("low"))
+           .select("account", F.col(f"{col}.start"), F.col(f"{col}.end"), "n", "total", "top", "low"))
     got = {}
     for name, df in (("ours", ours), ("ref", ref)):
-        q = (df.writeStream.format("memory").queryName(f"w_{kind}_{name}").outputMode("append")
+        q = (df.writeStream.format("memory").queryName(f"w_{kind}_{jitter_us}_{name}").outputMode("append")
              .option("checkpointLocation", str(tmp_path / f"ck-{name}")).trigger(availableNow=True).start())
         q.awaitTermination(300)
         assert q.exception() is None
-        table = spark.table(f"w_{kind}_{name}").where("account != '~flush'")
+        table = spark.table(f"w_{kind}_{jitter_us}_{name}").where("account != '~flush'")
         got[name] = sorted(tuple(r) for r in table.collect())
     assert got["ours"] and got["ours"] == got["ref"]
 
@@ -218,6 +226,7 @@ def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_p
     run_all()  # Spark applies a new watermark one batch later
     ours_rows = spark.read.parquet(str(tmp_path / "out-ours")).collect()
     spark_rows = spark.read.parquet(str(tmp_path / "out-spark")).collect()
+    assert len(ours_rows) == len({r.window_start for r in ours_rows})  # no window twice
     ours_n = {r.window_start.timestamp(): r.n for r in ours_rows}
     spark_n = {r.start.timestamp(): r.n for r in spark_rows}
     expected = {float(w): 10 for w in [*range(100, 160, 10), *range(1000, 1060, 10)]}
@@ -248,6 +257,20 @@ def test_kill_9_then_restart_emits_every_window_once(spark, tmp_path):
     rows = sorted(tuple(r) for r in got.collect())
     assert len(rows) == len(set(rows))  # no window twice
     assert rows == sorted(tuple(r) for r in ref.collect())
+
+
+def test_no_keys_and_empty_partitions(spark):
+    """One window series over everything (no keys), with input partitions left empty."""
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    df = frame(spark, events(3, 300, 3, 100)).repartition(6).where("account = 'k1'")
+    ours = windows.tumbling(df, [], "ts", "20 seconds", {"n": agg.count(), "low": agg.min("amount")})
+    ref = (df.groupBy(F.window("ts", "20 seconds"))
+           .agg(F.count("*").alias("n"), F.min("amount").alias("low"))
+           .select("window.start", "window.end", "n", "low"))
+    assert sorted(map(tuple, ours.collect())) == sorted(map(tuple, ref.collect()))
+    assert windows.tumbling(df.limit(0), [], "ts", "20 seconds", {"n": agg.count()}).count() == 0
 
 
 @pytest.mark.parametrize("call,expected", [
