@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,16 @@ def spark_session() -> Any:
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def timed_parquet_stream(spark: Any, case: str, src: str, ckpt: str, sink: Any) -> tuple[int, float]:
+    """Stream the Parquet files at ``src`` through ``sink(writeStream)`` in one AvailableNow
+    run; (rows read, wall-clock seconds from ``start()`` to termination)."""
+    df = spark.readStream.schema(spark.read.parquet(src).schema).parquet(src)
+    t0 = time.monotonic()
+    q = sink(df.writeStream).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+    q.awaitTermination()
+    dt = time.monotonic() - t0
+    if q.exception() is not None:
+        raise BenchError(f"{case} query failed: {q.exception()}")
+    return sum(p["numInputRows"] for p in q.recentProgress), dt

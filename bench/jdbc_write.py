@@ -16,13 +16,20 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from bench.common import RESULTS_DIR, BenchError, Result, run_sql, services_env, spark_session
+from bench.common import (
+    RESULTS_DIR,
+    BenchError,
+    Result,
+    run_sql,
+    services_env,
+    spark_session,
+    timed_parquet_stream,
+)
 
 COLUMNS = "id bigint PRIMARY KEY, account text, amount double precision, ts timestamptz, note text"
 
@@ -39,16 +46,6 @@ def _stage(spark: Any, rows: int, path: str) -> None:
         F.concat(F.lit("payment note "), F.sha1(F.col("id").cast("string"))).alias("note"),
     ).repartition(2).write.mode("overwrite").parquet(path))
 
-
-def _timed(spark: Any, src: str, ckpt: str, sink: Any) -> tuple[int, float]:
-    df = spark.readStream.schema(spark.read.parquet(src).schema).parquet(src)
-    t0 = time.monotonic()
-    q = sink(df.writeStream).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
-    q.awaitTermination()
-    dt = time.monotonic() - t0
-    if q.exception() is not None:
-        raise BenchError(f"jdbc_write query failed: {q.exception()}")
-    return sum(p["numInputRows"] for p in q.recentProgress), dt
 
 
 def run() -> Result:
@@ -85,7 +82,7 @@ def run() -> Result:
         for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
             for name, sink in sinks:
                 run_sql(url, f"TRUNCATE {tables[name]}")
-                n, dt = _timed(spark, src, f"{tmp}/ck-{name}-{i}", sink)
+                n, dt = timed_parquet_stream(spark, "jdbc_write", src, f"{tmp}/ck-{name}-{i}", sink)
                 if n != rows:
                     raise BenchError(f"jdbc_write {name}: read {n} rows, expected {rows}")
                 rates[name] = max(rates.get(name, 0.0), n / dt)

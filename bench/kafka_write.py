@@ -17,14 +17,13 @@ import json
 import os
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import RESULTS_DIR, BenchError, Result, services_env, spark_session
+from bench.common import RESULTS_DIR, BenchError, Result, services_env, spark_session, timed_parquet_stream
 
 PARTITIONS = 4
 
@@ -43,16 +42,6 @@ def _topic(admin: AdminClient, name: str) -> str:
     admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=60)
     return name
 
-
-def _timed(spark: Any, src: str, ckpt: str, sink: Any) -> tuple[int, float]:
-    df = spark.readStream.schema(spark.read.parquet(src).schema).parquet(src)
-    t0 = time.monotonic()
-    q = sink(df.writeStream).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
-    q.awaitTermination()
-    dt = time.monotonic() - t0
-    if q.exception() is not None:
-        raise BenchError(f"kafka_write query failed: {q.exception()}")
-    return sum(p["numInputRows"] for p in q.recentProgress), dt
 
 
 def _read(spark: Any, bootstrap: str, topic: str) -> Any:
@@ -88,7 +77,7 @@ def run() -> Result:
             for name, sink in sinks:
                 topic = _topic(admin, f"bench-write-{name}-{run_id}-{i}")
                 made.append(topic)
-                n, dt = _timed(spark, src, f"{tmp}/ck-{name}-{i}",
+                n, dt = timed_parquet_stream(spark, "kafka_write", src, f"{tmp}/ck-{name}-{i}",
                                lambda w, s=sink, t=topic: s(w, t))
                 if n != rows:
                     raise BenchError(f"kafka_write {name}: read {n} rows, expected {rows}")

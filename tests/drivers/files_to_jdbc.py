@@ -8,22 +8,14 @@ file is written (Trigger.AvailableNow). With FAILPOINT, the driver kills itself 
 
 from __future__ import annotations
 
-import os
 import sys
+
+from tests.drivers.session import driver_session
 
 
 def main(src: str, ckpt: str, url: str, table: str, failpoint: str = "") -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if failpoint:
-        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
-        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
-    from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("jdbc-driver")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session("jdbc-driver", failpoint)
     df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(src)
     q = (df.repartition(3, "id").writeStream.format("hzsink").option("connector", "jdbc")
          .option("url", url).option("dbtable", table).option("checkpointLocation", ckpt)

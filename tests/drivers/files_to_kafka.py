@@ -9,22 +9,14 @@ kills itself there.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from tests.drivers.session import driver_session
 
 
 def main(src: str, ckpt: str, bootstrap: str, topic: str, failpoint: str = "") -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if failpoint:
-        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
-        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
-    from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafka-sink-driver")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session("kafka-sink-driver", failpoint)
     df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(src)
     out = df.repartition(3, "id").selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
     q = (out.writeStream.format("hzsink").option("connector", "kafka")

@@ -8,27 +8,18 @@ file sink, exactly once through its log), until every file is read.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from tests.drivers.session import driver_session
 
 
 def main(src: str, ckpt: str, out: str, failpoint: str = "") -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if failpoint:
-        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
-        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from spark_ext import aggregate as agg
     from spark_ext import windows
 
-    spark = (SparkSession.builder.master("local[2]").appName("windows-driver")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session("windows-driver", failpoint)
     df = (spark.readStream.schema("account string, ts double, amount long").option("maxFilesPerTrigger", 1)
           .json(src).withColumn("ts", F.col("ts").cast("timestamp")))
     w = windows.sliding(df, ["account"], "ts", "30 seconds", "10 seconds",

@@ -9,25 +9,17 @@ without, it stops cleanly once TABLE holds EXPECTED rows.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
+
+from tests.drivers.session import driver_session
 
 
 def main(host: str, port: str, user: str, password: str, dest: str, ckpt: str, url: str, table: str,
          expected: str, failpoint: str = "", *extra: str) -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if failpoint and failpoint != "-":
-        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
-        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
     import sqlalchemy as sa
-    from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("jms-driver")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session("jms-driver", failpoint)
     r = (spark.readStream.format("hzsource").option("connector", "jms").option("host", host)
          .option("port", port).option("user", user).option("password", password)
          .option("destination", dest).option("maxMessagesPerTrigger", "50"))

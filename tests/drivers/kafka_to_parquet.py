@@ -7,19 +7,14 @@ Trigger.AvailableNow and exits when everything available is written.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from tests.drivers.session import driver_session
 
 
 def main(bootstrap: str, topic: str, ckpt: str, out: str, mode: str) -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("kill9-driver")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session("kill9-driver")
     df = (spark.readStream.format("hzsource").option("connector", "kafka")
           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "300").load())

@@ -1,0 +1,28 @@
+"""What every crash-test driver does first: arm its failpoint and start local Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def driver_session(name: str, failpoint: str = "") -> Any:
+    """A local[2] session on loopback; with ``failpoint`` the driver kills itself there.
+
+    The driver runs in its own process group (the test starts it with
+    ``start_new_session``); the failpoint kills that group, workers included.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if failpoint and failpoint != "-":
+        os.environ["SPARK_EXT_FAILPOINTS"] = failpoint
+        os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName(name)
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
