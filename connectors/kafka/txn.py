@@ -139,7 +139,8 @@ class KafkaTxnClient:
             except (_Retriable, OSError) as e:
                 if key is not None and (isinstance(e, OSError) or e.code in _COORD_MOVED):
                     self._forget(*key)
-                if isinstance(e, OSError):
+                if isinstance(e, OSError) and self._any is not None:
+                    self._any.close()
                     self._any = None
                 if time.monotonic() > deadline:
                     raise RetriableCommitError(f"{doing}: Kafka still answers {e} after "
