@@ -187,7 +187,8 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
         pa.field(fr.SESSION_START, pa.int64()), pa.field(fr.SESSION_END, pa.int64())]
     stage1 = pa.schema([*key_fields, pa.field(BUCKET, pa.int64()), *bounds, *state_fields])
     results = [pa.field(p, op.result_type(op.state_types(ev_schema))) for p, op in aggs.items()]
-    ts_type = pa.timestamp("us", tz="UTC")
+    # Bounds take the input's kind of timestamp, as Spark's window() does.
+    ts_type = pa.timestamp("us") if isinstance(cols[ts], TimestampNTZType) else pa.timestamp("us", tz="UTC")
     bounds_out = [pa.field("window_start", ts_type), pa.field("window_end", ts_type)]
     out = pa.schema([*key_fields, *bounds_out, *results])
     return _Spec(kind, tuple(keys), ts, slide_us, k, gap_us, duration_us(lateness, "lateness"),

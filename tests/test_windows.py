@@ -87,6 +87,21 @@ def test_sliding_equals_spark_window_on_shuffled_input(spark, seed, size, slide)
     assert same([tuple(r) for r in ours.collect()], [tuple(r) for r in ref.collect()])
 
 
+def test_timestamp_ntz_input_gives_timestamp_ntz_windows(spark):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = frame(spark, events(8, 500, 3, 120)).withColumn("ts", F.col("ts").cast("timestamp_ntz"))
+        ours = windows.sliding(df, ["account"], "ts", "30 seconds", "10 seconds", {"n": agg.count()})
+        ref = (df.groupBy("account", F.window("ts", "30 seconds", "10 seconds")).agg(F.count("*").alias("n"))
+               .select("account", "window.start", "window.end", "n"))
+        assert ours.schema["window_start"].dataType == ref.schema["start"].dataType
+        assert sorted(map(tuple, ours.collect())) == sorted(map(tuple, ref.collect()))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
 def test_session_equals_spark_session_window(spark):
     from pyspark.sql import functions as F
 
