@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from spark_ext.commit import SinkPlan
-from spark_ext.errors import ConfigurationError, NotBuiltYetError, UnsupportedGuaranteeError
+from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
 
@@ -72,34 +72,3 @@ class SinkConnector(ABC):
         ``commit`` / ``abort``): build the plan from the options alone, touching nothing,
         because the batch's transactions are prepared and waiting for that commit.
         """
-
-
-def _not_built(kind: str, name: str) -> NotBuiltYetError:
-    return NotBuiltYetError(
-        f"{kind} connector {name!r} is not built yet in this version of spark-ext; "
-        "see the README's connector table for what is available"
-    )
-
-
-class NotBuiltSource(SourceConnector):
-    """Placeholder for a registered source connector that is not implemented yet."""
-
-    def check(self, options: Options) -> None:
-        raise _not_built("hzsource", self.name)
-
-    def schema(self, options: Options) -> StructType:
-        raise _not_built("hzsource", self.name)
-
-    def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
-        raise _not_built("hzsource", self.name)
-
-
-class NotBuiltSink(SinkConnector):
-    """Placeholder for a registered sink connector that is not implemented yet."""
-
-    def check(self, options: Options, guarantee: Guarantee) -> None:
-        raise _not_built("hzsink", self.name)
-
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
-             prepare: bool = True) -> SinkPlan:
-        raise _not_built("hzsink", self.name)

@@ -42,10 +42,6 @@ class InvalidOptionError(ConfigurationError):
     """An option has a value of the wrong type or outside its range."""
 
 
-class NotBuiltYetError(SparkExtError, NotImplementedError):
-    """The connector is registered but not implemented in this version."""
-
-
 # --- external systems ------------------------------------------------------------------
 
 
