@@ -1,17 +1,6 @@
-"""Connector registry: ``option("connector", ...)`` -> the class that implements it.
+"""spark-ext's connectors, one package each: ``kafka`` (source and sink), ``jms``
+(source), ``jdbc`` (PostgreSQL sink).
 
-Values are ``module:Class`` strings imported on first use, so a query that reads Kafka
-never imports the STOMP or database clients.
+Connectors depend on the core (``spark_ext``), never the other way: each registers
+through entry points declared in ``pyproject.toml`` (see ``spark_ext.registry``).
 """
-
-from __future__ import annotations
-
-SOURCES: dict[str, str] = {
-    "kafka": "connectors.kafka:KafkaSource",
-    "jms": "connectors.jms:JmsSource",
-}
-
-SINKS: dict[str, str] = {
-    "kafka": "connectors.kafka:KafkaSink",
-    "jdbc": "connectors.jdbc:JdbcSink",
-}

@@ -1,44 +1,50 @@
 """The commit protocol every spark-ext sink plugs into (Jet's two-phase commit sink).
 
-Jet's snapshot is one Spark micro-batch. For batch N the order is, step by step:
+This docstring is the one description of the protocol; connectors mark the lines that
+carry out a step with ``# step N``. Jet's snapshot is one Spark micro-batch. For batch N:
 
-1. **Driver, before batch N's tasks**, after Spark wrote offset log entry N (the
-   sources' end offsets) (``DataSource.streamWriter`` ->
-   ``Sink.plan(prepare=True)``; Spark builds the writer anew for every batch): options
-   and the input schema are checked against the external system, and
-   ``Committer.recover`` resolves every transaction earlier batches or runs left in
-   doubt: those the sink recorded as committed are committed, all others rolled back.
-   Failure: the batch does not start; nothing of it was written.
+1. **Driver, before batch N's tasks** (``DataSource.streamWriter`` ->
+   ``SinkConnector.plan(prepare=True)``; Spark builds the writer anew for every batch,
+   after it wrote offset log entry N). The template in ``spark_ext.connector`` runs, in
+   this order: ``configure`` (options -> the sink's frozen config), ``validate`` (the
+   input schema and the options against the external system), and for exactly-once
+   ``Committer.take_over``: fence every older run of this sink, commit the transactions
+   a decided batch left prepared, roll back every other in-doubt transaction, and
+   return a ``Claim`` (this run's fencing token and the last decided batch). The plan
+   carries the claim to the writers. Failure: the batch does not start; nothing of it
+   was written.
 2. **Spark** runs N's tasks.
 3. **Executor, one call per task attempt** (``SinkWriter.write``): the rows go into one
-   transaction named deterministically by (sink id, batch N, partition, attempt) which
-   is *prepared*, never committed, and a small frozen ``Committable`` naming it is
-   returned. Failure: the task raises; Spark retries it as a new attempt (a new
-   transaction) or gives up and calls step 5. A prepared transaction whose message never
-   reached the driver is found by name and rolled back by step 4 or by step 1 of the
-   next batch or run.
+   transaction named deterministically by (sink, batch N, partition, attempt), which is
+   *prepared*, never committed, and a small frozen ``Committable`` naming it is
+   returned. A replay of a batch the claim shows decided writes nothing. Failure: the
+   task raises; Spark retries it as a new attempt (a new transaction) or gives up and
+   runs step 5. A prepared transaction whose message never reached the driver is found
+   by name and rolled back in step 4, 5 or the next step 1.
 4. **Driver** (``Committer.commit(committables, N)``, in a fresh Python worker whose
-   writer came from ``Sink.plan(prepare=False)``, which must touch nothing): commit
-   every prepared transaction and record "batch N committed" in the external system.
-   It must be idempotent: a crash half-way leaves the rest to step 1 of the next run.
-   Retriable errors are retried here (bounded); fatal ones fail the query loudly.
-   Then Spark writes commit log N. A crash before commit log N makes Spark replay N;
-   the sink finds N recorded as committed and writes nothing again.
-5. **Driver** (``Committer.abort(committables, N)``): roll back what the tasks prepared.
+   writer came from ``plan(prepare=False)``, which touches nothing): (a) check the run
+   still owns the sink and every winner is still open, (b) record the decision "batch N
+   commits these transactions" durably in the external system, fenced by the claim,
+   (c) commit every winner, (d) roll back every other transaction of the batch. It is
+   idempotent: a crash after (b) leaves the rest to the next step 1. Retriable errors
+   are retried here (bounded); fatal ones fail the query loudly. Then Spark writes commit
+   log N. A crash before commit log N makes Spark replay N; the replay finds N decided
+   and writes nothing again.
+5. **Driver** (``Committer.abort(committables, N)``): roll back what the batch's tasks
+   prepared; a batch already decided in step 4(b) is left for step 1 to finish.
 
 Weaker guarantees plug in the same way: at-least-once and none writers flush before
-returning and use ``NoOpCommitter``.
+returning, the plan skips ``take_over`` and uses ``NoOpCommitter``.
 
 Where each object lives: ``SinkPlan`` is built on the driver and pickled to executors
-and to the driver's commit worker; it holds only plain configuration, never a live
-connection. Writers and committers are built fresh from it where they run, because
-Spark calls ``commit``/``abort`` on a freshly unpickled writer object each time.
+and to the driver's commit worker; it holds only plain configuration and the claim,
+never a live connection. Writers and committers are built fresh from it where they
+run, because Spark calls ``commit``/``abort`` on a freshly unpickled writer each time.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,21 +52,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from spark_ext.errors import (
-    CommitError,
-    RetriableCommitError,
-    SparkExtError,
-    UnknownCommitError,
-)
+from spark_ext import compat
+from spark_ext.errors import CommitError, RetriableCommitError, SparkExtError, UnknownCommitError
 from spark_ext.guarantees import Guarantee
+from spark_ext.retry import Backoff, retry
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
-
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 @dataclass(frozen=True)
@@ -76,24 +76,17 @@ class TaskInfo:
     @classmethod
     def current(cls) -> TaskInfo:
         """The running task's identity. Executor only; raises outside a Spark task."""
-        from pyspark import TaskContext
-
-        tc = TaskContext.get()
-        if tc is None:
+        ident = compat.task_identity()
+        if ident is None:
             raise SparkExtError("TaskInfo.current() called outside a Spark task")
-        batch = tc.getLocalProperty(BATCH_ID_PROPERTY)
-        return cls(
-            query_id=tc.getLocalProperty(QUERY_ID_PROPERTY) or "",
-            batch_id=int(batch) if batch is not None else -1,
-            partition_id=tc.partitionId(),
-            attempt=tc.attemptNumber(),
-            task_attempt_id=tc.taskAttemptId(),
-        )
+        return cls(query_id=ident.query_id, batch_id=ident.batch_id if ident.batch_id is not None else -1,
+                   partition_id=ident.partition_id, attempt=ident.attempt,
+                   task_attempt_id=ident.task_attempt_id)
 
 
 @dataclass(frozen=True)
 class Committable(WriterCommitMessage):
-    """What one task attempt prepared; travels executor -> driver. Keep it small."""
+    """What one task attempt prepared; travels executor -> driver (step 3 -> 4). Keep it small."""
 
     batch_id: int
     partition_id: int
@@ -101,11 +94,39 @@ class Committable(WriterCommitMessage):
     rows: int
 
 
+@dataclass(frozen=True)
+class DecidedBatch:
+    """A batch the sink recorded as committed (step 4b), as ``take_over`` found it."""
+
+    batch_id: int
+    query_id: str
+
+
+F = TypeVar("F")
+
+
+@dataclass(frozen=True)
+class Claim(Generic[F]):
+    """What step 1 leaves for steps 3 and 4: this run's hold on the sink.
+
+    ``fence``: the sink's fencing token (an epoch; a transactional producer), newer for
+    every run and every batch plan, checked when writers prepare and when the committer
+    decides, so an older run can do neither. ``last_decided``: the newest batch of this
+    sink recorded as committed, where the sink tracks it, so a replay writes nothing.
+    ``committed`` / ``rolled_back``: how many in-doubt transactions step 1 resolved.
+    """
+
+    fence: F
+    last_decided: DecidedBatch | None = None
+    committed: int = 0
+    rolled_back: int = 0
+
+
 C = TypeVar("C", bound=Committable)
 
 
 class SinkWriter(ABC, Generic[C]):
-    """Executor side: writes one task's rows and prepares them (phase one)."""
+    """Executor side: writes one task's rows and prepares them (step 3)."""
 
     @abstractmethod
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> C:
@@ -117,18 +138,23 @@ class SinkWriter(ABC, Generic[C]):
 
 
 class Committer(ABC, Generic[C]):
-    """Driver side: commits or aborts what the tasks prepared (phase two)."""
+    """Driver side: takes the sink over (step 1), commits (step 4) or aborts (step 5)."""
 
-    def recover(self) -> None:
-        """Resolve transactions a previous run left in doubt. Driver, at query start."""
+    def take_over(self) -> Claim[Any]:
+        """Step 1: fence older runs, resolve what is in doubt, return this run's claim.
+
+        Driver, before every batch of an exactly-once query; raising stops the query
+        before the batch starts. Sinks without transactions never call it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no transactions to take over")
 
     @abstractmethod
     def commit(self, committables: Sequence[C], batch_id: int) -> None:
-        """Make batch ``batch_id`` visible. Driver; must be idempotent."""
+        """Step 4: make batch ``batch_id`` visible. Driver; must be idempotent."""
 
     @abstractmethod
     def abort(self, committables: Sequence[C], batch_id: int) -> None:
-        """Roll back what the batch's tasks prepared. Driver; must be idempotent."""
+        """Step 5: roll back what the batch's tasks prepared. Driver; must be idempotent."""
 
 
 class NoOpCommitter(Committer[Committable]):
@@ -155,19 +181,17 @@ class SinkPlan:
 
 def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s: float) -> None:
     """Run ``fn``; retry ``RetriableCommitError`` with backoff, wrap surprises as unknown-fatal."""
-    for attempt in range(retries + 1):
-        try:
-            fn()
-            return
-        except RetriableCommitError as e:
-            if attempt == retries:
-                raise RetriableCommitError(f"{what} still failing after {retries} retries: {e}") from e
-            log.warning("%s failed (%s); retry %s/%s", what, e, attempt + 1, retries)
-            time.sleep(backoff_s * (2**attempt))
-        except CommitError:
-            raise
-        except Exception as e:
-            raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
+    def give_up(e: BaseException) -> BaseException:
+        return RetriableCommitError(f"{what} still failing after {retries} retries: {e}")
+
+    try:
+        retry(fn, what=what, retry_on=RetriableCommitError, attempts=retries + 1,
+              backoff=Backoff(initial_s=backoff_s, max_s=backoff_s * 2 ** retries),
+              give_up=give_up)
+    except CommitError:
+        raise
+    except Exception as e:
+        raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
 
 
 class ProtocolStreamWriter(DataSourceStreamArrowWriter):
@@ -181,18 +205,18 @@ class ProtocolStreamWriter(DataSourceStreamArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        """Executor: one task attempt's rows -> a ``Committable``."""
+        """Executor, step 3: one task attempt's rows -> a ``Committable``."""
         return self.plan.new_writer().write(iterator, TaskInfo.current())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver, after every task of batch ``batchId`` succeeded."""
+        """Driver, step 4: after every task of batch ``batchId`` succeeded."""
         committables = _committables(messages)
         committer = self.plan.new_committer()
         call_with_retries(lambda: committer.commit(committables, batchId), f"commit of batch {batchId}",
                           self.plan.commit_retries, self.plan.retry_backoff_s)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver, after a task of batch ``batchId`` failed for good."""
+        """Driver, step 5: after a task of batch ``batchId`` failed for good."""
         committables = _committables(messages)
         committer = self.plan.new_committer()
         call_with_retries(lambda: committer.abort(committables, batchId), f"abort of batch {batchId}",

@@ -1,21 +1,24 @@
 """What a connector implements to plug into ``hzsource`` / ``hzsink``.
 
-Connectors are looked up by the ``connector`` option (see ``connectors/__init__.py``)
-and called on the driver at query start; nothing here connects before that.
+Connectors register under the ``connector`` option's name (``spark_ext.registry``) and
+are called on the driver at query start; nothing here connects before that.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from functools import partial
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from spark_ext.commit import SinkPlan
+from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkPlan, SinkWriter
 from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
+
+ConfigT = TypeVar("ConfigT")
 
 
 class SourceConnector(ABC):
@@ -43,8 +46,12 @@ class SourceConnector(ABC):
         )
 
 
-class SinkConnector(ABC):
-    """A sink: its options, the guarantees it can give, and its ``SinkPlan``. Driver side."""
+class SinkConnector(ABC, Generic[ConfigT]):
+    """A sink: its options, the guarantees it can give, and how its plan is built. Driver side.
+
+    ``plan`` is the template of step 1 of the protocol (``spark_ext.commit``); a
+    connector fills in ``configure``, ``validate``, ``new_writer`` and ``new_committer``.
+    """
 
     name: ClassVar[str]
     option_spec: ClassVar[OptionSpec] = OptionSpec(frozenset())
@@ -62,13 +69,41 @@ class SinkConnector(ABC):
             )
 
     @abstractmethod
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> ConfigT:
+        """Options and input schema -> the sink's frozen, picklable config. Pure: no I/O.
+
+        Driver, in both kinds of plan; raising fails the query before anything is written.
+        """
+
+    def validate(self, config: ConfigT, schema: StructType) -> None:
+        """Check ``config`` against the external system (tables, topics, limits).
+
+        Driver, before each batch (``prepare=True`` only); raising stops the query
+        before any row of the batch is written. Default: nothing to check.
+        """
+
+    @abstractmethod
+    def new_writer(self, config: ConfigT, claim: Claim[Any] | None) -> SinkWriter[Any]:
+        """The executor-side writer (step 3). ``claim`` is None without exactly-once."""
+
+    @abstractmethod
+    def new_committer(self, config: ConfigT) -> Committer[Any]:
+        """The driver-side committer (steps 1, 4, 5), built from the config alone."""
+
     def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
              prepare: bool = True) -> SinkPlan:
-        """The sink's plan. Driver, in a fresh Python worker, twice per micro-batch.
+        """Step 1: the sink's plan. Driver, in a fresh Python worker, twice per micro-batch.
 
-        ``prepare=True`` (before the batch's tasks): validate against the external system
-        and resolve what earlier batches or runs left in doubt; raising stops the query
-        before any row of the batch is written. ``prepare=False`` (to run the batch's
-        ``commit`` / ``abort``): build the plan from the options alone, touching nothing,
-        because the batch's transactions are prepared and waiting for that commit.
+        ``prepare=True`` (before the batch's tasks): configure, validate, and for
+        exactly-once take the sink over. ``prepare=False`` (to run the batch's
+        ``commit`` / ``abort``): configure only, touching nothing, because the batch's
+        transactions are prepared and waiting for that commit.
         """
+        config = self.configure(options, schema, guarantee)
+        claim: Claim[Any] | None = None
+        if prepare:
+            self.validate(config, schema)
+            if guarantee.transactional:
+                claim = self.new_committer(config).take_over()
+        committer = partial(self.new_committer, config) if guarantee.transactional else NoOpCommitter
+        return SinkPlan(guarantee, partial(self.new_writer, config, claim), committer)

@@ -9,10 +9,6 @@ The readers and writers they return are pickled to executors.
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import sys
-
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -22,31 +18,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-import connectors
+from spark_ext import compat, registry
 from spark_ext.commit import ProtocolStreamWriter
 from spark_ext.connector import SinkConnector, SourceConnector
 from spark_ext.env import ensure_python_env
-from spark_ext.errors import ConfigurationError, MissingOptionError, UnknownConnectorError
+from spark_ext.errors import ConfigurationError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-
-
-def _lookup(kind: str, registry: dict[str, str], options: Options) -> object:
-    name = options.get_str("connector")
-    choices = ", ".join(sorted(registry))
-    if name is None:
-        raise MissingOptionError(
-            f"{kind} needs option 'connector'; set .option('connector', ...) to one of {choices}"
-        )
-    key = name.strip().lower()
-    if key not in registry:
-        close = difflib.get_close_matches(key, sorted(registry), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UnknownConnectorError(
-            f"unknown connector {name!r} for {kind}{hint}; valid connectors: {choices}"
-        )
-    module, cls = registry[key].split(":")
-    return getattr(importlib.import_module(module), cls)()
 
 
 class HzSource(DataSource):
@@ -59,7 +37,8 @@ class HzSource(DataSource):
     def _connector(self) -> tuple[SourceConnector, Options]:
         ensure_python_env()
         opts = Options(self.options, "hzsource")
-        conn = _lookup("hzsource", connectors.SOURCES, opts)
+        cls = registry.load(registry.SOURCES, opts.get_str("connector"), "hzsource")
+        conn = cls()  # type: ignore[operator]
         assert isinstance(conn, SourceConnector)
         conn.check(opts)
         return conn, opts
@@ -86,26 +65,6 @@ class HzSource(DataSource):
         raise ConfigurationError("'hzsource' is a source; to write use format('hzsink')")
 
 
-_COMMIT_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
-
-
-def _in_commit_runner() -> bool:
-    """True inside the worker Spark starts to run a batch's ``commit`` / ``abort``.
-
-    PySpark gives ``streamWriter`` no other sign of why it is called; the caller's
-    module is the one reliable one (checked on PySpark 4.3; the sink tests fail without it).
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        spec = frame.f_globals.get("__spec__")
-        # By module name, or by file: run without the worker daemon, the runner is __main__.
-        if _COMMIT_RUNNER in (frame.f_globals.get("__name__"), getattr(spec, "name", None)) or \
-                frame.f_code.co_filename.endswith("python_streaming_sink_runner.py"):
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
-
-
 class HzSink(DataSource):
     """``df.writeStream.format("hzsink").option("connector", ...)``."""
 
@@ -126,11 +85,12 @@ class HzSink(DataSource):
         """
         ensure_python_env()
         opts = Options(self.options, "hzsink")
-        conn = _lookup("hzsink", connectors.SINKS, opts)
+        cls = registry.load(registry.SINKS, opts.get_str("connector"), "hzsink")
+        conn = cls()  # type: ignore[operator]
         assert isinstance(conn, SinkConnector)
         guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
         conn.check(opts, guarantee)
-        plan = conn.plan(opts, schema, guarantee, prepare=not _in_commit_runner())
+        plan = conn.plan(opts, schema, guarantee, prepare=not compat.in_commit_runner())
         return ProtocolStreamWriter(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -1,10 +1,14 @@
 """Crash points for fault tests: simulate ``kill -9`` of the driver at a named step.
 
-Set ``SPARK_EXT_FAILPOINTS`` to a comma list of names (for example
-``jdbc.after_decision``) and ``SPARK_EXT_FAILPOINT_PGID`` to the process group of a
-driver started in its own group; Python workers inherit both through the JVM. When a
-worker reaches an armed step it sends SIGKILL to that group, as ``kill -9`` of the
-driver would (PySpark's worker daemon runs in a group of its own, hence the variable).
+Set ``SPARK_EXT_FAILPOINTS`` to a comma list of names, each optionally naming a batch:
+``jdbc.after_decision`` fires at the first hit, ``jdbc.after_decision@2`` only when
+batch 2 reaches that step (so a test can crash after batches were committed). Set
+``SPARK_EXT_FAILPOINT_PGID`` to the process group of a driver started in its own group;
+Python workers inherit both through the JVM. When a worker reaches an armed step it
+sends SIGKILL to that group, as ``kill -9`` of the driver would (PySpark's worker daemon
+runs in a group of its own, hence the variable).
+
+Failpoints only observe: ``hit`` returns or kills, it never changes what the caller does.
 Unset, ``hit`` is one dictionary lookup. Test-only: never set it in production.
 """
 
@@ -17,10 +21,19 @@ ENV = "SPARK_EXT_FAILPOINTS"
 PGID_ENV = "SPARK_EXT_FAILPOINT_PGID"
 
 
-def hit(name: str) -> None:
-    """Kill the driver's process group here if ``name`` is armed."""
-    armed = os.environ.get(ENV)
-    if armed and name in armed.split(","):
+def armed(name: str, batch: int | None, spec: str | None) -> bool:
+    """Does the comma list ``spec`` arm ``name`` for ``batch``?"""
+    for entry in (spec or "").split(","):
+        point, _, at = entry.strip().partition("@")
+        if point == name and (not at or (batch is not None and at == str(batch))):
+            return True
+    return False
+
+
+def hit(name: str, batch: int | None = None) -> None:
+    """Kill the driver's process group here if ``name`` is armed (for ``batch``)."""
+    spec = os.environ.get(ENV)
+    if spec and armed(name, batch, spec):
         os.killpg(int(os.environ.get(PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
         # This worker may sit in the worker daemon's group and would run on, orphaned.
         os.kill(os.getpid(), signal.SIGKILL)

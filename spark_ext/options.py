@@ -8,8 +8,11 @@ Spark hands options over lower-cased, so every name here is lower-case.
 from __future__ import annotations
 
 import difflib
+import os.path
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from spark_ext.errors import InvalidOptionError, MissingOptionError, UnknownOptionError
 
@@ -30,6 +33,22 @@ def is_secret(name: str) -> bool:
 def redact(options: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``options`` safe to log: secret values replaced by ``***``."""
     return {k: ("***" if is_secret(k) else v) for k, v in options.items()}
+
+
+def checkpoint_identity(location: str) -> str:
+    """The checkpoint location as one canonical string, so one checkpoint is one sink.
+
+    Spark qualifies the path itself, so ``/c``, ``/c/``, ``file:/c`` and ``file:///c``
+    name the same checkpoint; sinks derive their ids from this form. A path without a
+    scheme is taken as local (as with Spark's default file system); ``hdfs://nn/c`` and
+    ``/c`` stay different even where ``nn`` is the default file system.
+    """
+    parts = urlsplit(location.strip())
+    if len(parts.scheme) <= 1 or parts.scheme == "file":  # none, a Windows drive, or file:
+        path = parts.path if parts.scheme == "file" else location.strip()
+        return "file:" + os.path.normpath(os.path.abspath(path))
+    path = posixpath.normpath(parts.path or "/")
+    return f"{parts.scheme.lower()}://{parts.netloc}{'' if path == '.' else path}"
 
 
 @dataclass(frozen=True)

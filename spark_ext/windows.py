@@ -17,7 +17,7 @@ Two stages, both vectorised over Arrow (``frames.py``, ``aggregate.py``):
    resumes them; windows are emitted once the coalesced watermark passes their end, and
    frames no open window needs are purged.
 
-Watermark coalescing (seed 001, stream skew): the watermark is the minimum, over source
+Watermark coalescing (against stream skew): the watermark is the minimum, over source
 partitions that are not idle, of each partition's latest event time, minus ``lateness``.
 A lagging Kafka partition therefore holds the watermark back instead of having its
 events dropped as late, as Spark's global ``max - delay`` would. A partition with no
@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_ext import aggregate as agg
-from spark_ext import failpoints
+from spark_ext import compat, failpoints
 from spark_ext import frames as fr
 from spark_ext.aggregate import AggregateOperation
 from spark_ext.frames import WindowError
@@ -66,7 +66,7 @@ BUCKET, KIND, PART, MAXTS, PAYLOAD = "__bucket", "__kind", "__part", "__maxts", 
 # latest event time (kind 1).
 WIRE = pa.schema([pa.field(BUCKET, pa.int64()), pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()),
                   pa.field(MAXTS, pa.int64()), pa.field(PAYLOAD, pa.binary())])
-_N = "hzn"  # hidden event count: emptiness and late-event accounting
+_COUNT = "hzn"  # hidden event count: emptiness and late-event accounting
 _MIN = -(2**62)
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
           "hour": 3600 * 10**6, "day": 86400 * 10**6}
@@ -90,7 +90,7 @@ class _Spec:
     keys: tuple[str, ...]
     ts: str
     slide_us: int
-    k: int
+    frames_per_window: int  # window size / slide
     gap_us: int
     lateness_us: int
     idle_us: int | None
@@ -146,7 +146,6 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
 def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[str, AggregateOperation],
           slide_us: int, k: int, gap_us: int, lateness: str, part_col: str | None, idle: str | None,
           buckets: int | None) -> _Spec:
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import TimestampNTZType, TimestampType
 
     cols = {f.name: f.dataType for f in df.schema.fields}
@@ -162,7 +161,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
         raise WindowError(f"timestamp column {ts!r} has type {cols[ts].simpleString()}; cast it to timestamp")
     if not aggs:
         raise WindowError("aggs is empty; give at least one, e.g. {'n': aggregate.count()}")
-    ops: dict[str, AggregateOperation] = {**aggs, _N: agg.count()}
+    ops: dict[str, AggregateOperation] = {**aggs, _COUNT: agg.count()}
     for name, op in aggs.items():
         if not isinstance(op, AggregateOperation):
             raise WindowError(f"aggs[{name!r}] is {op!r}; use spark_ext.aggregate.count(), sum(c), ...")
@@ -171,12 +170,12 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
                 raise WindowError(f"aggs[{name!r}] reads column {c!r}, which is not in the DataFrame")
         if name.endswith("_") or "__" in name:
             raise WindowError(f"aggs name {name!r} may not end with '_' or contain '__'; rename it")
-        if name in keys or name in ("window_start", "window_end", _N):
+        if name in keys or name in ("window_start", "window_end", _COUNT):
             raise WindowError(f"aggs name {name!r} clashes with a key or window column; rename it")
     if buckets is None:
         buckets = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
     needed = sorted({*keys, ts, *[c for op in ops.values() for c in op.inputs]})
-    ev_schema = to_arrow_schema(df.select(*needed).schema, timezone="UTC")
+    ev_schema = compat.to_arrow_schema(df.select(*needed).schema, timezone="UTC")
     key_fields = [ev_schema.field(c) for c in keys]
     state_fields = [f for p, op in ops.items() for f in op.state_fields(p, ev_schema)]
     bounds = [pa.field(fr.FRAME, pa.int64())] if kind == "sliding" else [
@@ -193,9 +192,8 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(schema)
+    return compat.from_arrow_schema(schema)
 
 
 def _build(df: DataFrame, spec: _Spec) -> DataFrame:
@@ -277,9 +275,9 @@ def _emit(spec: _Spec, state: pa.Table, wm_before: int, wm: int) -> tuple[pa.Tab
         upto = None if wm >= -_MIN else fr.frames_closed_by(wm, spec.slide_us)
         if before is not None and upto is not None and upto <= before:
             return spec.out_schema.empty_table(), state  # the watermark did not close a frame
-        out = fr.sliding(state, spec.group, ops, spec.k, spec.slide_us, emit_from_frame=before,
-                         emit_before_frame=upto)
-        keep = state if upto is None else fr.purge_frames(state, spec.k, upto)
+        out = fr.sliding(state, spec.group, ops, spec.frames_per_window, spec.slide_us,
+                         emit_from_frame=before, emit_before_frame=upto)
+        keep = state if upto is None else fr.purge_frames(state, spec.frames_per_window, upto)
     else:
         merged = fr.merge_sessions(state, spec.group, ops)
         closed, keep = fr.split_sessions(merged, wm)
@@ -355,11 +353,8 @@ def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], 
 
 
 def _failpoint() -> None:
-    from pyspark import TaskContext
-
-    tc = TaskContext.get()
-    batch = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
-    failpoints.hit(f"windows.batch{batch}")
+    ident = compat.task_identity()
+    failpoints.hit("windows.stage2", ident.batch_id if ident is not None else None)
 
 
 def _drop_late(spec: _Spec, new: pa.Table, wm: int) -> tuple[pa.Table, int]:
@@ -367,11 +362,11 @@ def _drop_late(spec: _Spec, new: pa.Table, wm: int) -> tuple[pa.Table, int]:
     if wm <= _MIN or new.num_rows == 0:
         return new, 0
     if spec.kind == "sliding":
-        last_end = (new.column(fr.FRAME).to_numpy() + spec.k) * spec.slide_us
+        last_end = (new.column(fr.FRAME).to_numpy() + spec.frames_per_window) * spec.slide_us
     else:
         last_end = new.column(fr.SESSION_END).to_numpy()
     late = last_end <= wm
     if not late.any():
         return new, 0
-    dropped = int(new.column(f"{_N}__n").to_numpy()[late].sum())  # the hidden count op
+    dropped = int(new.column(f"{_COUNT}__n").to_numpy()[late].sum())  # the hidden count op
     return new.filter(pa.array(~late)), dropped

@@ -7,8 +7,8 @@ from typing import ClassVar
 import pytest
 from pyspark.sql.types import StructType
 
-import connectors
-from spark_ext.commit import NoOpCommitter, ProtocolStreamWriter, SinkPlan
+from spark_ext import registry
+from spark_ext.commit import Claim, Committable, NoOpCommitter, ProtocolStreamWriter, SinkWriter
 from spark_ext.connector import SinkConnector
 from spark_ext.datasource import HzSink
 from spark_ext.errors import UnknownOptionError, UnsupportedGuaranteeError
@@ -17,20 +17,25 @@ from spark_ext.options import Options, OptionSpec
 from tests.fakes import NullWriter
 
 
-class EchoSink(SinkConnector):
+class EchoSink(SinkConnector[str]):
     name = "echo"
     option_spec = OptionSpec(frozenset({"topic"}), prefixes=("kafka.",))
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE})
     default_guarantee = Guarantee.AT_LEAST_ONCE
 
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
-             prepare: bool = True) -> SinkPlan:
-        return SinkPlan(guarantee, new_writer=NullWriter, new_committer=NoOpCommitter)
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> str:
+        return options.get_str("topic") or ""
+
+    def new_writer(self, config: str, claim: Claim[object] | None) -> SinkWriter[Committable]:
+        return NullWriter()
+
+    def new_committer(self, config: str) -> NoOpCommitter:
+        return NoOpCommitter()
 
 
 @pytest.fixture
 def echo(monkeypatch):
-    monkeypatch.setitem(connectors.SINKS, "echo", "tests.test_dispatch_unit:EchoSink")
+    monkeypatch.setitem(registry._extra[registry.SINKS], "echo", "tests.test_dispatch_unit:EchoSink")
 
 
 def test_sink_returns_protocol_writer_with_the_default_guarantee(echo):
@@ -48,3 +53,48 @@ def test_sink_rejects_guarantee_it_cannot_give(echo):
     with pytest.raises(UnsupportedGuaranteeError,
                        match=r"cannot give guarantee 'exactly_once'.*at_least_once, none"):
         HzSink({"connector": "echo", "guarantee": "exactly_once"}).streamWriter(StructType(), False)
+
+
+class _Calls:
+    log: list[str] = []
+
+
+class TxnCommitter(NoOpCommitter):
+    def take_over(self) -> Claim[int]:
+        _Calls.log.append("take_over")
+        return Claim(7)
+
+
+class TxnSink(EchoSink):
+    guarantees = frozenset(Guarantee)
+
+    def validate(self, config: str, schema: StructType) -> None:
+        _Calls.log.append("validate")
+
+    def new_writer(self, config: str, claim: Claim[object] | None) -> SinkWriter[Committable]:
+        _Calls.log.append(f"writer claim={claim.fence if claim else None}")
+        return NullWriter()
+
+    def new_committer(self, config: str) -> NoOpCommitter:
+        return TxnCommitter()
+
+
+@pytest.mark.parametrize(("guarantee", "prepare", "expected"), [
+    (Guarantee.EXACTLY_ONCE, True, ["validate", "take_over", "writer claim=7"]),
+    (Guarantee.EXACTLY_ONCE, False, ["writer claim=None"]),  # the commit runner touches nothing
+    (Guarantee.AT_LEAST_ONCE, True, ["validate", "writer claim=None"]),
+])
+def test_plan_template_runs_step_one_in_order(guarantee, prepare, expected):
+    _Calls.log = []
+    plan = TxnSink().plan(Options({"topic": "t"}, "hzsink"), StructType(), guarantee, prepare=prepare)
+    plan.new_writer()
+    assert _Calls.log == expected
+    committer = plan.new_committer()
+    assert isinstance(committer, TxnCommitter) == guarantee.transactional
+
+
+def test_installed_connectors_are_found_through_entry_points():
+    # declared in pyproject.toml; the core imports none of them
+    assert {"kafka", "jms"} <= set(registry.available(registry.SOURCES))
+    assert {"kafka", "jdbc"} <= set(registry.available(registry.SINKS))
+    assert "jdbc" in registry.available(registry.DOCTORS)

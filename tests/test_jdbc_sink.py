@@ -11,7 +11,8 @@ import pytest
 from connectors.jdbc import JdbcSink
 from connectors.jdbc.committer import JdbcCommitter
 from connectors.jdbc.config import checkpoint_sink_id
-from connectors.jdbc.writer import JdbcCommittable, JdbcWriter
+from connectors.jdbc.transactions import Db, JdbcCommittable
+from connectors.jdbc.writer import JdbcWriter
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
@@ -117,6 +118,26 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
     assert done.returncode == 0, done.stderr[-3000:]
     assert ids(url, table) == list(range(120))  # nothing lost, nothing twice
     assert prepared(url, sink) == []  # recovery resolved every in-doubt transaction
+
+
+def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_path):
+    """``/c``, ``/c/`` and ``file:/c`` are one checkpoint to Spark, so one sink: a restart
+    spelled another way resolves what the crashed run left in doubt."""
+    url, table = services.postgres_url, make_table(services.postgres_url, "ckname")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    ckpt = str(tmp_path / "ckpt")
+    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src")]
+    crashed = subprocess.run([*argv, ckpt, url, table, "jdbc.before_decision@1"], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert ids(url, table) == list(range(40))  # batch 0 committed, batch 1 prepared
+    in_doubt = prepared(url, checkpoint_sink_id(ckpt))
+    assert in_doubt, "the crash should leave batch 1 prepared"
+    done = subprocess.run([*argv, f"file:{ckpt}/", url, table], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ids(url, table) == list(range(120))
+    assert [g for g in prepared(url) if g in in_doubt] == []
+    assert checkpoint_sink_id(f"file:{ckpt}/") == checkpoint_sink_id(ckpt)
 
 
 def _plan(url: str, table: str, sink_id: str, schema, **opts: str):
@@ -249,7 +270,8 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from spark_ext import doctor
+    from connectors.jdbc import doctor
+    from spark_ext import cli
 
     url, table = services.postgres_url, make_table(services.postgres_url, "dr")
     schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
@@ -259,12 +281,13 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
     decided = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
     undecided = plan.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
     committer = plan.new_committer()
-    with __import__("connectors.jdbc.committer", fromlist=["_Db"])._Db(committer.wc.cfg) as conn:
+    with Db(committer.cfg) as conn:
         committer._decide(conn, "q", 0, {decided.gid}, 2, 1)  # as if the driver died after deciding
 
     listed = {r["gid"]: r["state"] for r in doctor.list_in_doubt(url, "public", sink_id)}
     assert listed == {decided.gid: "decided: commit", undecided.gid: "undecided"}
-    assert doctor.main(["jdbc", "resolve", "--url", url, "--sink", sink_id]) == 0
+    # through the console script's entry point: spark-ext doctor jdbc resolve ...
+    assert cli.main(["doctor", "jdbc", "resolve", "--url", url, "--sink", sink_id]) == 0
     assert prepared(url, sink_id) == []
     assert ids(url, table) == [1, 2]  # the decided batch landed once, the undecided one never
 

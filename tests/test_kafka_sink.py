@@ -14,10 +14,10 @@ from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from connectors.kafka import KafkaSink
-from connectors.kafka.committer import TransactionTimedOutError
-from connectors.kafka.sink_config import KafkaSinkConfig
-from connectors.kafka.sink_writer import KafkaWriter
-from connectors.kafka.txn import KafkaTxnClient
+from connectors.kafka.client.transactions import KafkaTxnClient
+from connectors.kafka.sink.committer import TransactionTimedOutError
+from connectors.kafka.sink.config import KafkaSinkConfig
+from connectors.kafka.sink.writer import KafkaWriter
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
@@ -182,6 +182,57 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
     values = sorted(int(v) for _, _, v in consume(bootstrap, topic))
     assert values == list(range(120))  # nothing lost, nothing twice
     assert open_transactions(bootstrap, prefix) == []  # recovery resolved every open transaction
+
+
+def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses_nothing(services, tmp_path):
+    """Query 1 writes and stops; its checkpoint is deleted and query 2 starts at the same
+    path (same derived prefix) on new input; its driver dies right after batch 0's
+    decision. The restart must finish that batch: its "done" marker is query 2's, not
+    the one query 1 left at a higher batch id."""
+    import shutil
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "reset")
+    ckpt = tmp_path / "ckpt"
+    write_json_files(tmp_path / "src1", [300, 300, 300])
+    first = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src1"), str(ckpt),
+             bootstrap, topic]
+    done = subprocess.run(first, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(900))
+    shutil.rmtree(ckpt)
+    write_json_files(tmp_path / "src2", [200, 200, 200], start=900)
+    second = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src2"), str(ckpt),
+              bootstrap, topic]
+    crashed = subprocess.run([*second, "kafka.after_decision@0"], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    # decided, not yet committed: only query 1's rows are visible
+    assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(900))
+    done = subprocess.run(second, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(1500))
+    assert open_transactions(bootstrap, prefix_of(ckpt)) == []
+
+
+def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_path):
+    """A restart with ``file:<path>/`` for ``<path>`` aborts what the crashed run left
+    open, so read_committed consumers are not held back and nothing is written twice."""
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "ckname")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    ckpt = str(tmp_path / "ckpt")
+    argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src")]
+    crashed = subprocess.run([*argv, ckpt, bootstrap, topic, "kafka.before_decision@1"],
+                             start_new_session=True, capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert open_transactions(bootstrap, prefix_of(ckpt)), "the crash should leave batch 1 open"
+    done = subprocess.run([*argv, f"file:{ckpt}/", bootstrap, topic], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert open_transactions(bootstrap, prefix_of(ckpt)) == []
+    assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(120))
+    assert prefix_of(f"file:{ckpt}/") == prefix_of(ckpt)
 
 
 def _plan(bootstrap: str, topic: str, prefix: str, **opts: str):

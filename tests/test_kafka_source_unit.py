@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from connectors.kafka.offsets import (
+from connectors.kafka.source.config import KafkaSourceConfig
+from connectors.kafka.source.offsets import (
     KafkaRange,
     StartingOffsets,
     from_json,
@@ -17,7 +18,6 @@ from connectors.kafka.offsets import (
     rate_limit,
     to_json,
 )
-from connectors.kafka.source_config import KafkaSourceConfig
 from spark_ext.errors import InvalidOptionError, MissingOptionError, UnknownOptionError
 from spark_ext.options import Options
 
@@ -129,7 +129,7 @@ def test_client_options_pass_through_translated_and_secret_safe() -> None:
     assert cfg.client["sasl.username"] == "alice" and cfg.client["sasl.password"] == "s3cret"
     assert cfg.client["fetch.wait.max.ms"] == "100"
     conf = cfg.consumer_conf()
-    assert conf["isolation.level"] == "read_committed"  # seed 004: read committed by default
+    assert conf["isolation.level"] == "read_committed"  # committed records only, by default
     assert conf["enable.auto.commit"] is False
     assert "s3cret" not in repr(cfg.safe_client())
 

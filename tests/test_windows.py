@@ -257,7 +257,7 @@ def test_kill_9_then_restart_emits_every_window_once(spark, tmp_path):
     _write_files(tmp_path / "src", batches)
     argv = [sys.executable, "-m", "tests.drivers.files_to_windows", str(tmp_path / "src"),
             str(tmp_path / "ckpt"), str(tmp_path / "out")]
-    crashed = subprocess.run([*argv, "windows.batch2"], start_new_session=True, capture_output=True,
+    crashed = subprocess.run([*argv, "windows.stage2@2"], start_new_session=True, capture_output=True,
                              text=True, timeout=300)
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)

@@ -1,16 +1,24 @@
-"""PostgreSQL sink: ``hzsink`` connector ``jdbc`` (2PC exactly-once, upsert, COPY)."""
+"""PostgreSQL sink: ``hzsink`` connector ``jdbc`` (2PC exactly-once, upsert, COPY).
+
+- ``config``: options -> ``JdbcSinkConfig``;
+- ``tables``: the target and bookkeeping tables, the SQL (``JdbcSinkSetup``);
+- ``transactions``: transaction names, connections, in-doubt queries (shared);
+- ``writer``: executor side, one prepared transaction per task (step 3);
+- ``committer``: driver side, take-over, decision, commit, abort (steps 1, 4, 5);
+- ``doctor``: operator tool, ``spark-ext doctor jdbc list|resolve``.
+
+The protocol's steps are those of ``spark_ext.commit``.
+"""
 
 from __future__ import annotations
-
-from functools import partial
 
 from pyspark.sql.types import StructType
 
 from connectors.jdbc.committer import JdbcCommitter
 from connectors.jdbc.config import SINK_OPTIONS, JdbcSinkConfig
-from connectors.jdbc.tables import prepare_tables, statements
-from connectors.jdbc.writer import JdbcWriter, WriterConfig
-from spark_ext.commit import NoOpCommitter, SinkPlan
+from connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, statements
+from connectors.jdbc.writer import JdbcWriter
+from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -18,28 +26,23 @@ from spark_ext.options import Options
 __all__ = ["JdbcSink"]
 
 
-class JdbcSink(SinkConnector):
+class JdbcSink(SinkConnector[JdbcSinkSetup]):
     """``df.writeStream.format("hzsink").option("connector", "jdbc")``."""
 
     name = "jdbc"
     option_spec = SINK_OPTIONS
 
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
-             prepare: bool = True) -> SinkPlan:
-        """Driver. ``prepare`` (before each batch): check the table, resolve in-doubt
-        transactions, claim the sink (new epoch). Otherwise (commit/abort): options only."""
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> JdbcSinkSetup:
         cfg = JdbcSinkConfig.parse(options, guarantee)
-        exactly = guarantee is Guarantee.EXACTLY_ONCE
-        if not prepare:
-            # The committer takes the epoch from the transactions it commits.
-            wc = WriterConfig(cfg, statements(cfg, schema), guarantee, epoch=0)
-            return SinkPlan(guarantee, partial(JdbcWriter, wc),
-                            partial(JdbcCommitter, wc) if exactly else NoOpCommitter)
-        sql = prepare_tables(cfg, schema, need_2pc=exactly)
-        epoch = JdbcCommitter(WriterConfig(cfg, sql, guarantee, 0)).take_over() if exactly else 0
-        wc = WriterConfig(cfg, sql, guarantee, epoch)
-        return SinkPlan(
-            guarantee=guarantee,
-            new_writer=partial(JdbcWriter, wc),
-            new_committer=partial(JdbcCommitter, wc) if exactly else NoOpCommitter,
-        )
+        return JdbcSinkSetup(cfg, statements(cfg, schema))
+
+    def validate(self, config: JdbcSinkSetup, schema: StructType) -> None:
+        """Step 1: the database can prepare transactions, the table fits the DataFrame;
+        creates the target (``createTable``), bookkeeping and staging tables."""
+        prepare_tables(config.cfg, schema, need_2pc=config.cfg.guarantee.transactional)
+
+    def new_writer(self, config: JdbcSinkSetup, claim: Claim[int] | None) -> JdbcWriter:
+        return JdbcWriter(config, claim.fence if claim is not None else 0)
+
+    def new_committer(self, config: JdbcSinkSetup) -> JdbcCommitter:
+        return JdbcCommitter(config)

@@ -26,19 +26,26 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg2
 import psycopg2.errors
-from psycopg2 import errorcodes
 
-from connectors.jdbc.config import JdbcSinkConfig
-from connectors.jdbc.writer import JdbcCommittable, WriterConfig, connect, parse_gid
+from connectors.jdbc.tables import JdbcSinkSetup
+from connectors.jdbc.transactions import (
+    Db,
+    JdbcCommittable,
+    decisions,
+    finish,
+    parse_gid,
+    prepared_gids,
+    resolve_in_doubt,
+)
 from spark_ext import failpoints
-from spark_ext.commit import Committer
+from spark_ext.commit import Claim, Committer
 from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
@@ -46,86 +53,21 @@ KEEP_BATCHES = 100  # decision and marker rows kept per sink (older ones are pru
 ABORT_WAIT_S = 120.0  # how long abort waits for the batch's running tasks to be fenced
 
 
-class _Db:
-    """An autocommit psycopg2 connection for the coordinator's statements."""
-
-    def __init__(self, cfg: JdbcSinkConfig) -> None:
-        try:
-            self.conn = connect(cfg.url)
-        except psycopg2.OperationalError as e:
-            raise RetriableCommitError(
-                f"cannot reach PostgreSQL at {cfg.safe_url}: {str(e).strip()}"
-            ) from None
-        self.conn.autocommit = True
-
-    def __enter__(self) -> Any:
-        return self.conn
-
-    def __exit__(self, *exc: object) -> None:
-        self.conn.close()
-
-
-def prepared_gids(conn: Any, sink_id: str) -> list[str]:
-    """This sink's in-doubt transactions in the current database."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE %s",
-                    ("sx:" + sink_id.replace("_", r"\_").replace("%", r"\%") + ":%",))
-        return sorted(r[0] for r in cur.fetchall() if parse_gid(r[0])[0] == sink_id)
-
-
-def decisions(conn: Any, batches_table: str, sink_id: str, batches: set[int]) -> dict[int, set[str]]:
-    """Batch -> the transaction ids decided to commit (over every query id of the sink:
-    ids carry the epoch, so one query's decision never names another's transaction)."""
-    if not batches:
-        return {}
-    out: dict[int, set[str]] = {}
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT batch_id, winners FROM {batches_table} WHERE sink_id = %s AND "
-                    "partition_id = -1 AND batch_id = ANY(%s)", (sink_id, sorted(batches)))
-        for b, w in cur.fetchall():
-            out.setdefault(b, set()).update(json.loads(w or "[]"))
-    return out
-
-
-def finish(conn: Any, gid: str, commit: bool) -> bool:
-    """COMMIT / ROLLBACK PREPARED; False when the id no longer exists."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute(("COMMIT PREPARED %s" if commit else "ROLLBACK PREPARED %s"), (gid,))
-        return True
-    except psycopg2.Error as e:
-        if e.pgcode == errorcodes.UNDEFINED_OBJECT:
-            return False
-        raise
-
-
-def resolve_in_doubt(conn: Any, batches_table: str, sink_id: str) -> tuple[list[str], list[str]]:
-    """Commit prepared winners of decided batches, roll back everything else."""
-    gids = prepared_gids(conn, sink_id)
-    decided = decisions(conn, batches_table, sink_id, {parse_gid(g)[2] for g in gids})
-    committed: list[str] = []
-    rolled_back: list[str] = []
-    for gid in gids:
-        win = gid in decided.get(parse_gid(gid)[2], set())
-        if finish(conn, gid, commit=win):
-            (committed if win else rolled_back).append(gid)
-    return committed, rolled_back
-
-
 class JdbcCommitter(Committer[JdbcCommittable]):
     """Recovers, commits and aborts one sink's batches. Driver."""
 
-    def __init__(self, wc: WriterConfig) -> None:
-        self.wc = wc
+    def __init__(self, setup: JdbcSinkSetup) -> None:
+        self.cfg, self.sql = setup.cfg, setup.sql
 
-    def take_over(self) -> int:
-        """Query start: resolve what an earlier run left in doubt, then claim the sink.
+    def take_over(self) -> Claim[int]:
+        """Step 1: resolve what an earlier run left in doubt, then claim the sink.
 
-        Returns the new epoch; transactions of older epochs can no longer prepare or decide.
+        The claim's fence is the new epoch: transactions of older epochs can no longer
+        prepare or decide.
         """
-        cfg, sql = self.wc.cfg, self.wc.sql
+        cfg, sql = self.cfg, self.sql
         try:
-            with _Db(cfg) as conn:
+            with Db(cfg) as conn:
                 committed, rolled_back = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
                 if committed or rolled_back:
                     log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
@@ -142,13 +84,13 @@ class JdbcCommitter(Committer[JdbcCommittable]):
                         f"sinkId {cfg.sink_id!r} already belongs to a sink writing {target}; two queries "
                         "must not share a sink id: give this one its own sinkId or checkpointLocation"
                     )
-                return int(epoch)
+                return Claim(int(epoch), committed=len(committed), rolled_back=len(rolled_back))
         except psycopg2.Error as e:
             raise ConnectorError(f"recovering sink {cfg.sink_id!r} at {cfg.safe_url} failed: "
                                  f"{str(e).strip()}") from None
 
     def commit(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
-        cfg, sql = self.wc.cfg, self.wc.sql
+        cfg, sql = self.cfg, self.sql
         mine = {c.gid for c in committables if c.gid}
         query_ids = {c.query_id for c in committables}
         if len(query_ids) > 1:
@@ -162,22 +104,20 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         epoch = epochs.pop() if epochs else None
         rows = sum(c.rows for c in committables)
         try:
-            with _Db(cfg) as conn:
-                if rows:  # crash tests aim at batches that carry rows
-                    failpoints.hit("jdbc.before_decision")
-                winners = self._decide(conn, query_id, batch_id, mine, rows, epoch)
-                if rows:
-                    failpoints.hit("jdbc.after_decision")
-                for i, gid in enumerate(sorted(winners)):
+            with Db(cfg) as conn:
+                failpoints.hit("jdbc.before_decision", batch_id)
+                winners = self._decide(conn, query_id, batch_id, mine, rows, epoch)  # step 4a, 4b
+                failpoints.hit("jdbc.after_decision", batch_id)
+                for i, gid in enumerate(sorted(winners)):  # step 4c
                     if i == 1:
-                        failpoints.hit("jdbc.mid_commit")
+                        failpoints.hit("jdbc.mid_commit", batch_id)
                     if not finish(conn, gid, commit=True) and not self._landed(conn, gid):
                         raise FatalCommitError(
                             f"prepared transaction {gid} of batch {batch_id} is gone and its rows are not "
                             "in the table: it was rolled back by an operator or another run; batch "
                             f"{batch_id} is incomplete in {cfg.qualified}"
                         )
-                # Attempts whose message never reached us (retries, speculation): never visible.
+                # step 4d: attempts whose message never reached us (retries, speculation)
                 for gid in prepared_gids(conn, cfg.sink_id):
                     if parse_gid(gid)[2] <= batch_id and gid not in winners:
                         finish(conn, gid, commit=False)
@@ -196,7 +136,7 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         ``epoch``: the one the batch's writers ran under (None when every task found the
         batch decided already and prepared nothing).
         """
-        cfg, sql = self.wc.cfg, self.wc.sql
+        cfg, sql = self.cfg, self.sql
         conn.autocommit = False
         try:
             with conn.cursor() as cur:
@@ -232,8 +172,8 @@ class JdbcCommitter(Committer[JdbcCommittable]):
     def _landed(self, conn: Any, gid: str) -> bool:
         _, _, batch, part, attempt = parse_gid(gid)
         with conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {self.wc.sql.batches_table} WHERE sink_id = %s AND batch_id = %s AND "
-                        "partition_id = %s AND attempt = %s", (self.wc.cfg.sink_id, batch, part, attempt))
+            cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND batch_id = %s AND "
+                        "partition_id = %s AND attempt = %s", (self.cfg.sink_id, batch, part, attempt))
             return cur.fetchone() is not None
 
     def abort(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
@@ -244,32 +184,31 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         the sink row FOR SHARE; each round rolls back what prepared meanwhile, so once the
         bump lands no writer of this batch can prepare any more.
         """
-        cfg = self.wc.cfg
-        deadline = time.monotonic() + ABORT_WAIT_S
+        cfg = self.cfg
+
+        def fence_batch(conn: Any) -> None:
+            self._roll_back_batch(conn, batch_id)
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {self.sql.sinks_table} SET epoch = epoch + 1, "
+                            "updated_at = now() WHERE sink_id = %s", (cfg.sink_id,))
+
         try:
-            with _Db(cfg) as conn:
+            with Db(cfg) as conn:
                 with conn.cursor() as cur:
-                    cur.execute("SET lock_timeout = '1s'")
-                while True:
-                    self._roll_back_batch(conn, batch_id)
-                    try:
-                        with conn.cursor() as cur:
-                            cur.execute(f"UPDATE {self.wc.sql.sinks_table} SET epoch = epoch + 1, "
-                                        "updated_at = now() WHERE sink_id = %s", (cfg.sink_id,))
-                        break
-                    except psycopg2.errors.LockNotAvailable:
-                        if time.monotonic() > deadline:
-                            raise RetriableCommitError(
-                                f"abort of batch {batch_id}: writers still hold the sink after "
-                                f"{ABORT_WAIT_S:.0f} s; their transactions are resolved at the next start"
-                            ) from None
-                self._roll_back_batch(conn, batch_id)
+                    cur.execute("SET lock_timeout = '1s'")  # each round waits at most this long
+                retry(lambda: fence_batch(conn), what=f"abort of batch {batch_id}",
+                      retry_on=psycopg2.errors.LockNotAvailable, timeout_s=ABORT_WAIT_S,
+                      backoff=Backoff(initial_s=0.0, max_s=0.0),
+                      give_up=lambda e: RetriableCommitError(
+                          f"abort of batch {batch_id}: writers still hold the sink after "
+                          f"{ABORT_WAIT_S:.0f} s; their transactions are resolved at the next start"))
+                self._roll_back_batch(conn, batch_id)  # what prepared while the bump waited
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(f"abort of batch {batch_id}: {str(e).strip()}") from None
 
     def _roll_back_batch(self, conn: Any, batch_id: int) -> None:
         """Roll back the batch's prepared transactions, except decided winners (recovery's)."""
-        won = decisions(conn, self.wc.sql.batches_table, self.wc.cfg.sink_id, {batch_id}).get(batch_id, set())
-        for gid in prepared_gids(conn, self.wc.cfg.sink_id):
+        won = decisions(conn, self.sql.batches_table, self.cfg.sink_id, {batch_id}).get(batch_id, set())
+        for gid in prepared_gids(conn, self.cfg.sink_id):
             if parse_gid(gid)[2] == batch_id and gid not in won:
                 finish(conn, gid, commit=False)

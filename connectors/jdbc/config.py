@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec
+from spark_ext.options import Options, OptionSpec, checkpoint_identity
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "createtable", "sinkid",
@@ -74,6 +74,7 @@ class JdbcSinkConfig:
     create_table: bool
     sink_id: str
     lock_timeout_ms: int
+    guarantee: Guarantee
 
     def __repr__(self) -> str:
         return f"JdbcSinkConfig({self.safe_url}, {self.qualified}, sink_id={self.sink_id!r})"
@@ -105,12 +106,13 @@ class JdbcSinkConfig:
             create_table=opts.get_bool("createtable", False),
             sink_id=_sink_id(opts, guarantee, url, dbtable),
             lock_timeout_ms=opts.get_int("locktimeoutms", 60_000, minimum=1) or 60_000,
+            guarantee=guarantee,
         )
 
 
 def checkpoint_sink_id(checkpoint_location: str) -> str:
     """The sink id derived from a query's checkpoint location (what ``doctor`` lists)."""
-    return "ck-" + hashlib.sha256(checkpoint_location.rstrip("/").encode()).hexdigest()[:16]
+    return "ck-" + hashlib.sha256(checkpoint_identity(checkpoint_location).encode()).hexdigest()[:16]
 
 
 def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str:

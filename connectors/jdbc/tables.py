@@ -109,6 +109,14 @@ class SqlPlan:
     batches_table: str
 
 
+@dataclass(frozen=True)
+class JdbcSinkSetup:
+    """The sink's config and its SQL: what writers and the committer are built from."""
+
+    cfg: JdbcSinkConfig
+    sql: SqlPlan
+
+
 def engine(cfg: JdbcSinkConfig) -> sa.Engine:
     return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool)
 

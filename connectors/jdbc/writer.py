@@ -19,59 +19,21 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from sqlalchemy.engine import URL
 
-from connectors.jdbc.config import JdbcSinkConfig
-from connectors.jdbc.tables import SqlPlan
+from connectors.jdbc.tables import JdbcSinkSetup, SqlPlan
+from connectors.jdbc.transactions import JdbcCommittable, connect, gid_for
 from spark_ext import failpoints
-from spark_ext.commit import Committable, SinkWriter, TaskInfo
+from spark_ext.commit import SinkWriter, TaskInfo
 from spark_ext.errors import ConnectorError, FencedError
 from spark_ext.guarantees import Guarantee
 
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-
-
-@dataclass(frozen=True)
-class JdbcCommittable(Committable):
-    """One task attempt's outcome; ``gid`` names its prepared transaction (None: nothing)."""
-
-    gid: str | None = None
-    query_id: str = ""
-
-
-def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int) -> str:
-    return f"sx:{sink_id}:{epoch}:{batch}:{partition}:{attempt}"
-
-
-def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
-    """``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>`` -> its parts."""
-    _, rest = gid.split(":", 1)
-    sink, epoch, batch, part, attempt = rest.rsplit(":", 4)
-    return sink, int(epoch), int(batch), int(part), int(attempt)
-
-
-def connect(url: URL) -> Any:
-    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``)."""
-    kw: dict[str, Any] = {k: v for k, v in url.query.items()}
-    return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
-                            password=url.password, dbname=url.database, **kw)
-
-
-@dataclass(frozen=True)
-class WriterConfig:
-    """What a task needs; built on the driver after recovery fixed the run's epoch."""
-
-    cfg: JdbcSinkConfig
-    sql: SqlPlan
-    guarantee: Guarantee
-    epoch: int
 
 
 def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
@@ -93,35 +55,37 @@ def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
 class JdbcWriter(SinkWriter[JdbcCommittable]):
     """Writes one task attempt's rows. Executor."""
 
-    def __init__(self, wc: WriterConfig) -> None:
-        self.wc = wc
+    def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
+        self.cfg, self.sql = setup.cfg, setup.sql
+        self.epoch = epoch  # the claim's fence (exactly once); 0 otherwise
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        wc, sql = self.wc, self.wc.sql
-        exactly = wc.guarantee is Guarantee.EXACTLY_ONCE
-        gid = gid_for(wc.cfg.sink_id, wc.epoch, task.batch_id, task.partition_id, task.attempt)
+        cfg, sql = self.cfg, self.sql
+        exactly = cfg.guarantee is Guarantee.EXACTLY_ONCE
+        gid = gid_for(cfg.sink_id, self.epoch, task.batch_id, task.partition_id, task.attempt)
         try:
-            conn = connect(wc.cfg.url)
+            conn = connect(cfg.url)
         except psycopg2.Error as e:
-            raise ConnectorError(f"cannot connect to PostgreSQL at {wc.cfg.safe_url}: {e}".strip()) from None
+            raise ConnectorError(f"cannot connect to PostgreSQL at {cfg.safe_url}: {e}".strip()) from None
         try:
             if exactly:
                 conn.tpc_begin(gid)
             cur = conn.cursor()
-            cur.execute("SET LOCAL lock_timeout = %s", (f"{wc.cfg.lock_timeout_ms}ms",))
-            skip = self._skip(cur, task) if wc.guarantee is not Guarantee.NONE else False
+            cur.execute("SET LOCAL lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
+            # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
+            skip = self._skip(cur, task) if cfg.guarantee is not Guarantee.NONE else False
             rows = 0
             if not skip:
                 rows = self._copy(cur, batches, task)
-                if wc.guarantee is not Guarantee.NONE:
+                if cfg.guarantee is not Guarantee.NONE:
                     cur.execute(
                         f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
                         "attempt, epoch, rows) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (wc.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt,
-                         wc.epoch, rows))
+                        (cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt,
+                         self.epoch, rows))
             if exactly and not skip:
-                failpoints.hit("jdbc.before_prepare")
-                conn.tpc_prepare()  # phase one: durable, invisible, owned by no session
+                failpoints.hit("jdbc.before_prepare", task.batch_id)
+                conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
                 return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
                                        task.query_id)
             if exactly:
@@ -132,7 +96,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                                    task.query_id)
         except psycopg2.Error as e:
             raise ConnectorError(
-                f"writing batch {task.batch_id} partition {task.partition_id} to {wc.cfg.qualified} "
+                f"writing batch {task.batch_id} partition {task.partition_id} to {cfg.qualified} "
                 f"failed: {str(e).strip()}"
             ) from None
         finally:
@@ -140,28 +104,28 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
 
     def _skip(self, cur: Any, task: TaskInfo) -> bool:
         """True when this batch (exactly once) or partition (at least once) already landed."""
-        wc, sql = self.wc, self.wc.sql
-        if wc.guarantee is Guarantee.EXACTLY_ONCE:
+        cfg, sql = self.cfg, self.sql
+        if cfg.guarantee is Guarantee.EXACTLY_ONCE:
             cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE",
-                        (wc.cfg.sink_id,))
+                        (cfg.sink_id,))
             row = cur.fetchone()
-            if row is None or row[0] != wc.epoch:
+            if row is None or row[0] != self.epoch:
                 raise FencedError(
-                    f"sink {wc.cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
-                    f"this run {wc.epoch}); this stale task writes nothing"
+                    f"sink {cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
+                    f"this run {self.epoch}); this stale task writes nothing"
                 )
             cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
                         "AND batch_id = %s AND partition_id = -1",
-                        (wc.cfg.sink_id, task.query_id, task.batch_id))
+                        (cfg.sink_id, task.query_id, task.batch_id))
         else:
             cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
                         "AND batch_id = %s AND partition_id = %s",
-                        (wc.cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
+                        (cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
         return cur.fetchone() is not None
 
     def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> int:
-        wc, sql = self.wc, self.wc.sql
-        keys = wc.cfg.upsert_keys
+        cfg, sql = self.cfg, self.sql
+        keys = cfg.upsert_keys
         tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
         rows = 0
         for rb in batches:

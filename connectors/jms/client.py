@@ -1,7 +1,7 @@
 """The driver's STOMP connection: receives into memory, acknowledges by message ID.
 
-Lives in the stream reader's long-lived driver process (PRODUCT.md: the planning reader
-is one object in one process), which is why receiving happens there: only the process
+Lives in the stream reader's long-lived driver process (Spark plans every batch on one
+reader object in one Python process), which is why receiving happens there: only the process
 that received a message can acknowledge it, and acknowledging must wait until Spark
 committed the batch, long after any executor task ended. stomp.py delivers frames on
 its own receiver thread; everything shared with it sits behind one lock.
@@ -19,6 +19,7 @@ import stomp
 from stomp.exception import ConnectFailedException, StompException
 
 from connectors.jms.config import JmsSourceConfig
+from spark_ext import failpoints
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
 
@@ -203,7 +204,9 @@ class StompReceiver:
         if not ids or self._conn is None:
             return 0
         n = 0
-        for mid in ids:
+        for i, mid in enumerate(ids):
+            if i == len(ids) // 2:
+                failpoints.hit("jms.mid_ack")
             with self._lock:
                 ack_ids = self._ack_ids.pop(mid, [])
             for ack_id in ack_ids:

@@ -1,6 +1,6 @@
 """Acknowledging queue source: ``hzsource`` connector ``jms`` (ActiveMQ Artemis over STOMP).
 
-Jet's rules for an acknowledging source (seed 002), with Spark's micro-batch as the
+Hazelcast Jet's rules for an acknowledging source, with Spark's micro-batch as the
 snapshot:
 
 1. **Acknowledge only after the snapshot.** Messages are received with
@@ -234,11 +234,8 @@ class JmsStreamReader(DataSourceStreamReader):
             return
         ids = [m.message_id for s in done for m in self._batches[s]]
         if self.cfg.guarantee is not Guarantee.NONE:  # none: the subscription auto-acks
-            failpoints.hit("jms.before_ack")
-            half = len(ids) // 2
-            self.rx.ack(ids[:half])
-            failpoints.hit("jms.mid_ack")
-            self.rx.ack(ids[half:])
+            failpoints.hit("jms.before_ack", seq)
+            self.rx.ack(ids)
             # A copy redelivered while the batch was in flight (reconnect) must not be read again.
             self.rx.drop(set(ids))
         for s in done:

@@ -10,22 +10,21 @@ sink's own commit id ``<prefix>-commit``:
   epoch) — "batch N decided, commit these";
 - group ``<prefix>.batches.done``: offset N+1 once every winner is committed.
 
-Commit of batch N, step by step (``KafkaCommitter.commit``):
+How the steps of ``spark_ext.commit`` are carried out here (marked ``# step N``):
 
-1. every winner (the attempt whose message reached the driver) must still be open with
-   its epoch; one aborted by ``transaction.timeout.ms`` or fenced means the batch is
-   rolled back and the query fails loudly (nothing decided, so a restart rewrites it);
-2. the decision is written; the commit id's epoch comes from this batch's plan, so a
-   zombie driver whose plan is older is fenced here and decides nothing;
-3. ``EndTxn(commit)`` for every winner;
-4. the done record; then every other open transaction of the sink (failed or
-   speculative attempts) is aborted, so read_committed consumers are never blocked.
-
-A crash anywhere is resolved by ``recover`` in the next batch's plan (the first after a
-restart included): a decision without its done record is finished (its winners
-committed), then every open transaction of the sink is aborted. Spark replays a batch
-whose commit log entry is missing; if that batch was decided, its tasks write nothing
-(``Decided`` in the plan), so nothing appears twice.
+- 4a: every winner (the attempt whose message reached the driver) must still be open
+  with its epoch; one aborted by ``transaction.timeout.ms`` or fenced means the batch is
+  rolled back and the query fails loudly (nothing decided, so a restart rewrites it);
+- 4b: the decision is written; the commit id's epoch is the claim's fence from this
+  batch's plan, so a zombie driver whose plan is older is fenced here and decides nothing;
+- 4c: ``EndTxn(commit)`` for every winner, then the done record;
+- 4d: every other open transaction of the sink (failed or speculative attempts) is
+  aborted, so read_committed consumers are never blocked;
+- 1 (``take_over``, in the next batch's plan, the first after a restart included): a
+  decision without its done record is finished (its winners committed), then every open
+  transaction of the sink is aborted. Spark replays a batch whose commit log entry is
+  missing; if that batch was decided, the claim's ``last_decided`` names it and its
+  tasks write nothing, so nothing appears twice.
 """
 
 from __future__ import annotations
@@ -38,11 +37,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from connectors.kafka.sink_config import KafkaSinkConfig
-from connectors.kafka.sink_writer import Decided, KafkaCommittable, WriterConfig
-from connectors.kafka.txn import KafkaTxnClient, Producer
+from connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from connectors.kafka.sink.config import KafkaSinkConfig
+from connectors.kafka.sink.writer import KafkaCommittable
 from spark_ext import failpoints
-from spark_ext.commit import Committer
+from spark_ext.commit import Claim, Committer, DecidedBatch
 from spark_ext.errors import ConfigurationError, FatalCommitError, FencedError, SparkExtError
 
 log = logging.getLogger(__name__)
@@ -88,14 +87,15 @@ class Decision:
 class KafkaCommitter(Committer[KafkaCommittable]):
     """Commits, aborts and recovers the sink's transactions. Driver only."""
 
-    def __init__(self, wc: WriterConfig) -> None:
-        self.cfg: KafkaSinkConfig = wc.cfg
+    def __init__(self, cfg: KafkaSinkConfig) -> None:
+        self.cfg = cfg
         self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s)
 
     # --- before a batch (plan with prepare=True) ---------------------------------------------
 
-    def take_over(self) -> tuple[Producer, Decided | None]:
-        """Fence older drivers, finish a decided batch, abort every other open transaction."""
+    def take_over(self) -> Claim[Producer]:
+        """Step 1: fence older drivers, finish a decided batch, abort every other open
+        transaction. The claim's fence is the commit id's producer (id and epoch)."""
         cfg = self.cfg
         try:
             decision = self._decision()
@@ -106,15 +106,17 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                     "different checkpoint location); two queries must not share a prefix (the second "
                     "would abort the first's transactions). Choose another prefix"
                 )
-            commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)
+            commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)  # fence
             decision = self._decision()  # again, now that no older driver can write one
-            if decision is not None:
-                if not self._done(decision.batch_id):
-                    log.warning("finishing batch %s, decided before a crash", decision.batch_id)
-                    self._commit_winners(decision)
-                    self._mark_done(commit_producer, decision.batch_id)
-            self._abort_open(keep=())
-            return commit_producer, (Decided(decision.batch_id, decision.query_id) if decision else None)
+            committed = 0
+            if decision is not None and not self._done(decision):
+                log.warning("finishing batch %s, decided before a crash", decision.batch_id)
+                self._commit_winners(decision)
+                self._mark_done(commit_producer, decision)
+                committed = len(decision.winners)
+            rolled_back = self._abort_open(keep=())
+            last = DecidedBatch(decision.batch_id, decision.query_id) if decision else None
+            return Claim(commit_producer, last, committed=committed, rolled_back=rolled_back)
         finally:
             self.client.close()
 
@@ -122,9 +124,11 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         off, meta = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0]).get(0, (-1, ""))
         return Decision.decode(meta) if off >= 0 and meta else None
 
-    def _done(self, batch_id: int) -> bool:
-        off, _ = self.client.fetch_offsets(self.cfg.group + ".done", self._anchor(), [0]).get(0, (-1, ""))
-        return off >= batch_id + 1
+    def _done(self, decision: Decision) -> bool:
+        """Was ``decision`` finished? The done record names its batch *and query*: after a
+        checkpoint reset at the same path, batch ids start again at 0 under the same prefix."""
+        off, meta = self.client.fetch_offsets(self.cfg.group + ".done", self._anchor(), [0]).get(0, (-1, ""))
+        return off == decision.batch_id + 1 and meta == decision.query_id
 
     def _anchor(self) -> str:
         if not self.cfg.commit_topic:
@@ -143,18 +147,18 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             commit_producer = winners[0].commit_producer
             assert commit_producer is not None
             decision = self._decision()
-            if not self._is(decision, batch_id, winners[0].query_id):  # else: a retry after step 2
-                self._check_open(winners, batch_id)                     # step 1
-                failpoints.hit("kafka.before_decision")
+            if not _decides(decision, batch_id, winners[0].query_id):  # else: a retry after 4b
+                self._check_open(winners, batch_id)                        # step 4a
+                failpoints.hit("kafka.before_decision", batch_id)
                 decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
                                     tuple(c.producer for c in winners))
-                self.client.commit_offsets(commit_producer, self.cfg.group,  # step 2
+                self.client.commit_offsets(commit_producer, self.cfg.group,  # step 4b
                                            {(self._anchor(), 0): (batch_id + 1, decision.encode())})
-                failpoints.hit("kafka.after_decision")
+                failpoints.hit("kafka.after_decision", batch_id)
             assert decision is not None
-            self._commit_winners(decision)                              # step 3
-            self._mark_done(commit_producer, batch_id)                  # step 4
-            self._abort_open(keep=tuple(w.transactional_id for w in winners))
+            self._commit_winners(decision)                              # step 4c
+            self._mark_done(commit_producer, decision)
+            self._abort_open(keep=tuple(w.transactional_id for w in winners))  # step 4d
             log.info("batch %s committed: %s records in %s transactions", batch_id,
                      sum(c.rows for c in winners), len(winners))
         finally:
@@ -167,17 +171,13 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         transactions of the sink (another run's) are never touched here.
         """
         try:
-            if committables and self._is(self._decision(), batch_id, committables[0].query_id):
+            if committables and _decides(self._decision(), batch_id, committables[0].query_id):
                 log.warning("batch %s was decided; its commit is finished by the next batch's recovery",
                             batch_id)
                 return
             self._abort_own(committables)
         finally:
             self.client.close()
-
-    @staticmethod
-    def _is(decision: Decision | None, batch_id: int, query_id: str) -> bool:
-        return decision is not None and decision.batch_id == batch_id and decision.query_id == query_id
 
     def _abort_own(self, committables: Sequence[KafkaCommittable]) -> None:
         for c in committables:
@@ -230,7 +230,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
     def _commit_winners(self, decision: Decision) -> None:
         for i, w in enumerate(decision.winners):
             if i == 1:
-                failpoints.hit("kafka.mid_commit")
+                failpoints.hit("kafka.mid_commit", decision.batch_id)
             try:
                 self.client.end_txn(w, commit=True)
             except (FencedError, FatalCommitError):
@@ -244,16 +244,25 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                     "down. Its records are lost; re-run the batch's input, and raise the timeout"
                 ) from None
 
-    def _mark_done(self, commit_producer: Producer, batch_id: int) -> None:
+    def _mark_done(self, commit_producer: Producer, decision: Decision) -> None:
         self.client.commit_offsets(commit_producer, self.cfg.group + ".done",
-                                   {(self._anchor(), 0): (batch_id + 1, "")})
+                                   {(self._anchor(), 0): (decision.batch_id + 1, decision.query_id)})
 
-    def _abort_open(self, keep: tuple[str, ...]) -> None:
-        """Abort every open transaction of this sink except ``keep`` (fences their owners)."""
+    def _abort_open(self, keep: tuple[str, ...]) -> int:
+        """Abort every open transaction of this sink except ``keep`` (fences their owners);
+        returns how many were aborted."""
+        aborted = 0
         for tid, _pid, _state in self.client.list_transactions(self.cfg.txn_pattern, _OPEN):
             if tid in keep:
                 continue
             try:
                 self.client.init_producer(tid, self.cfg.txn_timeout_ms)
+                aborted += 1
             except SparkExtError as e:
                 log.warning("could not abort open transaction %s: %s", tid, e)
+        return aborted
+
+
+def _decides(decision: Decision | None, batch_id: int, query_id: str) -> bool:
+    """True when ``decision`` is the one recorded for ``batch_id`` of query ``query_id``."""
+    return decision is not None and decision.batch_id == batch_id and decision.query_id == query_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from connectors.kafka.offsets import StartingOffsets, TopicPartition, parse_assign
+from connectors.kafka.source.offsets import StartingOffsets, TopicPartition, parse_assign
 from spark_ext.errors import InvalidOptionError, MissingOptionError
 from spark_ext.options import Options, OptionSpec, redact
 

@@ -42,7 +42,7 @@ from kafka.protocol.producer.transaction import (
     TxnOffsetCommitResponse,
 )
 
-from connectors.kafka.protocol import Conn, metadata
+from connectors.kafka.client.connection import Conn, metadata
 from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
 
 T = TypeVar("T")

@@ -28,11 +28,11 @@ from aiokafka.record.memory_records import MemoryRecords
 from kafka.errors import for_code
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
-from connectors.kafka.fetch import RangeReaderBase, watermarks
-from connectors.kafka.offsets import KafkaRange
-from connectors.kafka.protocol import Conn as _Conn
-from connectors.kafka.protocol import metadata
-from connectors.kafka.source_config import KafkaSourceConfig
+from connectors.kafka.client.connection import Conn as _Conn
+from connectors.kafka.client.connection import metadata
+from connectors.kafka.source.config import KafkaSourceConfig
+from connectors.kafka.source.librdkafka_reader import RangeReaderBase, watermarks
+from connectors.kafka.source.offsets import KafkaRange
 from spark_ext.errors import ConnectorError
 
 log = logging.getLogger(__name__)

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
-from connectors.kafka.protocol import Conn, metadata
-from connectors.kafka.records import Batcher, Partitioner, column_lists
-from connectors.kafka.sink_config import KafkaSinkConfig
-from connectors.kafka.txn import KafkaTxnClient, Producer, error_name
-from spark_ext.commit import Committable, SinkWriter, TaskInfo
+from connectors.kafka.client.connection import Conn, metadata
+from connectors.kafka.client.transactions import KafkaTxnClient, Producer, error_name
+from connectors.kafka.sink.config import KafkaSinkConfig
+from connectors.kafka.sink.records import Batcher, Partitioner, column_lists
+from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.errors import ConnectorError, SparkExtError
 from spark_ext.guarantees import Guarantee
 
@@ -32,23 +32,6 @@ log = logging.getLogger(__name__)
 
 PRODUCE_VERSION = 9  # below 12, where transaction protocol 2 begins
 MAX_IN_FLIGHT = 5  # Kafka keeps idempotent ordering for up to 5 unacknowledged requests
-
-
-@dataclass(frozen=True)
-class Decided:
-    """The last batch the sink recorded as committed, read by the driver before the batch."""
-
-    batch_id: int
-    query_id: str
-
-
-@dataclass(frozen=True)
-class WriterConfig:
-    """What the driver's plan hands every task (pickled)."""
-
-    cfg: KafkaSinkConfig
-    decided: Decided | None
-    commit_producer: Producer | None  # fenced in by this batch's plan; used by the commit
 
 
 @dataclass(frozen=True)
@@ -62,7 +45,7 @@ class KafkaCommittable(Committable):
     partitions: tuple[tuple[str, int], ...]
     started_ms: int
     skipped: bool  # a replay of a batch already committed: nothing was written
-    commit_producer: Producer | None
+    commit_producer: Producer | None  # the claim's fence, which step 4b writes the decision with
 
     @property
     def producer(self) -> Producer:
@@ -131,16 +114,16 @@ class _Sender:
 class KafkaWriter(SinkWriter[KafkaCommittable]):
     """Writes one task's rows; prepares (exactly-once) or flushes (weaker guarantees)."""
 
-    def __init__(self, wc: WriterConfig) -> None:
-        self.wc = wc
+    def __init__(self, cfg: KafkaSinkConfig, claim: Claim[Producer] | None) -> None:
+        self.cfg, self.claim = cfg, claim
         self._began = False  # a partition was added: the broker holds an open transaction
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
         """Executor, once per task attempt. Raising leaves the transaction to be aborted."""
-        cfg, exactly = self.wc.cfg, self.wc.cfg.guarantee is Guarantee.EXACTLY_ONCE
-        d = self.wc.decided
+        cfg, exactly = self.cfg, self.cfg.guarantee is Guarantee.EXACTLY_ONCE
+        d = self.claim.last_decided if self.claim is not None else None
         if exactly and d is not None and d.query_id == task.query_id and task.batch_id <= d.batch_id:
-            # Replay of a batch whose commit was decided before a crash: already in Kafka.
+            # step 3: a replay of a batch decided before a crash is already in Kafka.
             log.info("batch %s was committed before; writing nothing", task.batch_id)
             return self._message(task, Producer("", -1, -1), (), 0, skipped=True)
         client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s)
@@ -164,7 +147,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
 
     def _produce(self, batches: Iterator[pa.RecordBatch], task: TaskInfo, producer: Producer,
                  sender: _Sender, client: KafkaTxnClient, exactly: bool) -> tuple[int, set[tuple[str, int]]]:
-        cfg = self.wc.cfg
+        cfg = self.cfg
         if cfg.topic:
             sender.load([cfg.topic])
         part = Partitioner(cfg.topic, sender.counts, task.partition_id)
@@ -212,6 +195,6 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
             batch_id=task.batch_id, partition_id=task.partition_id, attempt=task.attempt, rows=rows,
             query_id=task.query_id, transactional_id=p.transactional_id, producer_id=p.producer_id,
             epoch=p.epoch, partitions=parts, started_ms=started_ms, skipped=skipped,
-            commit_producer=self.wc.commit_producer,
+            commit_producer=self.claim.fence if self.claim is not None else None,
         )
 

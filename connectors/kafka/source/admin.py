@@ -24,8 +24,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from connectors.kafka.offsets import PartitionOffsets, TopicPartition, describe
-from connectors.kafka.source_config import KafkaSourceConfig
+from connectors.kafka.source.config import KafkaSourceConfig
+from connectors.kafka.source.offsets import PartitionOffsets, TopicPartition, describe
 from spark_ext.errors import ConnectorError, InvalidOptionError, UnknownTopicError
 
 log = logging.getLogger(__name__)

@@ -2,53 +2,48 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from pyspark.sql.types import StructType
 
-from connectors.kafka.committer import KafkaCommitter
-from connectors.kafka.protocol import metadata
-from connectors.kafka.records import check_schema
-from connectors.kafka.sink_config import SINK_OPTIONS, KafkaSinkConfig
-from connectors.kafka.sink_writer import KafkaWriter, WriterConfig
-from connectors.kafka.txn import KafkaTxnClient
-from spark_ext.commit import NoOpCommitter, SinkPlan
+from connectors.kafka.client.connection import metadata
+from connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from connectors.kafka.sink.committer import KafkaCommitter
+from connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
+from connectors.kafka.sink.records import check_schema
+from connectors.kafka.sink.writer import KafkaWriter
+from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
 from spark_ext.errors import ConfigurationError, ConnectorError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 
 
-class TransactionTimeoutError(ConfigurationError):
+class TransactionTimeoutTooLongError(ConfigurationError):
     """``kafka.transaction.timeout.ms`` exceeds what the broker allows."""
 
 
-class KafkaSink(SinkConnector):
+class KafkaSink(SinkConnector[KafkaSinkConfig]):
     """``df.writeStream.format("hzsink").option("connector", "kafka")``."""
 
     name = "kafka"
     option_spec = SINK_OPTIONS
 
-    def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
-             prepare: bool = True) -> SinkPlan:
-        """Driver. ``prepare`` (before each batch): check the schema, the topics and the
-        broker's timeout limit, then recover (fence older drivers, finish a decided batch,
-        abort open transactions). Otherwise (commit/abort): options only, touching nothing."""
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> KafkaSinkConfig:
         cfg = KafkaSinkConfig.parse(options, guarantee)
         check_schema({f.name: f.dataType.simpleString() for f in schema.fields}, cfg.topic)
-        exactly = guarantee is Guarantee.EXACTLY_ONCE
-        if not prepare:
-            wc = WriterConfig(cfg, None, None)  # the committer reads what it needs from the messages
-            return SinkPlan(guarantee, partial(KafkaWriter, wc),
-                            partial(KafkaCommitter, wc) if exactly else NoOpCommitter)
-        _check_topics(cfg, exactly)
-        decided = commit_producer = None
+        return cfg
+
+    def validate(self, config: KafkaSinkConfig, schema: StructType) -> None:
+        """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""
+        exactly = config.guarantee.transactional
+        _check_topics(config, exactly)
         if exactly:
-            _check_timeout(cfg)
-            commit_producer, decided = KafkaCommitter(WriterConfig(cfg, None, None)).take_over()
-        wc = WriterConfig(cfg, decided, commit_producer)
-        return SinkPlan(guarantee, partial(KafkaWriter, wc),
-                        partial(KafkaCommitter, wc) if exactly else NoOpCommitter)
+            _check_timeout(config)
+
+    def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
+        return KafkaWriter(config, claim)
+
+    def new_committer(self, config: KafkaSinkConfig) -> KafkaCommitter:
+        return KafkaCommitter(config)
 
 
 def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
@@ -79,7 +74,7 @@ def _check_timeout(cfg: KafkaSinkConfig) -> None:
     finally:
         client.close()
     if limit is not None and cfg.txn_timeout_ms > int(limit):
-        raise TransactionTimeoutError(
+        raise TransactionTimeoutTooLongError(
             f"kafka.transaction.timeout.ms is {cfg.txn_timeout_ms} but the broker's "
             f"transaction.max.timeout.ms is {limit}: the broker would refuse every transaction. Set "
             f"kafka.transaction.timeout.ms to at most {limit}, or raise the broker's limit"

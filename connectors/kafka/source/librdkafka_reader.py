@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.kafka.offsets import KafkaRange
-from connectors.kafka.source_config import KafkaSourceConfig
+from connectors.kafka.source.config import KafkaSourceConfig
+from connectors.kafka.source.offsets import KafkaRange
 from spark_ext.errors import ConnectorError, DataLossError
 
 log = logging.getLogger(__name__)

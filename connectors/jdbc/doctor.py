@@ -3,8 +3,8 @@
 A crashed query resolves its own in-doubt transactions when it restarts. When it will
 not restart (the query was retired, its checkpoint lost), use this::
 
-    python -m spark_ext.doctor jdbc list    --url postgresql+psycopg2://user@host/db [--schema public]
-    python -m spark_ext.doctor jdbc resolve --url ... --sink SINK_ID [--schema public]
+    spark-ext doctor jdbc list    --url postgresql+psycopg2://user@host/db [--schema public]
+    spark-ext doctor jdbc resolve --url ... --sink SINK_ID [--schema public]
 
 ``list`` shows every prepared transaction named ``sx:...`` with its sink, epoch, batch,
 partition, attempt, age, and whether its batch was decided (the coordinator recorded
@@ -21,10 +21,9 @@ import sys
 
 from sqlalchemy.dialects import postgresql as pg
 
-from connectors.jdbc.committer import decisions, prepared_gids, resolve_in_doubt
 from connectors.jdbc.config import parse_url
 from connectors.jdbc.tables import BATCHES_TABLE
-from connectors.jdbc.writer import connect, parse_gid
+from connectors.jdbc.transactions import connect, decisions, parse_gid, prepared_gids, resolve_in_doubt
 from spark_ext.errors import SparkExtError
 
 
@@ -68,10 +67,9 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spark_ext.doctor", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="system", required=True)
-    jdbc = sub.add_parser("jdbc", help="PostgreSQL sinks")
-    jsub = jdbc.add_subparsers(dest="action", required=True)
+    """``spark-ext doctor jdbc <list|resolve> ...`` (``argv`` starts after ``jdbc``)."""
+    ap = argparse.ArgumentParser(prog="spark-ext doctor jdbc", description=__doc__.split("\n")[0])
+    jsub = ap.add_subparsers(dest="action", required=True)
     for name in ("list", "resolve"):
         p = jsub.add_parser(name)
         p.add_argument("--url", required=True, help="SQLAlchemy or jdbc:postgresql:// URL")

@@ -1,7 +1,7 @@
 """Kafka offsets as the source stores them, and how a batch's range is planned.
 
 Pure logic, no broker: everything here is deterministic in its inputs, which is what
-makes a replayed batch read exactly the records it read before (invariant 4). The
+makes a replayed batch read exactly the records it read before. The
 offset of a topic-partition is the next offset to read; a batch reads ``[start, end)``.
 
 Offsets travel through Spark's offset log as Spark's own Kafka source writes them:

@@ -4,10 +4,10 @@ Jet's replayable source saves its offsets to the snapshot; here the snapshot is 
 offset log. For micro-batch N Spark writes the end offsets this reader returned to the
 offset log *before* the batch runs, and replays N after a crash from the same start and
 end: ``partitions(start, end)`` depends on nothing else, so the replay reads exactly the
-same records (invariant 4). Nothing is committed to Kafka; a consumer group is never
+same records. Nothing is committed to Kafka; a consumer group is never
 joined.
 
-Where each call runs (see PRODUCT.md "Facts checked"):
+Where each call runs (observed on PySpark 4.3 with a probe that logged each call's process):
 
 - ``initialOffset``, ``latestOffset``, ``partitions``, ``commit``, ``stop``: the
   driver, on one long-lived reader object, which holds one admin client.
@@ -46,9 +46,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors.kafka.fetch import RangeReader
-from connectors.kafka.metadata import KafkaMetadata
-from connectors.kafka.offsets import (
+from connectors.kafka.source.admin import KafkaMetadata
+from connectors.kafka.source.config import KafkaSourceConfig
+from connectors.kafka.source.librdkafka_reader import RangeReader
+from connectors.kafka.source.offsets import (
     EARLIEST,
     LATEST,
     KafkaRange,
@@ -59,8 +60,7 @@ from connectors.kafka.offsets import (
     rate_limit,
     to_json,
 )
-from connectors.kafka.source_config import KafkaSourceConfig
-from connectors.kafka.wire import WireRangeReader
+from connectors.kafka.source.wire_reader import WireRangeReader
 from spark_ext.connector import SourceConnector
 from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
 from spark_ext.options import Options

@@ -1,0 +1,67 @@
+"""Which class implements ``option("connector", name)``: the registry the core owns.
+
+Connectors register themselves; the core never imports them. A connector package
+declares entry points in its distribution metadata (``pyproject.toml``)::
+
+    [project.entry-points."spark_ext.sinks"]
+    kafka = "connectors.kafka:KafkaSink"
+
+Groups: ``spark_ext.sources`` (``SourceConnector`` classes), ``spark_ext.sinks``
+(``SinkConnector`` classes) and ``spark_ext.doctors`` (operator tools, a
+``main(argv) -> int`` reached through ``spark-ext doctor <name> ...``). Entry points are
+read from the installed distributions, so they work in every Python process Spark
+starts, on the driver and on executors, as long as the package is installed there.
+``register`` adds an entry for the current process only (tests, notebooks).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+
+from spark_ext.errors import MissingOptionError, UnknownConnectorError
+
+SOURCES = "spark_ext.sources"
+SINKS = "spark_ext.sinks"
+DOCTORS = "spark_ext.doctors"
+
+_extra: dict[str, dict[str, str]] = {SOURCES: {}, SINKS: {}, DOCTORS: {}}
+
+
+@cache
+def _installed(group: str) -> dict[str, str]:
+    return {ep.name.lower(): ep.value for ep in entry_points(group=group)}
+
+
+def register(group: str, name: str, target: str) -> None:
+    """Add ``name`` -> ``"module:attribute"`` to ``group`` in this process."""
+    _extra[group][name.lower()] = target
+
+
+def available(group: str) -> dict[str, str]:
+    """Every name of ``group`` -> its ``"module:attribute"`` target."""
+    return {**_installed(group), **_extra[group]}
+
+
+def load(group: str, name: str | None, what: str) -> object:
+    """The object registered as ``name`` in ``group``; ``what`` names the caller in errors.
+
+    Raises ``MissingOptionError`` / ``UnknownConnectorError`` naming the valid choices.
+    """
+    known = available(group)
+    choices = ", ".join(sorted(known)) or "none (is spark-ext installed in this Python?)"
+    if name is None:
+        raise MissingOptionError(
+            f"{what} needs option 'connector'; set .option('connector', ...) to one of {choices}"
+        )
+    key = name.strip().lower()
+    if key not in known:
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownConnectorError(
+            f"unknown connector {name!r} for {what}{hint}; valid connectors: {choices}"
+        )
+    module, _, attr = known[key].partition(":")
+    return getattr(importlib.import_module(module), attr)
