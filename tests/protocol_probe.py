@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from spark_ext import compat
 from spark_ext.commit import Committable, Committer, ProtocolStreamWriter, SinkPlan, SinkWriter, TaskInfo
 from spark_ext.guarantees import Guarantee
 
@@ -60,6 +61,9 @@ class ProbeSink(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         out = self.options["out"]
+        with open(Path(out) / "writers.jsonl", "a") as f:  # why Spark built this writer, and with what
+            f.write(json.dumps({"in_commit_runner": compat.in_commit_runner(),
+                                "options": sorted(self.options)}) + "\n")
         fail_batch = int(self.options.get("fail_batch", "-1"))
         return ProtocolStreamWriter(SinkPlan(
             Guarantee.EXACTLY_ONCE,

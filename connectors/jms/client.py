@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 
 import stomp
@@ -22,6 +21,7 @@ from connectors.jms.config import JmsSourceConfig
 from spark_ext import failpoints
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
+from spark_ext.retry import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +181,15 @@ class StompReceiver:
     def wait_for(self, ids: list[str], timeout_s: float) -> tuple[dict[str, Message], list[str]]:
         """The messages with these ids, as the broker redelivers them; and the ids still missing."""
         want = set(ids)
-        deadline = time.monotonic() + timeout_s
+        deadline = Deadline(timeout_s)
         with self._lock:
             while True:
                 have = {i: self._queue[i] for i in want if i in self._queue}
-                if len(have) == len(want) or time.monotonic() >= deadline:
+                if len(have) == len(want) or deadline.expired:
                     for i in have:
                         del self._queue[i]
                     return have, sorted(want - set(have))
-                self._arrived.wait(min(0.5, max(deadline - time.monotonic(), 0.01)))
+                self._arrived.wait(min(0.5, max(deadline.remaining, 0.01)))
 
     def drop(self, ids: set[str]) -> list[str]:
         """Forget received copies of ``ids`` (already committed); their ack ids, to acknowledge."""

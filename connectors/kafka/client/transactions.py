@@ -14,7 +14,6 @@ or ``ConnectorError`` naming the request and Kafka's error.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,6 +43,7 @@ from kafka.protocol.producer.transaction import (
 
 from connectors.kafka.client.connection import Conn, metadata
 from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.retry import Backoff, retry
 
 T = TypeVar("T")
 
@@ -131,22 +131,17 @@ class KafkaTxnClient:
 
     def _retry(self, doing: str, fn: Callable[[], T], key: tuple[str, int] | None = None) -> T:
         """Retry retriable Kafka errors and dropped connections until the client timeout."""
-        deadline = time.monotonic() + self.timeout_s
-        delay = 0.02
-        while True:
-            try:
-                return fn()
-            except (_Retriable, OSError) as e:
-                if key is not None and (isinstance(e, OSError) or e.code in _COORD_MOVED):
-                    self._forget(*key)
-                if isinstance(e, OSError) and self._any is not None:
-                    self._any.close()
-                    self._any = None
-                if time.monotonic() > deadline:
-                    raise RetriableCommitError(f"{doing}: Kafka still answers {e} after "
-                                               f"{self.timeout_s:.0f} s") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        def forget(e: BaseException) -> None:
+            if key is not None and (isinstance(e, OSError) or getattr(e, "code", None) in _COORD_MOVED):
+                self._forget(*key)
+            if isinstance(e, OSError) and self._any is not None:
+                self._any.close()
+                self._any = None
+
+        return retry(fn, what=doing, retry_on=(_Retriable, OSError), timeout_s=self.timeout_s,
+                     backoff=Backoff(initial_s=0.02, max_s=0.5), on_retry=forget,
+                     give_up=lambda e: RetriableCommitError(
+                         f"{doing}: Kafka still answers {e} after {self.timeout_s:.0f} s"))
 
     def _txn_call(self, tid: str, doing: str, req: Any, version: int, resp: Any,
                   code: Callable[[Any], int]) -> Any:
@@ -198,6 +193,12 @@ class KafkaTxnClient:
     def commit_offsets(self, p: Producer, group: str,
                        offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         """Commit consumer-group offsets inside ``p``'s transaction, then the transaction."""
+        self.write_offsets(p, group, offsets)
+        self.end_txn(p, commit=True)
+
+    def write_offsets(self, p: Producer, group: str,
+                      offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Add consumer-group offsets to ``p``'s transaction (pending until it ends)."""
         self._txn_call(p.transactional_id, f"adding group {group!r} to {p.transactional_id!r}",
                        AddOffsetsToTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
                                               producer_epoch=p.epoch, group_id=group),
@@ -220,11 +221,12 @@ class KafkaTxnClient:
             _check(max((q.error_code for t in r.topics for q in t.partitions), default=0),
                    f"committing offsets of group {group!r}")
         self._retry(f"committing offsets of group {group!r}", call, (group, 0))
-        self.end_txn(p, commit=True)
 
-    def fetch_offsets(self, group: str, topic: str, parts: list[int]) -> dict[int, tuple[int, str]]:
-        """Committed (offset, metadata) per partition; -1 where none. Waits out pending ones."""
-        req = OffsetFetchRequest(group_id=group, require_stable=True, topics=[
+    def fetch_offsets(self, group: str, topic: str, parts: list[int],
+                      stable: bool = True) -> dict[int, tuple[int, str]]:
+        """Committed (offset, metadata) per partition; -1 where none. ``stable``: wait out
+        offsets pending in an open transaction (else: the last committed ones)."""
+        req = OffsetFetchRequest(group_id=group, require_stable=stable, topics=[
             OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=parts)])
 
         def call() -> dict[int, tuple[int, str]]:

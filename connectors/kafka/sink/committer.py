@@ -98,8 +98,10 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         transaction. The claim's fence is the commit id's producer (id and epoch)."""
         cfg = self.cfg
         try:
-            decision = self._decision()
-            # Refuse a second query before fencing anything of the first one.
+            # Refuse a second query before fencing anything of the first one. Read the last
+            # *committed* decision: one pending in a crashed driver's open transaction would
+            # block a stable read until the broker times it out; fencing below aborts it.
+            decision = self._decision(stable=False)
             if decision and decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
                 raise PrefixInUseError(
                     f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by another query (a "
@@ -120,8 +122,9 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         finally:
             self.client.close()
 
-    def _decision(self) -> Decision | None:
-        off, meta = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0]).get(0, (-1, ""))
+    def _decision(self, stable: bool = True) -> Decision | None:
+        got = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0], stable=stable)
+        off, meta = got.get(0, (-1, ""))
         return Decision.decode(meta) if off >= 0 and meta else None
 
     def _done(self, decision: Decision) -> bool:
@@ -152,8 +155,10 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                 failpoints.hit("kafka.before_decision", batch_id)
                 decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
                                     tuple(c.producer for c in winners))
-                self.client.commit_offsets(commit_producer, self.cfg.group,  # step 4b
-                                           {(self._anchor(), 0): (batch_id + 1, decision.encode())})
+                self.client.write_offsets(commit_producer, self.cfg.group,  # step 4b
+                                          {(self._anchor(), 0): (batch_id + 1, decision.encode())})
+                failpoints.hit("kafka.mid_decision", batch_id)  # decision pending in its transaction
+                self.client.end_txn(commit_producer, commit=True)
                 failpoints.hit("kafka.after_decision", batch_id)
             assert decision is not None
             self._commit_winners(decision)                              # step 4c

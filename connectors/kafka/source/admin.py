@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from confluent_kafka import (
     IsolationLevel,
@@ -27,6 +26,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from connectors.kafka.source.config import KafkaSourceConfig
 from connectors.kafka.source.offsets import PartitionOffsets, TopicPartition, describe
 from spark_ext.errors import ConnectorError, InvalidOptionError, UnknownTopicError
+from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +74,20 @@ class KafkaMetadata:
         )
 
     def _retry(self, doing: str, fn: Callable[[], T]) -> T:
-        attempts = self._cfg.metadata_retries + 1
-        for i in range(attempts):
+        """Retry errors librdkafka marks retriable, ``metadataRetries`` times; others fail at once."""
+        def once() -> T:
             try:
                 return fn()
             except KafkaException as e:
                 err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-                if err is not None and err.retriable() and i + 1 < attempts:
-                    time.sleep(self._cfg.retry_interval_ms / 1000.0)
-                    continue
+                if err is not None and err.retriable():
+                    raise
                 raise client_error(self._cfg, e, doing) from None
-        raise AssertionError("unreachable")
+
+        interval = self._cfg.retry_interval_ms / 1000.0
+        return retry(once, what=doing, retry_on=KafkaException, attempts=self._cfg.metadata_retries + 1,
+                     backoff=Backoff(initial_s=interval, max_s=interval),
+                     give_up=lambda e: client_error(self._cfg, cast(KafkaException, e), doing))
 
     def _topics(self) -> dict[str, int]:
         """Every non-internal topic with its partition count."""

@@ -14,7 +14,6 @@ range are transaction markers or aborted records, which are never delivered.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from connectors.kafka.source.config import KafkaSourceConfig
 from connectors.kafka.source.offsets import KafkaRange
 from spark_ext.errors import ConnectorError, DataLossError
+from spark_ext.retry import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +149,11 @@ class RangeReader(RangeReaderBase):
     def _read(self, consumer: Consumer) -> Iterator[pa.RecordBatch]:
         r, cfg = self._rng, self._cfg
         consumer.assign([TopicPartition(r.topic, r.partition, self._pos)])
-        deadline = time.monotonic() + cfg.poll_timeout_ms / 1000.0
+        # Records reset the deadline; errors and silence do not.
+        deadline = Deadline(cfg.poll_timeout_ms / 1000.0 + 0.5)
         while self._pos < r.end:
             msgs = consumer.consume(num_messages=_BATCH, timeout=0.5)
-            if time.monotonic() > deadline:
+            if deadline.expired:
                 # Records reset the deadline below; errors and silence do not.
                 raise ConnectorError(
                     f"no records from Kafka at {cfg.bootstrap} for {cfg.poll_timeout_ms} ms while "
@@ -173,7 +174,7 @@ class RangeReader(RangeReaderBase):
                 if seg:
                     yield to_arrow(seg, r.topic, r.partition, cfg.include_headers)
                     self._pos = _offset(seg[-1]) + 1
-                    deadline = time.monotonic() + cfg.poll_timeout_ms / 1000.0 + 0.5
+                    deadline.reset()
                 if e == len(msgs) or self._handle(consumer, msgs[e]):
                     break
                 i = e + 1

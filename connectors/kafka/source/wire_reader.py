@@ -34,8 +34,11 @@ from connectors.kafka.source.config import KafkaSourceConfig
 from connectors.kafka.source.librdkafka_reader import RangeReaderBase, watermarks
 from connectors.kafka.source.offsets import KafkaRange
 from spark_ext.errors import ConnectorError
+from spark_ext.retry import Deadline
 
 log = logging.getLogger(__name__)
+
+_RECONNECT_S = 0.5  # between reconnects while a broker restarts or leadership moves
 
 FETCH_VERSION = 11  # Kafka 2.3+ (4.x still serves it): isolation level, log start offset
 _TS = pa.timestamp("us", tz="UTC")
@@ -73,7 +76,7 @@ class WireRangeReader(RangeReaderBase):
         if self._rng.start >= self._rng.end:
             return
         conn: _Conn | None = None
-        deadline = time.monotonic() + self._cfg.poll_timeout_ms / 1000.0
+        deadline = Deadline(self._cfg.poll_timeout_ms / 1000.0)  # reset whenever records arrive
         try:
             while self._pos < self._rng.end:
                 try:
@@ -84,22 +87,22 @@ class WireRangeReader(RangeReaderBase):
                     if conn is not None:
                         conn.close()
                         conn = None
-                    if time.monotonic() > deadline:
+                    if deadline.expired:
                         raise ConnectorError(
                             f"cannot read {self._where()} from Kafka at {self._cfg.bootstrap} for "
                             f"{self._cfg.poll_timeout_ms} ms ({e}); check the brokers, or raise option "
                             "kafkaConsumer.pollTimeoutMs"
                         ) from None
                     log.warning("retrying read of %s after: %s", self._where(), e)
-                    time.sleep(0.5)
+                    time.sleep(min(_RECONNECT_S, deadline.remaining))
                     continue
                 before = self._pos
                 out = self._handle(part)
                 if out is not None:
                     yield out
                 if self._pos > before:
-                    deadline = time.monotonic() + self._cfg.poll_timeout_ms / 1000.0
-                elif time.monotonic() > deadline:
+                    deadline.reset()
+                elif deadline.expired:
                     raise ConnectorError(
                         f"no progress reading {self._where()} for {self._cfg.poll_timeout_ms} ms "
                         f"(high watermark {part.high_watermark}, last stable {part.last_stable_offset})"
