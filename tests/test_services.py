@@ -5,18 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-from tests.conftest import services_module
+from services import common as settings
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _services_module() -> ModuleType:
-    return services_module()
 
 
 def _host_ports(service: dict) -> set[int]:
@@ -29,7 +24,7 @@ def _host_ports(service: dict) -> set[int]:
 
 
 def test_compose_matches_local_services():
-    svc = _services_module()
+    svc = settings
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     assert set(compose) == {"kafka", "postgres", "artemis"}
 
@@ -63,7 +58,7 @@ def test_compose_matches_local_services():
 def test_services_env_has_the_contract_keys(services):
     from tests.conftest import SERVICE_KEYS
 
-    svc = _services_module()
+    svc = settings
     env = (ROOT / ".local" / "services.env")
     if not env.exists():
         pytest.fail("run `make services` first")
@@ -80,7 +75,7 @@ def test_services_up_is_idempotent(services):
 
     local = ROOT / ".local"
     before = {n: (local / f"{n}.pid").read_text() for n in ("kafka", "postgres", "artemis")}
-    res = subprocess.run([sys.executable, str(ROOT / "services" / "services.py"), "up"],
+    res = subprocess.run([sys.executable, "-m", "services", "up"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("already running") == 3

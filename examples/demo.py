@@ -4,7 +4,7 @@ A stream of synthetic payments (Spark's ``rate`` source) is written to PostgreSQ
 database transaction per micro-batch together with a batch marker, so a replayed batch
 is skipped: a preview of the exactly-once sinks. It stops after a few batches and checks
 that every payment id arrived exactly once. Run ``make services`` first (``make demo``
-does). Addresses come from ``.local/services.env``.
+does). Run from the repository root: ``python -m examples.demo``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from services.env import ServicesEnvError, load_env
 from spark_ext.env import ensure_python_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,11 +25,10 @@ BATCHES = 3
 
 
 def _postgres_url() -> str:
-    env = ROOT / ".local" / "services.env"
-    for line in env.read_text().splitlines():
-        if line.startswith("POSTGRES_URL="):
-            return line.split("=", 1)[1]
-    raise SystemExit(f"POSTGRES_URL missing from {env}: run `make services`")
+    try:
+        return load_env()["POSTGRES_URL"]
+    except (ServicesEnvError, KeyError) as e:
+        raise SystemExit(f"no PostgreSQL address ({e}): run `make services`") from None
 
 
 def main() -> int:

@@ -1,0 +1,127 @@
+"""Start, check and stop the local Kafka, PostgreSQL and ActiveMQ Artemis (no root, loopback).
+
+Usage: ``python -m services up|down|status|baseline-jars`` (the Makefile calls it).
+
+Everything a run creates lives under ``.local/`` in the repository (pid files, logs,
+data); downloaded broker jars live in a cache outside git (``$SPARK_EXT_CACHE`` or
+``~/.cache/spark-ext``). ``up`` is idempotent: a service whose pid file names a live
+process and which answers a round trip is left alone. Readiness is a real round trip
+(produce + consume, ``SELECT 1`` plus a prepared transaction, STOMP send + receive).
+The addresses are written to ``.local/services.env`` as shell ``KEY=VALUE`` lines.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from services.artemis import (
+    _stomp_ready,
+    artemis_up,
+)
+from services.common import (
+    HOST,
+    KAFKA_PORT,
+    LOCAL,
+    POSTGRES_DB,
+    POSTGRES_PASSWORD,
+    POSTGRES_PORT,
+    POSTGRES_USER,
+    STOMP_PASSWORD,
+    STOMP_PORT,
+    STOMP_USER,
+    ServiceError,
+    _adopt,
+    _port_open,
+    _read_pid,
+    _stop_pid,
+    log,
+)
+from services.kafka import (
+    _kafka_ready,
+    baseline_jars,
+    kafka_up,
+)
+from services.postgres import (
+    _pg_ready,
+    postgres_up,
+)
+
+
+def write_env() -> Path:
+    env = LOCAL / "services.env"
+    env.write_text("\n".join([
+        f"KAFKA_BOOTSTRAP_SERVERS={HOST}:{KAFKA_PORT}",
+        f"POSTGRES_URL=postgresql+psycopg2://{POSTGRES_USER}:{POSTGRES_PASSWORD}"
+        f"@{HOST}:{POSTGRES_PORT}/{POSTGRES_DB}",
+        f"STOMP_HOST={HOST}",
+        f"STOMP_PORT={STOMP_PORT}",
+        f"STOMP_USER={STOMP_USER}",
+        f"STOMP_PASSWORD={STOMP_PASSWORD}",
+        "",
+    ]))
+    return env
+
+
+# name -> (port that answers, round-trip check, start function)
+SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], None]]] = {
+    "kafka": (KAFKA_PORT, _kafka_ready, kafka_up),
+    "postgres": (POSTGRES_PORT, _pg_ready, postgres_up),
+    "artemis": (STOMP_PORT, _stomp_ready, artemis_up),
+}
+
+
+def _ensure(name: str) -> None:
+    """Start ``name`` unless ours is running or another process already serves its port."""
+    port, ready, start = SERVICES[name]
+    if _read_pid(name) and _port_open(port):
+        log(f"{name} already running at {HOST}:{port}")
+    elif _port_open(port):
+        _adopt(name, port, ready)
+    else:
+        start()
+
+
+def up(names: list[str]) -> None:
+    LOCAL.mkdir(exist_ok=True)
+    for name in names:
+        _ensure(name)
+    env = write_env()
+    # Print the addresses, never the passwords.
+    text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")
+    print(text.replace(f"STOMP_PASSWORD={STOMP_PASSWORD}", "STOMP_PASSWORD=***"), end="")
+    log(f"addresses written to {env}")
+
+
+def down(names: list[str]) -> None:
+    for name in reversed(names):
+        _stop_pid(name)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["baseline-jars"]:
+        print(",".join(baseline_jars()))
+        return 0
+    if not argv or argv[0] not in ("up", "down", "status"):
+        print(__doc__)
+        return 2
+    names = argv[1:] or list(SERVICES)
+    unknown = [n for n in names if n not in SERVICES]
+    if unknown:
+        print(f"unknown service(s) {unknown}; choose from {list(SERVICES)}", file=sys.stderr)
+        return 2
+    try:
+        if argv[0] == "up":
+            up(names)
+        elif argv[0] == "down":
+            down(names)
+        else:
+            for n in names:
+                print(f"{n}: {'running pid ' + str(_read_pid(n)) if _read_pid(n) else 'stopped'}")
+    except ServiceError as e:
+        print(f"[services] ERROR: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+

@@ -1,0 +1,108 @@
+"""The local ActiveMQ Artemis broker with its STOMP acceptor."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+from services.common import (
+    ARTEMIS_VERSION,
+    CACHE,
+    HOST,
+    LOCAL,
+    STOMP_PASSWORD,
+    STOMP_PORT,
+    STOMP_USER,
+    ServiceError,
+    _mvn,
+    _port_open,
+    _spawn,
+    _wait,
+    log,
+)
+
+
+def artemis_home() -> Path:
+    home = CACHE / f"apache-artemis-{ARTEMIS_VERSION}"
+    if not (home / "bin" / "artemis").exists():
+        tgz = CACHE / f"apache-artemis-{ARTEMIS_VERSION}-bin.tar.gz"
+        if not tgz.exists():
+            log(f"resolving ActiveMQ Artemis {ARTEMIS_VERSION} from Maven Central")
+            _mvn("dependency:copy",
+                 f"-Dartifact=org.apache.activemq:apache-artemis:{ARTEMIS_VERSION}:tar.gz:bin",
+                 f"-DoutputDirectory={CACHE}")
+        with tarfile.open(tgz) as tf:
+            tf.extractall(CACHE, filter="tar")
+    return home
+
+
+def _stomp_ready() -> bool:
+    import stomp
+
+    if not _port_open(STOMP_PORT):
+        return False  # stomp.py logs every refused connect; skip the noise while starting
+    token = uuid.uuid4().hex
+    got: list[str] = []
+
+    class L(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            got.append(frame.body)
+
+    conn = stomp.Connection12([(HOST, STOMP_PORT)], heartbeats=(0, 0))
+    conn.set_listener("ready", L())
+    conn.connect(STOMP_USER, STOMP_PASSWORD, wait=True)
+    try:
+        dest = "/queue/_spark_ext_ready"
+        conn.subscribe(dest, id="ready", ack="auto")
+        conn.send(dest, token)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and token not in got:
+            time.sleep(0.05)
+        return token in got
+    finally:
+        conn.disconnect()
+
+
+def _stomp_prefixes(broker_xml: Path) -> None:
+    """STOMP's /queue/ and /topic/ conventions (ActiveMQ classic, JMS over STOMP).
+
+    Without these prefixes Artemis takes "/queue/x" as a literal address name and, by
+    default, auto-creates it MULTICAST on the first SEND, with no queue yet: messages sent
+    before the first subscriber are dropped. With them, /queue/x is an anycast queue.
+    """
+    text = broker_xml.read_text()
+    if "anycastPrefix=/queue/" not in text:
+        text = re.sub(r'(<acceptor name="stomp">[^<]*?)(</acceptor>)',
+                      r"\1;anycastPrefix=/queue/;multicastPrefix=/topic/\2", text)
+        broker_xml.write_text(text)
+
+
+def artemis_up() -> None:
+    home = artemis_home()
+    instance = LOCAL / "artemis" / "broker"
+    if not (instance / "bin" / "artemis").exists():
+        instance.parent.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(
+            [str(home / "bin" / "artemis"), "create", str(instance), "--silent", "--force",
+             "--user", STOMP_USER, "--password", STOMP_PASSWORD, "--require-login",
+             "--host", HOST, "--http-host", HOST, "--no-web", "--no-amqp-acceptor",
+             "--no-hornetq-acceptor", "--no-mqtt-acceptor", "--no-autotune",
+             "--java-memory", "1G"],
+            capture_output=True, text=True,
+        )
+        if res.returncode != 0:
+            raise ServiceError(f"artemis create failed:\n{res.stdout}\n{res.stderr}")
+    _stomp_prefixes(instance / "etc" / "broker.xml")
+    pid = _spawn("artemis", [str(instance / "bin" / "artemis"), "run"])
+    log(f"starting artemis (pid {pid})")
+    _wait("artemis", _stomp_ready, pid, LOCAL / "logs" / "artemis.log")
+    log(f"artemis ready, STOMP at {HOST}:{STOMP_PORT}")
+
+
+# --------------------------------------------------------------------------- entry
+
+

