@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -179,6 +180,59 @@ def test_zombie_run_is_fenced(services):
     assert ids(url, table) == [1, 2]
     assert isinstance(new.new_committer(), JdbcCommitter)
     assert isinstance(new.new_writer(), JdbcWriter)
+
+
+def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
+    """Run A prepared batch 0; run B's take-over rolls A's transaction back and is held up
+    before it bumps the epoch (a session holds the sink row). A's driver commits right
+    then: it must be fenced, never record a decision naming a rolled-back transaction
+    (B's replay of batch 0 would then write nothing: the batch lost)."""
+    import threading
+
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from connectors.jdbc.config import parse_url
+    from connectors.jdbc.transactions import connect
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "race")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("race")
+    plan_a = _plan(url, table, sink_id, schema)
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    msg_a: JdbcCommittable = plan_a.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+
+    holder = connect(parse_url(url, None, None))
+    hold = holder.cursor()
+    hold.execute("SELECT 1 FROM spark_ext_sinks WHERE sink_id = %s FOR SHARE", (sink_id,))
+    results: dict[str, object] = {}
+
+    def run(name: str, fn) -> None:
+        try:
+            results[name] = fn()
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            results[name] = e
+
+    b = threading.Thread(target=run, args=("b", lambda: _plan(url, table, sink_id, schema,
+                                                                lockTimeoutMs="30000")))
+    b.start()
+    deadline = time.monotonic() + 30
+    while msg_a.gid in prepared(url, sink_id):  # B rolled A's transaction back ...
+        assert time.monotonic() < deadline and b.is_alive(), results
+        time.sleep(0.05)
+    a = threading.Thread(target=run, args=("a", lambda: plan_a.new_committer().commit([msg_a], 0)))
+    a.start()  # ... and A's driver commits while B has not bumped the epoch yet
+    a.join(timeout=3)
+    holder.rollback()  # let B finish
+    holder.close()
+    b.join(timeout=60)
+    a.join(timeout=60)
+    assert not a.is_alive() and not b.is_alive()
+    assert not isinstance(results["b"], Exception), results["b"]
+    assert isinstance(results["a"], FencedError), results["a"]
+    assert query(url, "SELECT count(*) FROM spark_ext_commits WHERE sink_id = :s AND partition_id = -1",
+                 s=sink_id) == [(0,)]
+    assert ids(url, table) == []
 
 
 def test_upsert_replays_converge_and_last_row_per_key_wins(spark, services, tmp_path):

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg2
@@ -50,7 +51,7 @@ from spark_ext.retry import Backoff, retry
 log = logging.getLogger(__name__)
 
 KEEP_BATCHES = 100  # decision and marker rows kept per sink (older ones are pruned)
-ABORT_WAIT_S = 120.0  # how long abort waits for the batch's running tasks to be fenced
+LOCK_SPACE = 0x53585431  # first key of the sinks' advisory locks ("SXT1"); the second is the sink id
 
 
 class JdbcCommitter(Committer[JdbcCommittable]):
@@ -60,34 +61,86 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         self.cfg, self.sql = setup.cfg, setup.sql
 
     def take_over(self) -> Claim[int]:
-        """Step 1: resolve what an earlier run left in doubt, then claim the sink.
+        """Step 1: claim the sink (new epoch) and resolve what earlier runs left in doubt.
 
-        The claim's fence is the new epoch: transactions of older epochs can no longer
-        prepare or decide.
+        Serialised with every decision by the sink's advisory lock (exclusive here,
+        shared in ``_decide``): no older run can record a decision between the rollback
+        of its transactions and the epoch bump that fences it. The claim's fence is the
+        new epoch: transactions of older epochs can no longer prepare or decide.
         """
-        cfg, sql = self.cfg, self.sql
+        cfg = self.cfg
         try:
             with Db(cfg) as conn:
-                committed, rolled_back = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
+                self._check_target(conn)
+                with self._exclusive(conn):
+                    committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
                 if committed or rolled_back:
                     log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
                                 cfg.sink_id, len(committed), len(rolled_back))
-                with conn.cursor() as cur:
-                    cur.execute("SET lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
-                    cur.execute(
-                        f"INSERT INTO {sql.sinks_table} AS s (sink_id, target, epoch) VALUES (%s, %s, 1) "
-                        "ON CONFLICT (sink_id) DO UPDATE SET epoch = s.epoch + 1, updated_at = now() "
-                        "RETURNING epoch, target", (cfg.sink_id, cfg.qualified))
-                    epoch, target = cur.fetchone()
-                if target != cfg.qualified:
-                    raise ConnectorError(
-                        f"sinkId {cfg.sink_id!r} already belongs to a sink writing {target}; two queries "
-                        "must not share a sink id: give this one its own sinkId or checkpointLocation"
-                    )
-                return Claim(int(epoch), committed=len(committed), rolled_back=len(rolled_back))
+                return Claim(epoch, committed=len(committed), rolled_back=len(rolled_back))
         except psycopg2.Error as e:
             raise ConnectorError(f"recovering sink {cfg.sink_id!r} at {cfg.safe_url} failed: "
                                  f"{str(e).strip()}") from None
+
+    def _check_target(self, conn: Any) -> None:
+        """Refuse a sink id that belongs to another table before touching its transactions."""
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT target FROM {self.sql.sinks_table} WHERE sink_id = %s", (self.cfg.sink_id,))
+            row = cur.fetchone()
+        if row is not None and row[0] != self.cfg.qualified:
+            raise ConnectorError(
+                f"sinkId {self.cfg.sink_id!r} already belongs to a sink writing {row[0]}; two queries must "
+                "not share a sink id: give this one its own sinkId or checkpointLocation"
+            )
+
+    @contextmanager
+    def _exclusive(self, conn: Any) -> Iterator[None]:
+        """Hold the sink's advisory lock (session level: COMMIT PREPARED runs outside a transaction)."""
+        with conn.cursor() as cur:
+            cur.execute("SET lock_timeout = %s", (f"{self.cfg.lock_timeout_ms}ms",))
+            cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_SPACE, self.cfg.sink_id))
+        try:
+            yield
+        finally:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_SPACE, self.cfg.sink_id))
+
+    def _resolve_and_bump(self, conn: Any, batch_id: int | None) -> tuple[list[str], list[str], int]:
+        """Resolve in-doubt transactions (all, or one batch's), then bump the epoch.
+
+        The bump waits for the share locks of open and prepared writers; a stale writer
+        that prepared after the rollback holds it forever, so each round rolls back again
+        and tries the bump for at most a second, until ``lockTimeoutMs``.
+        """
+        cfg, sql = self.cfg, self.sql
+        committed: list[str] = []
+        rolled_back: list[str] = []
+
+        def round_() -> int:
+            if batch_id is None:
+                c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
+                committed.extend(c)
+                rolled_back.extend(r)
+            else:
+                rolled_back.extend(self._roll_back_batch(conn, batch_id))
+            with conn.cursor() as cur:
+                cur.execute("SET lock_timeout = '1s'")
+                cur.execute(
+                    f"INSERT INTO {sql.sinks_table} AS s (sink_id, target, epoch) VALUES (%s, %s, 1) "
+                    "ON CONFLICT (sink_id) DO UPDATE SET epoch = s.epoch + 1, updated_at = now() "
+                    "RETURNING epoch", (cfg.sink_id, cfg.qualified))
+                return int(cur.fetchone()[0])
+
+        epoch = retry(round_, what=f"claiming sink {cfg.sink_id!r}",
+                      retry_on=psycopg2.errors.LockNotAvailable, timeout_s=cfg.lock_timeout_ms / 1000,
+                      backoff=Backoff(initial_s=0.0, max_s=0.0),
+                      give_up=lambda e: RetriableCommitError(
+                          f"sink {cfg.sink_id!r}: writers of another run still hold it after "
+                          f"{cfg.lock_timeout_ms} ms (lockTimeoutMs); their transactions are resolved "
+                          "at the next start"))
+        if batch_id is not None:  # what prepared while the bump waited
+            rolled_back.extend(self._roll_back_batch(conn, batch_id))
+        return committed, rolled_back, epoch
 
     def commit(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
         cfg, sql = self.cfg, self.sql
@@ -111,7 +164,7 @@ class JdbcCommitter(Committer[JdbcCommittable]):
                 for i, gid in enumerate(sorted(winners)):  # step 4c
                     if i == 1:
                         failpoints.hit("jdbc.mid_commit", batch_id)
-                    if not finish(conn, gid, commit=True) and not self._landed(conn, gid):
+                    if not finish(conn, gid, commit=True) and not self._landed(conn, gid, query_id):
                         raise FatalCommitError(
                             f"prepared transaction {gid} of batch {batch_id} is gone and its rows are not "
                             "in the table: it was rolled back by an operator or another run; batch "
@@ -140,6 +193,10 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         conn.autocommit = False
         try:
             with conn.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
+                # waits while a newer run takes the sink over (take_over holds it exclusively)
+                cur.execute("SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))",
+                            (LOCK_SPACE, cfg.sink_id))
                 cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE",
                             (cfg.sink_id,))
                 row = cur.fetchone()
@@ -169,46 +226,31 @@ class JdbcCommitter(Committer[JdbcCommittable]):
             conn.autocommit = True
         return mine
 
-    def _landed(self, conn: Any, gid: str) -> bool:
-        _, _, batch, part, attempt = parse_gid(gid)
+    def _landed(self, conn: Any, gid: str, query_id: str) -> bool:
+        """Did ``gid`` commit? Its marker row is scoped by query and epoch: after a checkpoint
+        reset at the same path an older query's marker has the same batch, partition and attempt."""
+        _, epoch, batch, part, attempt = parse_gid(gid)
         with conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND batch_id = %s AND "
-                        "partition_id = %s AND attempt = %s", (self.cfg.sink_id, batch, part, attempt))
+            cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s AND "
+                        "epoch = %s AND batch_id = %s AND partition_id = %s AND attempt = %s",
+                        (self.cfg.sink_id, query_id, epoch, batch, part, attempt))
             return cur.fetchone() is not None
 
     def abort(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
-        """Roll back the batch, including tasks still running when Spark gave up on it.
+        """Step 5: roll back the batch, including tasks still running when Spark gave up.
 
         Spark calls this as soon as one task failed for good, while others may still be
-        writing. Bumping the epoch fences them: the UPDATE waits for every writer holding
-        the sink row FOR SHARE; each round rolls back what prepared meanwhile, so once the
-        bump lands no writer of this batch can prepare any more.
+        writing. Bumping the epoch fences them (``_resolve_and_bump``), so once the bump
+        lands no writer of this batch can prepare any more.
         """
-        cfg = self.cfg
-
-        def fence_batch(conn: Any) -> None:
-            self._roll_back_batch(conn, batch_id)
-            with conn.cursor() as cur:
-                cur.execute(f"UPDATE {self.sql.sinks_table} SET epoch = epoch + 1, "
-                            "updated_at = now() WHERE sink_id = %s", (cfg.sink_id,))
-
         try:
-            with Db(cfg) as conn:
-                with conn.cursor() as cur:
-                    cur.execute("SET lock_timeout = '1s'")  # each round waits at most this long
-                retry(lambda: fence_batch(conn), what=f"abort of batch {batch_id}",
-                      retry_on=psycopg2.errors.LockNotAvailable, timeout_s=ABORT_WAIT_S,
-                      backoff=Backoff(initial_s=0.0, max_s=0.0),
-                      give_up=lambda e: RetriableCommitError(
-                          f"abort of batch {batch_id}: writers still hold the sink after "
-                          f"{ABORT_WAIT_S:.0f} s; their transactions are resolved at the next start"))
-                self._roll_back_batch(conn, batch_id)  # what prepared while the bump waited
+            with Db(self.cfg) as conn, self._exclusive(conn):
+                self._resolve_and_bump(conn, batch_id)
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(f"abort of batch {batch_id}: {str(e).strip()}") from None
 
-    def _roll_back_batch(self, conn: Any, batch_id: int) -> None:
+    def _roll_back_batch(self, conn: Any, batch_id: int) -> list[str]:
         """Roll back the batch's prepared transactions, except decided winners (recovery's)."""
         won = decisions(conn, self.sql.batches_table, self.cfg.sink_id, {batch_id}).get(batch_id, set())
-        for gid in prepared_gids(conn, self.cfg.sink_id):
-            if parse_gid(gid)[2] == batch_id and gid not in won:
-                finish(conn, gid, commit=False)
+        return [gid for gid in prepared_gids(conn, self.cfg.sink_id)
+                if parse_gid(gid)[2] == batch_id and gid not in won and finish(conn, gid, commit=False)]
