@@ -182,6 +182,25 @@ def test_zombie_run_is_fenced(services):
     assert isinstance(new.new_writer(), JdbcWriter)
 
 
+def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
+    """Attempt 0 of a task prepared (holding its rows' unique-index locks), then Spark
+    retried the task: attempt 1 must not wait on those locks until it times out."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "retry", key=True)
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("retry")
+    plan = _plan(url, table, sink_id, schema, lockTimeoutMs="3000")
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    first: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+    retried: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 1, 2))
+    assert first.gid not in prepared(url, sink_id)
+    plan.new_committer().commit([retried], 0)
+    assert ids(url, table) == [1, 2]
+    assert prepared(url, sink_id) == []
+
+
 def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
     """Run A prepared batch 0; run B's take-over rolls A's transaction back and is held up
     before it bumps the epoch (a session holds the sink row). A's driver commits right

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from connectors.jdbc.tables import JdbcSinkSetup, SqlPlan
-from connectors.jdbc.transactions import JdbcCommittable, connect, gid_for
+from connectors.jdbc.transactions import JdbcCommittable, connect, finish, gid_for, parse_gid, prepared_gids
 from spark_ext import failpoints
 from spark_ext.commit import SinkWriter, TaskInfo
 from spark_ext.errors import ConnectorError, FencedError
@@ -74,6 +74,8 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
             cur.execute("SET LOCAL lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
             # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
             skip = self._skip(cur, task) if cfg.guarantee is not Guarantee.NONE else False
+            if exactly and not skip and task.attempt > 0:
+                self._roll_back_earlier_attempts(task)
             rows = 0
             if not skip:
                 rows = self._copy(cur, batches, task)
@@ -122,6 +124,20 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                         "AND batch_id = %s AND partition_id = %s",
                         (cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
         return cur.fetchone() is not None
+
+    def _roll_back_earlier_attempts(self, task: TaskInfo) -> None:
+        """A retried task: roll back what its earlier attempts prepared, which would hold
+        this attempt's row and unique-index locks. None of them can be a winner: the batch
+        is not decided (checked under the share lock this transaction holds)."""
+        conn = connect(self.cfg.url)
+        conn.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
+        try:
+            for gid in prepared_gids(conn, self.cfg.sink_id):
+                _, _, batch, part, attempt = parse_gid(gid)
+                if (batch, part) == (task.batch_id, task.partition_id) and attempt < task.attempt:
+                    finish(conn, gid, commit=False)
+        finally:
+            conn.close()
 
     def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> int:
         cfg, sql = self.cfg, self.sql
