@@ -75,12 +75,14 @@ class SinkConnector(ABC, Generic[ConfigT]):
         Driver, in both kinds of plan; raising fails the query before anything is written.
         """
 
-    def validate(self, config: ConfigT, schema: StructType) -> None:
-        """Check ``config`` against the external system (tables, topics, limits).
+    def validate(self, config: ConfigT, schema: StructType) -> ConfigT:
+        """Check ``config`` against the external system (tables, topics, limits); return
+        the config the batch runs with (it may add what only that system knows).
 
         Driver, before each batch (``prepare=True`` only); raising stops the query
         before any row of the batch is written. Default: nothing to check.
         """
+        return config
 
     @abstractmethod
     def new_writer(self, config: ConfigT, claim: Claim[Any] | None) -> SinkWriter[Any]:
@@ -102,7 +104,7 @@ class SinkConnector(ABC, Generic[ConfigT]):
         config = self.configure(options, schema, guarantee)
         claim: Claim[Any] | None = None
         if prepare:
-            self.validate(config, schema)
+            config = self.validate(config, schema)
             if guarantee.transactional:
                 claim = self.new_committer(config).take_over()
         committer = partial(self.new_committer, config) if guarantee.transactional else NoOpCommitter

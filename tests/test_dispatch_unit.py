@@ -68,8 +68,9 @@ class TxnCommitter(NoOpCommitter):
 class TxnSink(EchoSink):
     guarantees = frozenset(Guarantee)
 
-    def validate(self, config: str, schema: StructType) -> None:
+    def validate(self, config: str, schema: StructType) -> str:
         _Calls.log.append("validate")
+        return config
 
     def new_writer(self, config: str, claim: Claim[object] | None) -> SinkWriter[Committable]:
         _Calls.log.append(f"writer claim={claim.fence if claim else None}")

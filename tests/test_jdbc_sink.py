@@ -201,6 +201,39 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
     assert prepared(url, sink_id) == []
 
 
+def test_the_upsert_staging_table_follows_the_target(services):
+    """The target is altered between runs (a column widened, a column added): the next
+    run writes the new values exactly, not rounded to the old type or failing."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+    from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
+
+    url = services.postgres_url
+    table = table_name("stg")
+    execute(url, f"CREATE TABLE {table} (id bigint PRIMARY KEY, v numeric(10,2))")
+    sink_id = table_name("stg")
+
+    def write(schema: StructType, batch: pa.RecordBatch, batch_id: int) -> None:
+        plan = _plan(url, table, sink_id, schema, upsertKeys="id")
+        msg = plan.new_writer().write(iter([batch]), TaskInfo("q", batch_id, 0, 0, 1))
+        plan.new_committer().commit([msg], batch_id)
+
+    dec = pa.decimal128(12, 4)
+    write(StructType([StructField("id", LongType()), StructField("v", DecimalType(10, 2))]),
+          pa.record_batch({"id": pa.array([1], pa.int64()), "v": pa.array([Decimal("1.25")], dec)}), 0)
+    execute(url, f"ALTER TABLE {table} ALTER COLUMN v TYPE numeric(12,4)")
+    write(StructType([StructField("id", LongType()), StructField("v", DecimalType(12, 4))]),
+          pa.record_batch({"id": pa.array([1], pa.int64()), "v": pa.array([Decimal("1.2345")], dec)}), 1)
+    assert query(url, f"SELECT id, v FROM {table}") == [(1, Decimal("1.2345"))]
+    execute(url, f"ALTER TABLE {table} ADD COLUMN note text")
+    write(StructType([StructField("id", LongType()), StructField("v", DecimalType(12, 4)),
+                      StructField("note", StringType())]),
+          pa.record_batch({"id": pa.array([1], pa.int64()), "v": pa.array([Decimal("2.5")], dec),
+                           "note": pa.array(["x"])}), 2)
+    assert query(url, f"SELECT id, v, note FROM {table}") == [(1, Decimal("2.5000"), "x")]
+
+
 def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
     """Run A prepared batch 0; run B's take-over rolls A's transaction back and is held up
     before it bumps the epoch (a session holds the sink row). A's driver commits right

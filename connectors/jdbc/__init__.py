@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 
 from connectors.jdbc.committer import JdbcCommitter
 from connectors.jdbc.config import SINK_OPTIONS, JdbcSinkConfig
-from connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, statements
+from connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, staging_name, statements
 from connectors.jdbc.writer import JdbcWriter
 from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
@@ -34,12 +34,14 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
 
     def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> JdbcSinkSetup:
         cfg = JdbcSinkConfig.parse(options, guarantee)
-        return JdbcSinkSetup(cfg, statements(cfg, schema))
+        # the commit runner's plan: its committer needs no staging table
+        return JdbcSinkSetup(cfg, statements(cfg, schema, staging_name(cfg, "")))
 
-    def validate(self, config: JdbcSinkSetup, schema: StructType) -> None:
+    def validate(self, config: JdbcSinkSetup, schema: StructType) -> JdbcSinkSetup:
         """Step 1: the database can prepare transactions, the table fits the DataFrame;
         creates the target (``createTable``), bookkeeping and staging tables."""
-        prepare_tables(config.cfg, schema, need_2pc=config.cfg.guarantee.transactional)
+        sql = prepare_tables(config.cfg, schema, need_2pc=config.cfg.guarantee.transactional)
+        return JdbcSinkSetup(config.cfg, sql)
 
     def new_writer(self, config: JdbcSinkSetup, claim: Claim[int] | None) -> JdbcWriter:
         return JdbcWriter(config, claim.fence if claim is not None else 0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -159,13 +161,12 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
                 _check_keys(cfg, insp)
             _create_bookkeeping(conn, cfg)
             conn.commit()
-        if cfg.upsert_keys:
-            _create_staging(eng, cfg)
+        staging = _create_staging(eng, cfg) if cfg.upsert_keys else staging_name(cfg, "")
     except sa.exc.DBAPIError as e:
         raise connect_error(cfg, e) from None
     finally:
         eng.dispose()
-    return statements(cfg, schema)
+    return statements(cfg, schema, staging)
 
 
 def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType) -> None:
@@ -218,19 +219,48 @@ def _qualify(cfg: JdbcSinkConfig, name: str) -> str:
     return f"{prep.quote_schema(cfg.schema)}.{prep.quote(name)}" if cfg.schema else prep.quote(name)
 
 
-def staging_name(cfg: JdbcSinkConfig) -> str:
-    return f"spark_ext_stg_{cfg.sink_id.replace('-', '_').replace('.', '_')}"[:63]
+def staging_name(cfg: JdbcSinkConfig, version: str) -> str:
+    """The upsert staging table for one shape of the target (``version``: a hash of its columns)."""
+    base = f"spark_ext_stg_{cfg.sink_id.replace('-', '_').replace('.', '_')}"[:50]
+    return f"{base}_{version}" if version else base
 
 
-def _create_staging(eng: sa.Engine, cfg: JdbcSinkConfig) -> None:
-    """The sink's upsert staging table (unlogged; each task's rows tagged and removed
-    in its own transaction). Temporary tables cannot take part in PREPARE TRANSACTION."""
-    stg, target = _qualify(cfg, staging_name(cfg)), _qualify(cfg, cfg.table)
+def _columns(conn: sa.Connection, qualified: str) -> list[tuple[str, str]]:
+    """(name, exact type with modifiers) of a table's live columns, in order."""
+    rows = conn.execute(sa.text(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+        "CAST(:t AS regclass) AND attnum > 0 AND NOT attisdropped ORDER BY attnum"), {"t": qualified})
+    return [(r[0], r[1]) for r in rows]
+
+
+def _create_staging(eng: sa.Engine, cfg: JdbcSinkConfig) -> str:
+    """The sink's upsert staging table for the target as it is now; returns its name.
+
+    Unlogged; each task's rows are tagged and removed in its own transaction (temporary
+    tables cannot take part in PREPARE TRANSACTION). It must have the target's columns
+    and exact types (a narrower numeric would round silently), so its name carries a hash
+    of them: an altered target gets a new one, without waiting for locks that in-doubt
+    transactions of an earlier run may hold on the old one (dropped when it is free).
+    """
+    target = _qualify(cfg, cfg.table)
     with eng.begin() as conn:
-        exists = sa.inspect(conn).has_table(staging_name(cfg), schema=cfg.schema)
-        if not exists:
+        shape = _columns(conn, target)
+        name = staging_name(cfg, hashlib.sha256(repr(shape).encode()).hexdigest()[:8])
+        mine = re.compile(re.escape(staging_name(cfg, "")) + r"(_[0-9a-f]{8})?")  # not a longer sink id's
+        stale = [t for t in sa.inspect(conn).get_table_names(schema=cfg.schema)
+                 if mine.fullmatch(t) and t != name]
+        if name not in sa.inspect(conn).get_table_names(schema=cfg.schema):
+            stg = _qualify(cfg, name)
             conn.execute(sa.text(f"CREATE UNLOGGED TABLE {stg} AS SELECT * FROM {target} WITH NO DATA"))
             conn.execute(sa.text(f"ALTER TABLE {stg} ADD COLUMN _sx_task text, ADD COLUMN _sx_seq bigserial"))
+    for old in stale:
+        try:
+            with eng.begin() as conn:
+                conn.execute(sa.text("SET LOCAL lock_timeout = '200ms'"))
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {_qualify(cfg, old)}"))
+        except sa.exc.DBAPIError:
+            pass  # still locked by an in-doubt transaction: dropped by a later start
+    return name
 
 
 def _create_bookkeeping(conn: sa.Connection, cfg: JdbcSinkConfig) -> None:
@@ -251,13 +281,13 @@ def _create_bookkeeping(conn: sa.Connection, cfg: JdbcSinkConfig) -> None:
     ))
 
 
-def statements(cfg: JdbcSinkConfig, schema: StructType) -> SqlPlan:
+def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan:
     """Every statement the sink runs, quoted. Pure: no database access."""
     prep = pg.dialect().identifier_preparer
     names = tuple(schema.fieldNames())
     cols = ", ".join(prep.quote(c) for c in names)
     target = _qualify(cfg, cfg.table)
-    stg = _qualify(cfg, staging_name(cfg))
+    stg = _qualify(cfg, staging)
     keys = ", ".join(prep.quote(k) for k in cfg.upsert_keys)
     rest = [c for c in names if c not in cfg.upsert_keys]
     on_conflict = (f"DO UPDATE SET {', '.join(f'{prep.quote(c)} = EXCLUDED.{prep.quote(c)}' for c in rest)}"

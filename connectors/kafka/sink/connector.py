@@ -32,12 +32,13 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         check_schema({f.name: f.dataType.simpleString() for f in schema.fields}, cfg.topic)
         return cfg
 
-    def validate(self, config: KafkaSinkConfig, schema: StructType) -> None:
+    def validate(self, config: KafkaSinkConfig, schema: StructType) -> KafkaSinkConfig:
         """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""
         exactly = config.guarantee.transactional
         _check_topics(config, exactly)
         if exactly:
             _check_timeout(config)
+        return config
 
     def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
         return KafkaWriter(config, claim)
