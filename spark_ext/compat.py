@@ -2,44 +2,66 @@
 
 Checked on PySpark 4.3 (``PYSPARK_CHECKED``). ``tests/test_compat.py`` checks each
 assumption against the installed PySpark and names it when an upgrade breaks it; fix
-it here, nowhere else.
+it here, nowhere else, then bump ``PYSPARK_CHECKED``.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 PYSPARK_CHECKED = "4.3"
+"""The PySpark major.minor every assumption below was checked on."""
 
-#: Task local property with the micro-batch id, set on every task of a streaming batch.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-#: Task local property with Spark's query id: the same across restarts from one
-#: checkpoint, new for a new checkpoint. Sinks scope their bookkeeping by it.
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-#: A streaming sink's options include the checkpoint location, lower-cased, when the
-#: user set one; sinks derive their stable identity from it.
-CHECKPOINT_OPTION = "checkpointlocation"
+"""Task local property holding the micro-batch id, set on every task of a streaming batch.
 
-#: The module PySpark runs a streaming Python sink's ``commit`` / ``abort`` in.
+Assumed: set by Spark's ``MicroBatchExecution`` and readable through
+``TaskContext.getLocalProperty`` in a Python task. Needed because ``DataSourceStreamWriter.write``
+is not given the batch id, yet a task's prepared work must name the batch it belongs to.
+"""
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""Task local property holding Spark's query id (``StreamingQuery.id``).
+
+Assumed: the same across restarts from one checkpoint, new for a new checkpoint. Needed
+because sinks scope their bookkeeping (prepared transactions, decisions) by it.
+"""
+
+CHECKPOINT_OPTION = "checkpointlocation"
+"""A streaming sink's option holding the checkpoint location, when the user set one.
+
+Assumed: Spark adds it to the sink's options, and option names reach ``DataSource.options``
+lower-cased. Needed because sinks derive their stable identity from the checkpoint.
+"""
+
 COMMIT_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
+"""The module PySpark runs a streaming Python sink's ``commit`` / ``abort`` in.
+
+Assumed: it calls ``DataSource.streamWriter`` and then ``commit`` / ``abort`` on the result,
+within its own frames. See ``in_commit_runner``.
+"""
 
 
 def check_version() -> str | None:
-    """A warning when the running PySpark is not the version these assumptions were checked on."""
+    """A warning text when the running PySpark's major.minor is not ``PYSPARK_CHECKED``; never raises."""
     import pyspark
 
     running = ".".join(pyspark.__version__.split(".")[:2])
     if running == PYSPARK_CHECKED:
         return None
     return (f"spark-ext was checked on PySpark {PYSPARK_CHECKED}, this is {pyspark.__version__}: "
-            "run tests/test_compat.py to check the internals it relies on")
+            "run tests/test_compat.py to check the PySpark internals it relies on (spark_ext/compat.py)")
 
 
 @dataclass(frozen=True)
 class TaskIdentity:
-    """Who a running task is, from its ``TaskContext``."""
+    """Who a running task is, from its ``TaskContext`` and task local properties.
+
+    ``query_id`` is "" and ``batch_id`` None in a task that is not part of a streaming batch.
+    """
 
     query_id: str
     batch_id: int | None
@@ -49,7 +71,11 @@ class TaskIdentity:
 
 
 def task_identity() -> TaskIdentity | None:
-    """The running task's identity (executor side); None outside a Spark task."""
+    """The running task's identity (executor side); None outside a Spark task.
+
+    Assumed: ``TaskContext.get()`` is None outside a task, and ``BATCH_ID_PROPERTY`` /
+    ``QUERY_ID_PROPERTY`` are task local properties of every task of a streaming batch.
+    """
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -67,29 +93,40 @@ def in_commit_runner() -> bool:
 
     PySpark gives ``DataSource.streamWriter`` no other sign of why it is called (to plan
     a batch, or to build the writer whose ``commit`` / ``abort`` runs next), and a sink
-    must not touch anything in the second case. The caller's module is the one reliable
-    sign: by module name, or by file name, because run without the worker daemon the
-    runner is ``__main__``.
+    must not touch anything in the second case. Assumed: ``COMMIT_RUNNER`` is on the call
+    stack then, and only then. It is found by module name, by ``__spec__.name`` (run with
+    ``python -m``), or by file name, because run without the worker daemon it is ``__main__``.
     """
-    frame = sys._getframe(1)
+    file_name = COMMIT_RUNNER.rsplit(".", 1)[1] + ".py"
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         spec = frame.f_globals.get("__spec__")
         if COMMIT_RUNNER in (frame.f_globals.get("__name__"), getattr(spec, "name", None)) or \
-                frame.f_code.co_filename.endswith(COMMIT_RUNNER.rsplit(".", 1)[1] + ".py"):
+                frame.f_code.co_filename.endswith(file_name):
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False
 
 
 def to_arrow_schema(schema: Any, timezone: str = "UTC") -> Any:
-    """Spark ``StructType`` -> Arrow schema (PySpark's internal ``pyspark.sql.pandas.types``)."""
+    """Spark ``StructType`` -> Arrow schema, with PySpark's internal converter.
+
+    Assumed: ``pyspark.sql.pandas.types.to_arrow_schema`` exists and maps ``TimestampType``
+    to ``timestamp[us, tz=<timezone>]``. Needed because windows.py builds its Arrow state
+    schemas from the DataFrame's schema exactly as Spark's own Arrow path would.
+    """
     from pyspark.sql.pandas.types import to_arrow_schema as convert
 
     return convert(schema, timezone=timezone)
 
 
 def from_arrow_schema(schema: Any) -> Any:
-    """Arrow schema -> Spark ``StructType`` (PySpark's internal ``pyspark.sql.pandas.types``)."""
+    """Arrow schema -> Spark ``StructType``, with PySpark's internal converter.
+
+    Assumed: ``pyspark.sql.pandas.types.from_arrow_schema`` exists, maps a zoned Arrow
+    timestamp to ``TimestampType`` and a naive one to ``TimestampNTZType``. Needed because
+    windows.py declares the Spark schemas of its Arrow UDF outputs from Arrow schemas.
+    """
     from pyspark.sql.pandas.types import from_arrow_schema as convert
 
     return convert(schema)

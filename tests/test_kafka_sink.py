@@ -244,6 +244,46 @@ def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_
     assert prefix_of(f"file:{ckpt}/") == prefix_of(ckpt)
 
 
+def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_doctor_resolves(
+        services, tmp_path, capsys):
+    """The driver dies right after deciding batch 1 and stays down longer than
+    kafka.transaction.timeout.ms: the broker aborts the decided transactions. Kafka cannot
+    bring them back, so a restart must stop, naming the batch and the way out; the
+    operator's `spark-ext doctor kafka resolve` reports what was lost and lets the query go on."""
+    from spark_ext import cli
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "lost")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), bootstrap, topic]
+    timeout = "kafka.transaction.timeout.ms=6000"
+    crashed = subprocess.run([*argv, "kafka.after_decision@1", timeout], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    prefix = prefix_of(tmp_path / "ckpt")
+    deadline = time.monotonic() + 60
+    while open_transactions(bootstrap, prefix):  # the broker aborts them after 6 s
+        assert time.monotonic() < deadline, "the broker never aborted the timed-out transactions"
+        time.sleep(0.5)
+    stuck = subprocess.run([*argv, "-", timeout], capture_output=True, text=True, timeout=300)
+    assert stuck.returncode != 0
+    assert "batch 1 was decided" in stuck.stderr and "spark-ext doctor kafka resolve" in stuck.stderr
+
+    doctor = ["--bootstrap", bootstrap, "--prefix", prefix, "--topic", topic]
+    assert cli.main(["doctor", "kafka", "list", *doctor]) == 0
+    assert "decision batch=1" in capsys.readouterr().out
+    assert cli.main(["doctor", "kafka", "resolve", *doctor, "--watch", "1"]) == 0
+    report = capsys.readouterr().out
+    assert report.count("lost ") >= 1 and "of batch 1" in report
+    done = subprocess.run([*argv, "-", timeout], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    values = sorted(int(v) for _, _, v in consume(bootstrap, topic))
+    assert values[:40] == list(range(40)) and values[-40:] == list(range(80, 120))
+    assert len(values) == len(set(values)) < 120  # batch 1's aborted part is lost, as reported
+    assert open_transactions(bootstrap, prefix) == []
+
+
 def _plan(bootstrap: str, topic: str, prefix: str, **opts: str):
     from pyspark.sql.types import StringType, StructField, StructType
 

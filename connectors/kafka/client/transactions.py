@@ -75,6 +75,7 @@ class TxnState:
     epoch: int
     start_ms: int
     timeout_ms: int
+    partitions: tuple[tuple[str, int], ...] = ()  # added to the open transaction
 
 
 def error_name(code: int) -> str:
@@ -270,8 +271,9 @@ class KafkaTxnClient:
                 _check(s.error_code, f"describing transaction {tid!r}")
                 return s
             s = self._retry(f"describing transaction {tid!r}", call, (tid, 1))
+            parts = tuple(sorted((t.topic, p) for t in (s.topics or []) for p in t.partitions))
             out[tid] = TxnState(tid, s.transaction_state, s.producer_id, s.producer_epoch,
-                                s.transaction_start_time_ms, s.transaction_timeout_ms)
+                                s.transaction_start_time_ms, s.transaction_timeout_ms, parts)
         return out
 
     def broker_config(self, name: str) -> str | None:

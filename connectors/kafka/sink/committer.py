@@ -46,7 +46,7 @@ from spark_ext.errors import ConfigurationError, FatalCommitError, FencedError, 
 
 log = logging.getLogger(__name__)
 
-_OPEN = ["Ongoing", "PrepareCommit", "PrepareAbort"]
+OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 _META_LIMIT = 3900  # the broker's default offset.metadata.max.bytes is 4096
 
 
@@ -96,6 +96,16 @@ class KafkaCommitter(Committer[KafkaCommittable]):
     def take_over(self) -> Claim[Producer]:
         """Step 1: fence older drivers, finish a decided batch, abort every other open
         transaction. The claim's fence is the commit id's producer (id and epoch)."""
+        return self._take_over(abandon_lost=False)[0]
+
+    def resolve(self) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
+        """The operator's way out (``spark-ext doctor kafka resolve``): what ``take_over``
+        does, except that decided winners the broker already aborted are reported as lost
+        and the batch is marked done, so the query can go on. Returns the claim, the last
+        decision and the lost winners."""
+        return self._take_over(abandon_lost=True)
+
+    def _take_over(self, abandon_lost: bool) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
         cfg = self.cfg
         try:
             # Refuse a second query before fencing anything of the first one. Read the last
@@ -110,15 +120,23 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                 )
             commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)  # fence
             decision = self._decision()  # again, now that no older driver can write one
-            committed = 0
+            committed, lost = 0, []
             if decision is not None and not self._done(decision):
                 log.warning("finishing batch %s, decided before a crash", decision.batch_id)
-                self._commit_winners(decision)
+                lost = self._commit_winners(decision, abandon_lost)
                 self._mark_done(commit_producer, decision)
-                committed = len(decision.winners)
+                committed = len(decision.winners) - len(lost)
             rolled_back = self._abort_open(keep=())
             last = DecidedBatch(decision.batch_id, decision.query_id) if decision else None
-            return Claim(commit_producer, last, committed=committed, rolled_back=rolled_back)
+            return Claim(commit_producer, last, committed=committed, rolled_back=rolled_back), decision, lost
+        finally:
+            self.client.close()
+
+    def recorded(self) -> tuple[Decision | None, bool]:
+        """The last recorded decision and whether it was finished (for the operator tool)."""
+        try:
+            decision = self._decision()
+            return decision, decision is not None and self._done(decision)
         finally:
             self.client.close()
 
@@ -232,7 +250,10 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                         "a slower batch would be aborted by the broker; raise the timeout or make batches "
                         "shorter", batch_id, age_s, self.cfg.warn_fraction * 100, limit_s)
 
-    def _commit_winners(self, decision: Decision) -> None:
+    def _commit_winners(self, decision: Decision, abandon_lost: bool = False) -> list[Producer]:
+        """Commit every winner (step 4c); returns those the broker had aborted already,
+        which fail the commit unless ``abandon_lost`` (the operator's resolve)."""
+        lost: list[Producer] = []
         for i, w in enumerate(decision.winners):
             if i == 1:
                 failpoints.hit("kafka.mid_commit", decision.batch_id)
@@ -242,12 +263,21 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                 s = self.client.describe([w.transactional_id])[w.transactional_id]
                 if s.state == "CompleteCommit" and s.producer_id == w.producer_id and s.epoch == w.epoch:
                     continue  # committed before a crash; this is the retry
-                raise TransactionTimedOutError(
-                    f"batch {decision.batch_id} was decided, but transaction {w.transactional_id!r} is "
-                    f"now {s.state} (epoch {s.epoch}, ours {w.epoch}): the broker aborted it before the "
-                    "commit finished, most likely by kafka.transaction.timeout.ms while the driver was "
-                    "down. Its records are lost; re-run the batch's input, and raise the timeout"
-                ) from None
+                lost.append(w)
+        if lost and not abandon_lost:
+            names = ", ".join(w.transactional_id for w in lost)
+            raise TransactionTimedOutError(
+                f"batch {decision.batch_id} was decided, but {len(lost)} of its {len(decision.winners)} "
+                f"transactions ({names}) were aborted by the broker before the commit finished, most "
+                f"likely by kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms} ms) while the driver "
+                "was down; the others are committed. Kafka cannot bring aborted records back, so every "
+                "restart stops here. To go on: list what was lost with `spark-ext doctor kafka list "
+                f"--bootstrap {self.cfg.bootstrap} --prefix {self.cfg.txn_prefix} --topic "
+                f"{self.cfg.commit_topic}`, then run `spark-ext doctor kafka resolve` with the same "
+                "arguments (it marks the batch done), re-send that batch's input for those partitions, "
+                "and raise kafka.transaction.timeout.ms"
+            )
+        return lost
 
     def _mark_done(self, commit_producer: Producer, decision: Decision) -> None:
         self.client.commit_offsets(commit_producer, self.cfg.group + ".done",
@@ -257,7 +287,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         """Abort every open transaction of this sink except ``keep`` (fences their owners);
         returns how many were aborted."""
         aborted = 0
-        for tid, _pid, _state in self.client.list_transactions(self.cfg.txn_pattern, _OPEN):
+        for tid, _pid, _state in self.client.list_transactions(self.cfg.txn_pattern, OPEN_STATES):
             if tid in keep:
                 continue
             try:
