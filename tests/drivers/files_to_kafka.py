@@ -1,6 +1,7 @@
 """A streaming job run as its own driver process, so a test can crash it (failpoints).
 
-Usage: python -m tests.drivers.files_to_kafka SRC_DIR CHECKPOINT BOOTSTRAP TOPIC [FAILPOINT|-] [OPTION=VALUE ...]
+Usage: python -m tests.drivers.files_to_kafka SRC_DIR CHECKPOINT BOOTSTRAP TOPIC [FAILPOINT|-]
+       [OPTION=VALUE ...]
 Reads JSON files ``{"id": n, "v": "..."}`` one file per batch (a replayable source)
 into Kafka through ``hzsink`` connector ``kafka`` with ``exactly_once`` (3 tasks a
 batch), until every file is written (Trigger.AvailableNow). With FAILPOINT, the driver
