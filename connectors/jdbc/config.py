@@ -21,8 +21,8 @@ from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec, checkpoint_identity
 
 SINK_OPTIONS = OptionSpec(
-    names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "createtable", "sinkid",
-                     "locktimeoutms"}),
+    names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "upsertorderby", "createtable",
+                     "sinkid", "locktimeoutms"}),
     required=frozenset({"url", "dbtable"}),
 )
 
@@ -71,6 +71,7 @@ class JdbcSinkConfig:
     schema: str | None
     table: str
     upsert_keys: tuple[str, ...]
+    upsert_order_by: str | None  # the row with the greatest value wins (else: the last one)
     create_table: bool
     sink_id: str
     lock_timeout_ms: int
@@ -103,11 +104,22 @@ class JdbcSinkConfig:
             schema=schema or None,
             table=table,
             upsert_keys=keys,
+            upsert_order_by=_order_by(opts, keys),
             create_table=opts.get_bool("createtable", False),
             sink_id=_sink_id(opts, guarantee, url, dbtable),
             lock_timeout_ms=opts.get_int("locktimeoutms", 60_000, minimum=1) or 60_000,
             guarantee=guarantee,
         )
+
+
+def _order_by(opts: Options, keys: tuple[str, ...]) -> str | None:
+    col = (opts.get_str("upsertorderby") or "").strip() or None
+    if col is not None and not keys:
+        raise InvalidOptionError("option 'upsertOrderBy' orders the rows of one key: it needs 'upsertKeys'")
+    if col is not None and col in keys:
+        raise InvalidOptionError(f"option 'upsertOrderBy' names key column {col!r}; name a version or "
+                                 "event-time column")
+    return col
 
 
 def checkpoint_sink_id(checkpoint_location: str) -> str:

@@ -198,6 +198,8 @@ def _check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any]
     for k in cfg.upsert_keys:
         if k not in schema.fieldNames():
             raise InvalidOptionError(f"upsertKeys column {k!r} is not a DataFrame column")
+    if cfg.upsert_order_by is not None and cfg.upsert_order_by not in schema.fieldNames():
+        raise InvalidOptionError(f"upsertOrderBy column {cfg.upsert_order_by!r} is not a DataFrame column")
 
 
 def _check_keys(cfg: JdbcSinkConfig, insp: sa.Inspector) -> None:
@@ -292,9 +294,13 @@ def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan
     rest = [c for c in names if c not in cfg.upsert_keys]
     on_conflict = (f"DO UPDATE SET {', '.join(f'{prep.quote(c)} = EXCLUDED.{prep.quote(c)}' for c in rest)}"
                    if rest else "DO NOTHING")
-    # Last row per key wins within a batch (COPY order), as it would with row-by-row upserts.
-    upsert = (f"INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stg} "
-              f"WHERE _sx_task = %s ORDER BY {keys}, _sx_seq DESC ON CONFLICT ({keys}) {on_conflict}"
+    order = "_sx_seq DESC"  # without upsertOrderBy: the last row per key (COPY order) wins
+    if cfg.upsert_order_by is not None and rest:
+        o = prep.quote(cfg.upsert_order_by)
+        order = f"{o} DESC NULLS LAST, _sx_seq DESC"  # the greatest version wins in the batch ...
+        on_conflict += f" WHERE t.{o} IS NULL OR EXCLUDED.{o} >= t.{o}"  # ... and against the table
+    upsert = (f"INSERT INTO {target} AS t ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stg} "
+              f"WHERE _sx_task = %s ORDER BY {keys}, {order} ON CONFLICT ({keys}) {on_conflict}"
               ) if keys else ""
     binary = tuple(f.name for f in schema.fields if isinstance(f.dataType, BinaryType))
     return SqlPlan(
