@@ -324,6 +324,22 @@ def test_zombie_run_is_fenced(services):
     assert open_transactions(bootstrap, prefix) == []
 
 
+def test_abort_also_ends_the_transactions_of_attempts_whose_message_never_arrived(services):
+    """Spark aborts a batch with the messages of the tasks that succeeded; a task that was
+    killed or still runs left an open transaction that would hold back every
+    read_committed consumer of its partitions. The abort ends the batch's whole pool."""
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "ab")
+    prefix = f"abort-{topic}"
+    plan = _plan(bootstrap, topic, prefix)
+    reported = _prepare(plan, 0, ["a"], partition=0)
+    _prepare(plan, 0, ["b"], partition=1)  # its message never reaches the driver
+    assert len(open_transactions(bootstrap, prefix)) == 2
+    plan.new_committer().abort([reported], 0)
+    assert open_transactions(bootstrap, prefix) == []
+    assert consume(bootstrap, topic) == []
+
+
 def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 1, "to")

@@ -188,10 +188,13 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             self.client.close()
 
     def abort(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
-        """Driver, after a task (or the commit) failed: abort this batch's own transactions.
+        """Step 5, after a task (or the commit) failed: abort the batch's transactions.
 
-        A batch already decided is left alone: the next plan's recovery finishes it. Other
-        transactions of the sink (another run's) are never touched here.
+        A batch already decided is left alone: the next plan's take-over finishes it. When
+        the messages show this run still owns the sink (its commit id's epoch is the
+        broker's), every open transaction of the sink's pool is aborted, so attempts that
+        were killed or still run do not hold back read_committed consumers; otherwise
+        (a zombie, or no task reported) only the reported ones, never another run's.
         """
         try:
             if committables and _decides(self._decision(), batch_id, committables[0].query_id):
@@ -199,8 +202,17 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                             batch_id)
                 return
             self._abort_own(committables)
+            if self._owns_sink(committables):
+                self._abort_open(keep=())
         finally:
             self.client.close()
+
+    def _owns_sink(self, committables: Sequence[KafkaCommittable]) -> bool:
+        cp = next((c.commit_producer for c in committables if c.commit_producer is not None), None)
+        if cp is None:
+            return False
+        now = self.client.describe([cp.transactional_id])[cp.transactional_id]
+        return (now.producer_id, now.epoch) == (cp.producer_id, cp.epoch)
 
     def _abort_own(self, committables: Sequence[KafkaCommittable]) -> None:
         for c in committables:
