@@ -254,8 +254,10 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             raise TransactionTimedOutError(
                 f"batch {batch_id}: its transactions are {age_s:.1f} s old, within {margin_s:.0f} s of "
                 f"kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms}); the batch is rolled back "
-                "rather than risk a partial commit. Restart the query, and raise the timeout or make "
-                "batches shorter"
+                "rather than risk a partial commit. A restart replays the same batch and would fail the "
+                "same way: first raise kafka.transaction.timeout.ms (up to the broker's "
+                "transaction.max.timeout.ms) or make the batch smaller (e.g. a lower maxOffsetsPerTrigger "
+                "on the Kafka source), then restart"
             )
         if age_s > self.cfg.warn_fraction * limit_s:
             log.warning("batch %s took %.1f s, more than %.0f%% of kafka.transaction.timeout.ms (%.0f s): "
