@@ -46,10 +46,16 @@ def main(argv: list[str]) -> int:
         print("no bench cases are built yet")
         return 0
     RESULTS.mkdir(exist_ok=True)
+    unequal = []
     for name in names:
         r = _run(name)
         print(r.line(), flush=True)
         (RESULTS / f"{name}.json").write_text(json.dumps({**asdict(r), "ratio": r.ratio}, indent=2))
+        if not r.equal:
+            unequal.append(name)
+    if unequal:  # a speed figure over different output means nothing
+        print(f"output differs from the baseline in: {', '.join(unequal)}", file=sys.stderr)
+        return 1
     return 0
 
 

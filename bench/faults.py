@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import ROOT, run_sql, services_env
@@ -32,16 +33,39 @@ def _run(argv: list[str], crash: bool) -> None:
         raise SystemExit(f"the final run failed ({p.returncode}):\n{p.stderr[-2000:]}")
 
 
-def _line(name: str, crashes: int, url: str, table: str, key: str, expected: set[str], sink: str) -> str:
+@dataclass(frozen=True)
+class Outcome:
+    """What the sink committed against what went in, for one pipeline."""
+
+    name: str
+    crashes: int
+    expected: int
+    committed: int
+    lost: int
+    duplicated: int
+    in_doubt: int
+
+    @property
+    def held(self) -> bool:
+        """Exactly once held: nothing lost, nothing twice, nothing left in doubt."""
+        return self.lost == 0 and self.duplicated == 0 and self.in_doubt == 0
+
+    def line(self) -> str:
+        return (f"FAULTS pipeline={self.name} guarantee=exactly_once crashes={self.crashes} "
+                f"expected={self.expected} committed={self.committed} lost={self.lost} "
+                f"duplicated={self.duplicated} in_doubt={self.in_doubt}")
+
+
+def _outcome(name: str, crashes: int, url: str, table: str, key: str, expected: set[str],
+             sink: str) -> Outcome:
     rows = [str(r[0]) for r in run_sql(url, f"SELECT {key} FROM {table}")]
     present = set(rows) & expected
     in_doubt = run_sql(url, f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0]
-    return (f"FAULTS pipeline={name} guarantee=exactly_once crashes={crashes} expected={len(expected)} "
-            f"committed={len(rows)} lost={len(expected - present)} duplicated={len(rows) - len(set(rows))} "
-            f"in_doubt={in_doubt}")
+    return Outcome(name, crashes, len(expected), len(rows), len(expected - present),
+                   len(rows) - len(set(rows)), int(in_doubt))
 
 
-def files_to_jdbc(tmp: Path) -> str:
+def files_to_jdbc(tmp: Path) -> Outcome:
     """Replayable file source -> PostgreSQL 2PC sink, crashed before prepare, between
     prepare and commit, after the decision and half-way through the commits."""
     url = services_env()["POSTGRES_URL"]
@@ -58,16 +82,16 @@ def files_to_jdbc(tmp: Path) -> str:
         os.utime(f, (base + i, base + i))  # the file source orders by modification time
         n += 100
     argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(src), str(ckpt), url, table]
-    for point in points:
-        _run([*argv, point], crash=True)
+    for batch, point in enumerate(points):  # crash i lands in batch i, after i batches committed
+        _run([*argv, f"{point}@{batch}"], crash=True)
     _run(argv, crash=False)
-    line = _line("files_to_jdbc", len(points), url, table, "id", {str(i) for i in range(n)},
-                 checkpoint_sink_id(str(ckpt)))
+    outcome = _outcome("files_to_jdbc", len(points), url, table, "id", {str(i) for i in range(n)},
+                       checkpoint_sink_id(str(ckpt)))
     run_sql(url, f"DROP TABLE {table}")
-    return line
+    return outcome
 
 
-def jms_to_jdbc(tmp: Path) -> str:
+def jms_to_jdbc(tmp: Path) -> Outcome:
     """Acknowledging queue -> PostgreSQL 2PC sink, crashed before the batch commit, after
     the commit but before the ack, and during the ack."""
     import stomp
@@ -90,9 +114,10 @@ def jms_to_jdbc(tmp: Path) -> str:
     for point in points:
         _run([*argv, point], crash=True)
     _run(argv, crash=False)
-    line = _line("jms_to_jdbc", len(points), url, table, "body", set(bodies), checkpoint_sink_id(str(ckpt)))
+    outcome = _outcome("jms_to_jdbc", len(points), url, table, "body", set(bodies),
+                       checkpoint_sink_id(str(ckpt)))
     run_sql(url, f"DROP TABLE {table}")
-    return line
+    return outcome
 
 
 PIPELINES = {"files_to_jdbc": files_to_jdbc, "jms_to_jdbc": jms_to_jdbc}
@@ -104,8 +129,16 @@ def main(argv: list[str]) -> int:
         if name not in PIPELINES:
             print(f"unknown pipeline {name!r}; available: {', '.join(PIPELINES)}", file=sys.stderr)
             return 2
+    broken = []
+    for name in names:
         with tempfile.TemporaryDirectory() as tmp:
-            print(PIPELINES[name](Path(tmp)), flush=True)
+            outcome = PIPELINES[name](Path(tmp))
+        print(outcome.line(), flush=True)
+        if not outcome.held:
+            broken.append(name)
+    if broken:
+        print(f"exactly-once broken in: {', '.join(broken)}", file=sys.stderr)
+        return 1
     return 0
 
 
