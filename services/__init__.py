@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.artemis import (
+    _artemis_settings,
     _stomp_ready,
     artemis_up,
 )
@@ -40,11 +41,13 @@ from services.common import (
 )
 from services.kafka import (
     _kafka_ready,
+    _kafka_settings,
     baseline_jars,
     kafka_up,
 )
 from services.postgres import (
     _pg_ready,
+    _pg_settings,
     postgres_up,
 )
 
@@ -65,20 +68,20 @@ def write_env() -> Path:
 
 
 # name -> (port that answers, round-trip check, start function)
-SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], None]]] = {
-    "kafka": (KAFKA_PORT, _kafka_ready, kafka_up),
-    "postgres": (POSTGRES_PORT, _pg_ready, postgres_up),
-    "artemis": (STOMP_PORT, _stomp_ready, artemis_up),
+SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], list[str]], Callable[[], None]]] = {
+    "kafka": (KAFKA_PORT, _kafka_ready, _kafka_settings, kafka_up),
+    "postgres": (POSTGRES_PORT, _pg_ready, _pg_settings, postgres_up),
+    "artemis": (STOMP_PORT, _stomp_ready, _artemis_settings, artemis_up),
 }
 
 
 def _ensure(name: str) -> None:
     """Start ``name`` unless ours is running or another process already serves its port."""
-    port, ready, start = SERVICES[name]
+    port, ready, settings, start = SERVICES[name]
     if _read_pid(name) and _port_open(port):
         log(f"{name} already running at {HOST}:{port}")
     elif _port_open(port):
-        _adopt(name, port, ready)
+        _adopt(name, port, ready, settings)
     else:
         start()
 

@@ -67,6 +67,34 @@ def _stomp_ready() -> bool:
         conn.disconnect()
 
 
+def _artemis_settings() -> list[str]:
+    """Our STOMP acceptor routes /queue/ and /topic/ (anycast / multicast prefixes): a
+    message sent to a new queue before anyone subscribes must wait there, not vanish."""
+    import stomp
+
+    dest, token = f"/queue/_spark_ext_prefix_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    got: list[str] = []
+
+    class L(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            got.append(frame.body)
+
+    conn = stomp.Connection12([(HOST, STOMP_PORT)], heartbeats=(0, 0))
+    conn.set_listener("prefix", L())
+    conn.connect(STOMP_USER, STOMP_PASSWORD, wait=True)
+    try:
+        conn.send(dest, token, headers={"persistent": "true"}, receipt="sent")
+        conn.subscribe(dest, id="prefix", ack="auto")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and token not in got:
+            time.sleep(0.05)
+    finally:
+        conn.disconnect()
+    return [] if token in got else [
+        "the STOMP acceptor drops messages sent to a queue before its first subscriber "
+        "(anycastPrefix=/queue/ and multicastPrefix=/topic/ missing)"]
+
+
 def _stomp_prefixes(broker_xml: Path) -> None:
     """STOMP's /queue/ and /topic/ conventions (ActiveMQ classic, JMS over STOMP).
 

@@ -134,8 +134,9 @@ def _stop_pid(name: str, timeout: float = 30.0) -> None:
     pidfile.unlink(missing_ok=True)
 
 
-def _adopt(name: str, port: int, ready: Callable[[], bool]) -> None:
-    """Use a service started elsewhere (e.g. docker compose) if it answers a round trip."""
+def _adopt(name: str, port: int, ready: Callable[[], bool], settings: Callable[[], list[str]]) -> None:
+    """Use a service started elsewhere (e.g. docker compose) if it answers a round trip and
+    has the settings the sinks and tests rely on (``settings`` lists what differs)."""
     try:
         ok = ready()
     except Exception as e:  # noqa: BLE001 - report whatever the probe hit
@@ -145,7 +146,12 @@ def _adopt(name: str, port: int, ready: Callable[[], bool]) -> None:
     if not ok:
         raise ServiceError(f"port {port} is taken by a process that is not a working {name} ({why}); "
                            "stop it or free the port")
-    log(f"{name} at {HOST}:{port} was started elsewhere and answers; using it")
+    wrong = settings()
+    if wrong:
+        raise ServiceError(f"{name} at {HOST}:{port} was started elsewhere with other settings than "
+                           f"`make services` uses: {'; '.join(wrong)}. Start it with docker-compose.yml's "
+                           "settings, or stop it so `make services` starts its own")
+    log(f"{name} at {HOST}:{port} was started elsewhere, answers and has our settings; using it")
 
 
 def _mvn(*args: str) -> None:

@@ -76,6 +76,27 @@ def _kafka_ready() -> bool:
     return False
 
 
+#: Broker settings the sink and the tests rely on (one broker: transactions need these).
+EXPECTED = {
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "auto.create.topics.enable": "false",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+
+
+def _kafka_settings() -> list[str]:
+    """What differs from ``EXPECTED`` on the broker at the Kafka port."""
+    from connectors.kafka.client.transactions import KafkaTxnClient  # DescribeConfigs, as the sink asks
+
+    client = KafkaTxnClient(f"{HOST}:{KAFKA_PORT}", 10.0)
+    try:
+        got = {k: client.broker_config(k) for k in EXPECTED}
+    finally:
+        client.close()
+    return [f"{k}={got[k]} (want {v})" for k, v in EXPECTED.items() if got[k] != v]
+
+
 def kafka_up() -> None:
     libs = kafka_libs()
     home = LOCAL / "kafka"

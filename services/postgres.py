@@ -48,6 +48,22 @@ def _pg_ready() -> bool:
         conn.close()
 
 
+def _pg_settings() -> list[str]:
+    """What differs from our settings on the PostgreSQL at the port."""
+    import psycopg2
+
+    conn = psycopg2.connect(host=HOST, port=POSTGRES_PORT, user=POSTGRES_USER,
+                            password=POSTGRES_PASSWORD, dbname=POSTGRES_DB, connect_timeout=3)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW max_prepared_transactions")
+            n = int(cur.fetchone()[0])
+    finally:
+        conn.close()
+    want = MAX_PREPARED_TRANSACTIONS
+    return [] if n >= want else [f"max_prepared_transactions={n} (want at least {want})"]
+
+
 def postgres_up() -> None:
     import warnings
 

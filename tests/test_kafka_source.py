@@ -296,8 +296,10 @@ def test_broker_restart_mid_query_loses_and_repeats_nothing(spark, services, tmp
     from services.common import _stop_pid
     from tests.conftest import ROOT
 
-    if not (ROOT / ".local" / "kafka.pid").exists():
-        pytest.skip("the Kafka broker was not started by `make services`; not ours to restart")
+    # Ours to fail, never to skip: a broker started elsewhere is not ours to restart.
+    assert (ROOT / ".local" / "kafka.pid").exists(), (
+        "the Kafka broker was not started by `make services` (it was adopted); stop it and run "
+        "`make services` so this test can restart the broker it started")
     topic = create_topic(services.kafka_bootstrap, 2, "bounce")
     produce(services.kafka_bootstrap, topic, numbered(2, 500))
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"

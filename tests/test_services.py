@@ -33,9 +33,10 @@ def test_compose_matches_local_services():
     assert _host_ports(kafka) == {svc.KAFKA_PORT}
     env = kafka["environment"]
     assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{svc.HOST}:{svc.KAFKA_PORT}"
-    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
-    assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
-    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    from services.kafka import EXPECTED  # what an adopted broker is checked for, too
+
+    for name, value in EXPECTED.items():
+        assert env.get("KAFKA_" + name.upper().replace(".", "_")) == value, name
 
     pg = compose["postgres"]
     assert _host_ports(pg) == {svc.POSTGRES_PORT}
@@ -188,3 +189,12 @@ def test_stomp_send_receive_with_client_ack(services):
         conn.ack(got[0][1])
     finally:
         conn.disconnect()
+
+
+def test_an_adopted_service_with_other_settings_is_refused():
+    from services.common import ServiceError, _adopt
+
+    wrong = r"other settings.*max_prepared_transactions=0 \(want at least 64\)"
+    with pytest.raises(ServiceError, match=wrong):
+        _adopt("postgres", 5432, lambda: True, lambda: ["max_prepared_transactions=0 (want at least 64)"])
+    _adopt("postgres", 5432, lambda: True, lambda: [])  # same settings: used
