@@ -1,8 +1,9 @@
 """Crash points for fault tests: simulate ``kill -9`` of the driver at a named step.
 
 Set ``SPARK_EXT_FAILPOINTS`` to a comma list of names, each optionally naming a batch:
-``jdbc.after_decision`` fires at the first hit, ``jdbc.after_decision@2`` only when
-batch 2 reaches that step (so a test can crash after batches were committed). Set
+``jdbc.after_decision`` fires at the first hit that carries data (a crash in an empty
+batch proves nothing), ``jdbc.after_decision@2`` when batch 2 reaches that step (so a
+test can crash after batches were committed). Set
 ``SPARK_EXT_FAILPOINT_PGID`` to the process group of a driver started in its own group;
 Python workers inherit both through the JVM. When a worker reaches an armed step it
 sends SIGKILL to that group, as ``kill -9`` of the driver would (PySpark's worker daemon
@@ -21,19 +22,24 @@ ENV = "SPARK_EXT_FAILPOINTS"
 PGID_ENV = "SPARK_EXT_FAILPOINT_PGID"
 
 
-def armed(name: str, batch: int | None, spec: str | None) -> bool:
-    """Does the comma list ``spec`` arm ``name`` for ``batch``?"""
+def armed(name: str, batch: int | None, rows: int | None, spec: str | None) -> bool:
+    """Does the comma list ``spec`` arm ``name`` for this hit (``batch``, ``rows`` if known)?"""
     for entry in (spec or "").split(","):
         point, _, at = entry.strip().partition("@")
-        if point == name and (not at or (batch is not None and at == str(batch))):
+        if point != name:
+            continue
+        if at and batch is not None and at == str(batch):
+            return True
+        if not at and (rows is None or rows > 0):
             return True
     return False
 
 
-def hit(name: str, batch: int | None = None) -> None:
-    """Kill the driver's process group here if ``name`` is armed (for ``batch``)."""
+def hit(name: str, batch: int | None = None, rows: int | None = None) -> None:
+    """Kill the driver's process group here if ``name`` is armed for this hit. Callers pass
+    what they know (the batch, the rows at stake); ``hit`` never changes what they do."""
     spec = os.environ.get(ENV)
-    if spec and armed(name, batch, spec):
+    if spec and armed(name, batch, rows, spec):
         os.killpg(int(os.environ.get(PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
         # This worker may sit in the worker daemon's group and would run on, orphaned.
         os.kill(os.getpid(), signal.SIGKILL)

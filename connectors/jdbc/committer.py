@@ -158,12 +158,12 @@ class JdbcCommitter(Committer[JdbcCommittable]):
         rows = sum(c.rows for c in committables)
         try:
             with Db(cfg) as conn:
-                failpoints.hit("jdbc.before_decision", batch_id)
+                failpoints.hit("jdbc.before_decision", batch_id, rows)
                 winners = self._decide(conn, query_id, batch_id, mine, rows, epoch)  # step 4a, 4b
-                failpoints.hit("jdbc.after_decision", batch_id)
+                failpoints.hit("jdbc.after_decision", batch_id, rows)
                 for i, gid in enumerate(sorted(winners)):  # step 4c
                     if i == 1:
-                        failpoints.hit("jdbc.mid_commit", batch_id)
+                        failpoints.hit("jdbc.mid_commit", batch_id, rows)
                     if not finish(conn, gid, commit=True) and not self._landed(conn, gid, query_id):
                         raise FatalCommitError(
                             f"prepared transaction {gid} of batch {batch_id} is gone and its rows are not "

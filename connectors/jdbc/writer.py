@@ -86,7 +86,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                         (cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt,
                          self.epoch, rows))
             if exactly and not skip:
-                failpoints.hit("jdbc.before_prepare", task.batch_id)
+                failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
                 conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
                 return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
                                        task.query_id)

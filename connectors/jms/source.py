@@ -234,7 +234,7 @@ class JmsStreamReader(DataSourceStreamReader):
             return
         ids = [m.message_id for s in done for m in self._batches[s]]
         if self.cfg.guarantee is not Guarantee.NONE:  # none: the subscription auto-acks
-            failpoints.hit("jms.before_ack", seq)
+            failpoints.hit("jms.before_ack", seq, len(ids))
             self.rx.ack(ids)
             # A copy redelivered while the batch was in flight (reconnect) must not be read again.
             self.rx.drop(set(ids))

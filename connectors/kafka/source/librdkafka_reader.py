@@ -149,12 +149,12 @@ class RangeReader(RangeReaderBase):
     def _read(self, consumer: Consumer) -> Iterator[pa.RecordBatch]:
         r, cfg = self._rng, self._cfg
         consumer.assign([TopicPartition(r.topic, r.partition, self._pos)])
-        # Records reset the deadline; errors and silence do not.
+        # Records reset the deadline below; errors and silence do not. The extra 0.5 s is
+        # one consume() wait, so a record arriving at the very end of it still counts.
         deadline = Deadline(cfg.poll_timeout_ms / 1000.0 + 0.5)
         while self._pos < r.end:
             msgs = consumer.consume(num_messages=_BATCH, timeout=0.5)
             if deadline.expired:
-                # Records reset the deadline below; errors and silence do not.
                 raise ConnectorError(
                     f"no records from Kafka at {cfg.bootstrap} for {cfg.poll_timeout_ms} ms while "
                     f"reading {self._where()}; check the brokers, or raise option "
