@@ -96,7 +96,10 @@ def retry(fn: Callable[[], T], *, what: str,
                 if give_up is None:
                     raise
                 raise give_up(e) from e
-            log.warning("%s failed (%s: %s); retrying", what, type(e).__name__, e)
+            # The first retry is worth a warning; the rest would flood the log during an outage
+            # (give_up reports a system that stays away).
+            log.log(logging.WARNING if calls == 1 else logging.DEBUG, "%s failed (%s: %s); retrying",
+                    what, type(e).__name__, e)
             if on_retry is not None:
                 on_retry(e)
             delay = next(delays)

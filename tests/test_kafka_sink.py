@@ -30,15 +30,34 @@ pytestmark = [pytest.mark.spark, pytest.mark.services]
 OPEN = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 
 
-def consume(bootstrap: str, topic: str, committed: bool = True) -> list[tuple[int, bytes | None, bytes]]:
-    """Every record of ``topic`` as (partition, key, value), read to the end."""
-    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      isolation_level="read_committed" if committed else "read_uncommitted",
-                      enable_auto_commit=False, consumer_timeout_ms=2500)
+def read_all(bootstrap: str, topic: str, committed: bool = True) -> list:
+    """Every record of ``topic`` up to its end (for read_committed: the last stable offset),
+    read until the position reaches it: never "stop after some silence"."""
+    from kafka import TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                      isolation_level="read_committed" if committed else "read_uncommitted")
     try:
-        return [(m.partition, m.key, m.value) for m in c]
+        parts = c.partitions_for_topic(topic)
+        assert parts, f"no metadata for topic {topic}"
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        end = c.end_offsets(tps)  # the last stable offsets under read_committed
+        out: list = []
+        deadline = time.monotonic() + 60
+        while any(c.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"could not read {topic} to its end {end}"
+            for recs in c.poll(timeout_ms=500).values():
+                out.extend(r for r in recs if r.offset < end[TopicPartition(r.topic, r.partition)])
+        return out
     finally:
         c.close()
+
+
+def consume(bootstrap: str, topic: str, committed: bool = True) -> list[tuple[int, bytes | None, bytes]]:
+    """Every record of ``topic`` as (partition, key, value), read to the end."""
+    return [(r.partition, r.key, r.value) for r in read_all(bootstrap, topic, committed)]
 
 
 def end_offsets(bootstrap: str, topic: str) -> int:
@@ -47,7 +66,8 @@ def end_offsets(bootstrap: str, topic: str) -> int:
 
     c = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
-        parts = c.partitions_for_topic(topic) or set()
+        parts = c.partitions_for_topic(topic)
+        assert parts, f"no metadata for topic {topic}"
         return sum(c.end_offsets([TopicPartition(topic, p) for p in parts]).values())
     finally:
         c.close()
@@ -113,10 +133,7 @@ def test_headers_topic_and_partition_columns(spark, services, tmp_path):
     assert sorted(int(v[1:]) for _, _, v in ra) == list(range(0, 40, 2))
     assert sorted(int(v[1:]) for _, _, v in rb) == list(range(1, 40, 2))
     assert all(p == 1 for p, _, v in ra + rb if int(v[1:]) % 5 == 0)
-    c = KafkaConsumer(a, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=2500,
-                      isolation_level="read_committed")
-    msgs = list(c)
-    c.close()
+    msgs = read_all(bootstrap, a)
     assert len(msgs) == 20
     assert all(m.headers == [("h", m.value[1:])] for m in msgs)
 
