@@ -79,9 +79,11 @@ class WireRangeReader(RangeReaderBase):
         deadline = Deadline(self._cfg.poll_timeout_ms / 1000.0)  # reset whenever records arrive
         try:
             while self._pos < self._rng.end:
+                before = self._pos
                 try:
                     conn = conn or self._leader()
                     part = self._fetch(conn)
+                    out = self._handle(part)  # raises ConnectionError when leadership moved
                 except (OSError, ConnectionError) as e:
                     # Broker restarting or leadership moving: reconnect until the poll timeout.
                     if conn is not None:
@@ -96,8 +98,6 @@ class WireRangeReader(RangeReaderBase):
                     log.warning("retrying read of %s after: %s", self._where(), e)
                     time.sleep(min(_RECONNECT_S, deadline.remaining))
                     continue
-                before = self._pos
-                out = self._handle(part)
                 if out is not None:
                     yield out
                 if self._pos > before:
