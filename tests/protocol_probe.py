@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,8 +35,16 @@ class ProbeWriter(SinkWriter[ProbeCommittable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> ProbeCommittable:
         rows = sum(b.num_rows for b in batches)
         if task.batch_id == self.fail_batch and task.partition_id == 0:
+            # Fail only once the other task has succeeded, so the abort's messages are certain.
+            other = self.out / f"done-{task.batch_id}-1"
+            deadline = time.monotonic() + 60
+            while not other.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # its result still has to reach the driver, which nothing here shows
             raise ValueError(f"probe: failing batch {task.batch_id} on purpose")
-        return ProbeCommittable(task.batch_id, task.partition_id, task.attempt, rows, task.query_id)
+        msg = ProbeCommittable(task.batch_id, task.partition_id, task.attempt, rows, task.query_id)
+        (self.out / f"done-{task.batch_id}-{task.partition_id}").touch()
+        return msg
 
 
 class ProbeCommitter(Committer[ProbeCommittable]):

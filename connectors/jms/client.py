@@ -199,14 +199,14 @@ class StompReceiver:
                 del self._queue[i]
             return found
 
-    def ack(self, ids: list[str]) -> int:
+    def ack(self, ids: list[str], batch: int | None = None) -> int:
         """Acknowledge every delivery of each id; ids never received are skipped."""
         if not ids or self._conn is None:
             return 0
         n = 0
         for i, mid in enumerate(ids):
             if i == len(ids) // 2:
-                failpoints.hit("jms.mid_ack")
+                failpoints.hit("jms.mid_ack", batch)
             with self._lock:
                 ack_ids = self._ack_ids.pop(mid, [])
             for ack_id in ack_ids:

@@ -234,8 +234,8 @@ class JmsStreamReader(DataSourceStreamReader):
             return
         ids = [m.message_id for s in done for m in self._batches[s]]
         if self.cfg.guarantee is not Guarantee.NONE:  # none: the subscription auto-acks
-            failpoints.hit("jms.before_ack", seq, len(ids))
-            self.rx.ack(ids)
+            failpoints.hit("jms.before_ack", seq, len(ids))  # @N: the source's batch seq N
+            self.rx.ack(ids, batch=seq)
             # A copy redelivered while the batch was in flight (reconnect) must not be read again.
             self.rx.drop(set(ids))
         for s in done:
