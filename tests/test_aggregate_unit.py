@@ -224,9 +224,9 @@ def test_errors_name_the_problem():
         agg.accumulate_all(t, ["s"], {"a__b": agg.count()})
     with pytest.raises(AggregateError, match="AggregateOperation"):
         agg.accumulate_all(t, [], {"a": "count"})  # type: ignore[dict-item]
+    column = StateColumn("x", "sum")  # fine as data; rejected when used
     with pytest.raises(AggregateError, match="only count"):
-        StateColumn("x", "sum")  # fine as data; rejected when used
-        UserAggregate((), [StateColumn("x", "sum")], finish=lambda s: s["x"], result_type=pa.int64())
+        UserAggregate((), [column], finish=lambda s: s["x"], result_type=pa.int64())
     assert issubclass(AggregateError, SparkExtError)
 
 

@@ -58,10 +58,21 @@ def test_built_source_checks_its_options_at_load(spark):
     assert "MissingOptionError: hzsource connector 'jms' needs option 'destination'" in msg
 
 
-def test_register_makes_the_formats_available(spark):
+def test_register_registers_both_formats(spark):
     import spark_ext
 
-    spark_ext.register(spark)  # idempotent next to the automatic pyspark_* lookup
+    registered: list[str] = []
+
+    class Recorder:  # stands in for spark.dataSource: what register() hands to Spark
+        def register(self, cls) -> None:
+            registered.append(cls.name())
+
+    class Session:
+        dataSource = Recorder()
+
+    spark_ext.register(Session())  # type: ignore[arg-type]
+    assert registered == ["hzsource", "hzsink"]
+    spark_ext.register(spark)  # and on a real session, idempotent next to the pyspark_* lookup
     msg = _read_error(spark, connector="nope")
     assert "unknown connector 'nope' for hzsource" in msg
 
