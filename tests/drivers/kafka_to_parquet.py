@@ -1,6 +1,6 @@
 """A streaming job run as its own driver process, so a test can ``kill -9`` it.
 
-Usage: python -m tests.drivers.kafka_to_parquet BOOTSTRAP TOPIC CHECKPOINT OUT MODE
+Usage: python -m tests.drivers.kafka_to_parquet BOOTSTRAP TOPIC CHECKPOINT OUT MODE [FAILPOINT]
 MODE ``run`` keeps going (300 records a batch) until killed; ``finish`` uses
 Trigger.AvailableNow and exits when everything available is written.
 """
@@ -12,9 +12,8 @@ import sys
 from tests.drivers.session import driver_session
 
 
-def main(bootstrap: str, topic: str, ckpt: str, out: str, mode: str) -> int:
-
-    spark = driver_session("kill9-driver")
+def main(bootstrap: str, topic: str, ckpt: str, out: str, mode: str, failpoint: str = "") -> int:
+    spark = driver_session("kill9-driver", failpoint)
     df = (spark.readStream.format("hzsource").option("connector", "kafka")
           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "300").load())
@@ -27,4 +26,4 @@ def main(bootstrap: str, topic: str, ckpt: str, out: str, mode: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:6]))
+    sys.exit(main(*sys.argv[1:7]))

@@ -61,6 +61,7 @@ from connectors.kafka.source.offsets import (
     to_json,
 )
 from connectors.kafka.source.wire_reader import WireRangeReader
+from spark_ext import compat, failpoints
 from spark_ext.connector import SourceConnector
 from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
 from spark_ext.options import Options
@@ -252,6 +253,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the range's records as Arrow batches."""
         assert isinstance(partition, KafkaRange)
+        ident = compat.task_identity()
+        failpoints.hit("kafka.read", ident.batch_id if ident else None, partition.end - partition.start)
         return read_range(self._cfg, partition)
 
     def commit(self, end: dict) -> None:
