@@ -128,6 +128,28 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
     assert prepared(url, sink) == []  # recovery resolved every in-doubt transaction
 
 
+def test_kafka_source_into_the_2pc_sink_survives_a_kill_after_a_committed_batch(services, tmp_path):
+    """The Kafka source (offsets in Spark's checkpoint) into the PostgreSQL 2PC sink: the
+    driver dies after batch 1's decision, after batch 0 committed; every record once."""
+    from tests.kafka_util import create_topic, numbered, produce
+
+    url, table = services.postgres_url, table_name("k2pg")
+    execute(url, f"CREATE TABLE {table} (partition int, \"offset\" bigint, v text)")
+    topic = create_topic(services.kafka_bootstrap, 3, "k2pg")
+    produce(services.kafka_bootstrap, topic, numbered(3, 900))
+    ckpt = tmp_path / "ckpt"
+    argv = [sys.executable, "-m", "tests.drivers.kafka_to_jdbc", services.kafka_bootstrap, topic, str(ckpt),
+            url, table]
+    crashed = subprocess.run([*argv, "jdbc.after_decision@1"], start_new_session=True, capture_output=True,
+                             text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert query(url, f"SELECT count(*), count(DISTINCT v) FROM {table}") == [(300, 300)]  # batch 0
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(v for (v,) in query(url, f"SELECT v FROM {table}")) == sorted(f"v-{i}" for i in range(900))
+    assert prepared(url, checkpoint_sink_id(str(ckpt))) == []
+
+
 def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_path):
     """``/c``, ``/c/`` and ``file:/c`` are one checkpoint to Spark, so one sink: a restart
     spelled another way resolves what the crashed run left in doubt."""

@@ -210,6 +210,28 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
     assert open_transactions(bootstrap, prefix) == []  # recovery resolved every open transaction
 
 
+def test_at_least_once_loses_nothing_when_the_driver_dies_after_a_batch_was_written(services, tmp_path):
+    """at_least_once: the driver dies while batch 1's tasks have written and been
+    acknowledged, after batch 0 committed; the restart rewrites batch 1. Nothing is lost;
+    duplicates are allowed (and happen: the replay writes batch 1 again)."""
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "alo")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), bootstrap, topic]
+    alo = "guarantee=at_least_once"
+    crashed = subprocess.run([*argv, "kafka.after_write@1", alo], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    before = sorted(int(v) for _, _, v in consume(bootstrap, topic))
+    assert before[:40] == list(range(40)) and len(before) > 40  # batch 0, and some of batch 1
+    done = subprocess.run([*argv, "-", alo], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    values = [int(v) for _, _, v in consume(bootstrap, topic)]
+    assert set(values) == set(range(120))  # nothing lost
+    assert len(values) > 120  # the rewritten part of batch 1 is there twice, as at-least-once allows
+
+
 def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses_nothing(services, tmp_path):
     """Query 1 writes and stops; its checkpoint is deleted and query 2 starts at the same
     path (same derived prefix) on new input; its driver dies right after batch 0's

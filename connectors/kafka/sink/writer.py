@@ -24,6 +24,7 @@ from connectors.kafka.client.connection import Conn, metadata
 from connectors.kafka.client.transactions import KafkaTxnClient, Producer, error_name
 from connectors.kafka.sink.config import KafkaSinkConfig
 from connectors.kafka.sink.records import Batcher, Partitioner, column_lists
+from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.errors import ConnectorError, SparkExtError
 from spark_ext.guarantees import Guarantee
@@ -143,6 +144,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
             raise
         sender.close()
         client.close()
+        failpoints.hit("kafka.after_write", task.batch_id, rows)  # acknowledged, not yet reported
         return self._message(task, producer, tuple(sorted(touched)), rows, started_ms=started)
 
     def _produce(self, batches: Iterator[pa.RecordBatch], task: TaskInfo, producer: Producer,
