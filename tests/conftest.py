@@ -74,3 +74,23 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+_RESTORED_CONFS = ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch",
+                   "spark.sql.shuffle.partitions")
+
+
+@pytest.fixture(autouse=True)
+def _restore_spark_confs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests share one session: confs a test changes go back to what they were."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    spark = request.getfixturevalue("spark")
+    before = {k: spark.conf.get(k, None) for k in _RESTORED_CONFS}
+    yield
+    for k, v in before.items():
+        if v is None:
+            spark.conf.unset(k)
+        else:
+            spark.conf.set(k, v)

@@ -24,7 +24,7 @@ def _start(spark, src, ckpt, out, **options):
 
 def _run(spark, src, ckpt, out):
     q = _start(spark, src, ckpt, out)
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None
     return q.id
 
@@ -72,7 +72,7 @@ def test_failed_task_aborts_the_batch_and_fails_the_query(spark, tmp_path):
     src, ckpt, out = _inputs(tmp_path, [2, 2, 2])
     q = _start(spark, src, ckpt, out, fail_batch="1")
     with pytest.raises(Exception, match="probe: failing batch 1 on purpose"):
-        q.awaitTermination(180)
+        assert q.awaitTermination(180), "still running after 180 s"
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [(e["kind"], e["batch_id"]) for e in log] == [("commit", 0), ("abort", 1)]
     # The failed task sent no message; the other task (it succeeded first) is named for abort.

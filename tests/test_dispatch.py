@@ -26,7 +26,7 @@ def _write_error(spark, tmp_path, **options) -> str:
     query = writer.start()
     try:
         with pytest.raises(Exception) as e:
-            query.awaitTermination(120)
+            assert query.awaitTermination(120), "still running after 120 s"
         return str(e.value)
     finally:
         query.stop()

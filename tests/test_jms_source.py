@@ -112,7 +112,7 @@ def _start_error(spark, services, tmp_path, **opts: str) -> str:
     q = (jms(spark, services, queue_name("bad"), **opts).writeStream.format("noop")
          .option("checkpointLocation", str(tmp_path / "c")).start())
     with pytest.raises(Exception) as info:
-        q.awaitTermination(120)
+        assert q.awaitTermination(120), "still running after 120 s"
     return str(info.value)
 
 

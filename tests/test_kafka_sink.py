@@ -106,7 +106,7 @@ def test_exactly_once_every_record_once_in_kafkas_partition_layout(spark, servic
     topic = create_topic(bootstrap, 4, "sink")
     write_json_files(tmp_path / "src", [300, 500, 11])
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic)
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None, q.exception()
     got = consume(bootstrap, topic)
     assert sorted(int(v[1:]) for _, _, v in got) == list(range(811))  # each once
@@ -127,7 +127,7 @@ def test_headers_topic_and_partition_columns(spark, services, tmp_path):
         "array(named_struct('key', 'h', 'value', CAST(id AS STRING) ::binary)) AS headers",
     )
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, "", select, commitTopic=a)
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None, q.exception()
     ra, rb = consume(bootstrap, a), consume(bootstrap, b)
     assert sorted(int(v[1:]) for _, _, v in ra) == list(range(0, 40, 2))
@@ -167,7 +167,7 @@ def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(s
     try:
         q = start()
         with pytest.raises(Exception, match="Kafka refused 1 records"):
-            q.awaitTermination(180)
+            assert q.awaitTermination(180), "still running after 180 s"
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert sorted(int(v[1:]) for _, _, v in consume(bootstrap, topic)) == list(range(50))
@@ -176,7 +176,7 @@ def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(s
     assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
     flag.unlink()
     q = start()
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None
     assert sorted(int(v[1:]) for _, _, v in consume(bootstrap, topic)) == list(range(3050))
     assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
@@ -407,7 +407,7 @@ def test_timeout_above_the_brokers_limit_is_refused_at_start(spark, services, tm
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic,
             extra={"kafka.transaction.timeout.ms": "3600000"})
     with pytest.raises(Exception) as info:
-        q.awaitTermination(120)
+        assert q.awaitTermination(120), "still running after 120 s"
     assert "kafka.transaction.timeout.ms is 3600000 but the broker's transaction.max.timeout.ms is 900000" \
         in str(info.value)
     assert end_offsets(bootstrap, topic) == 0
@@ -427,7 +427,7 @@ def test_bad_input_fails_at_start_and_writes_nothing(spark, services, tmp_path, 
     o = {"topic": topic, **opts}
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, o.pop("topic"), select, extra=o)
     with pytest.raises(Exception) as info:
-        q.awaitTermination(120)
+        assert q.awaitTermination(120), "still running after 120 s"
     assert expected in str(info.value)
     assert end_offsets(bootstrap, topic) == 0
 
@@ -438,11 +438,11 @@ def test_prefix_shared_by_two_queries_is_refused(spark, services, tmp_path):
     write_json_files(tmp_path / "src", [5])
     prefix = f"shared-{topic}"
     q = run(spark, tmp_path / "src", tmp_path / "ck1", bootstrap, topic, transactionalIdPrefix=prefix)
-    q.awaitTermination(120)
+    assert q.awaitTermination(120), "still running after 120 s"
     assert q.exception() is None
     q = run(spark, tmp_path / "src", tmp_path / "ck2", bootstrap, topic, transactionalIdPrefix=prefix)
     with pytest.raises(Exception, match="is already used by another query"):
-        q.awaitTermination(120)
+        assert q.awaitTermination(120), "still running after 120 s"
     assert len(consume(bootstrap, topic)) == 5
 
 
@@ -452,7 +452,7 @@ def test_weaker_guarantees_write_every_record(spark, services, tmp_path, guarant
     topic = create_topic(bootstrap, 2, guarantee.replace("_", ""))
     write_json_files(tmp_path / "src", [100, 20])
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic, guarantee=guarantee)
-    q.awaitTermination(120)
+    assert q.awaitTermination(120), "still running after 120 s"
     assert q.exception() is None
     # none does not wait for acks, so give the broker a moment by reading until all arrive
     deadline = time.monotonic() + 20

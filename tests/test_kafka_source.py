@@ -42,7 +42,7 @@ def hz(spark, services, topic: str | None = None, **opts: str):
 def run_available_now(df, name: str, ckpt):
     q = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(ckpt))
          .trigger(availableNow=True).start())
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None, q.exception()
     return q
 
@@ -110,7 +110,7 @@ def test_restart_from_checkpoint_reads_the_rest_exactly_once(spark, services, tm
     produce(services.kafka_bootstrap, topic, numbered(2, 400, start=400))
 
     q2 = _to_parquet(hz(spark, services, topic, startingOffsets="earliest"), out, ckpt, availableNow=True)
-    q2.awaitTermination(180)
+    assert q2.awaitTermination(180), "still running after 180 s"
     assert q2.exception() is None
     rows = spark.read.parquet(str(out)).collect()
     expected = sorted((p, o) for p in range(2) for o in range(400))
@@ -146,7 +146,7 @@ def test_fail_on_data_loss(spark, services, tmp_path, fail, fetcher):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     opts = {"startingOffsets": "earliest", "failOnDataLoss": str(fail).lower(), "fetcher": fetcher}
     q = _to_parquet(hz(spark, services, topic, **opts), out, ckpt, availableNow=True)
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None
     # While the query is down: 100 more records, then retention removes offsets below 150.
     produce(services.kafka_bootstrap, topic, [(0, None, f"b{i}".encode()) for i in range(100)])
@@ -155,13 +155,13 @@ def test_fail_on_data_loss(spark, services, tmp_path, fail, fetcher):
     q2 = _to_parquet(hz(spark, services, topic, **opts), out, ckpt, availableNow=True)
     if fail:
         with pytest.raises(Exception) as info:
-            q2.awaitTermination(180)
+            assert q2.awaitTermination(180), "still running after 180 s"
         msg = str(info.value)
         assert f"records 100..149 of {topic}-0 were deleted" in msg
         assert "failOnDataLoss=false" in msg
         assert len(spark.read.parquet(str(out)).collect()) == 100  # nothing more committed
     else:
-        q2.awaitTermination(180)
+        assert q2.awaitTermination(180), "still running after 180 s"
         assert q2.exception() is None
         offsets = sorted(r.offset for r in spark.read.parquet(str(out)).collect())
         assert offsets == list(range(100)) + list(range(150, 200))
@@ -210,7 +210,7 @@ def _start_error(spark, services, tmp_path, topic: str | None, **opts: str) -> s
     df = hz(spark, services, topic, **opts)
     q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "bad")).start()
     with pytest.raises(Exception) as info:
-        q.awaitTermination(120)
+        assert q.awaitTermination(120), "still running after 120 s"
     return str(info.value)
 
 
@@ -220,7 +220,7 @@ def test_unreachable_bootstrap_fails_at_start(spark, services, tmp_path):
           .option("kafka.default.api.timeout.ms", "3000").option("fetchOffset.numRetries", "0").load())
     q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
     with pytest.raises(Exception) as info:
-        q.awaitTermination(120)
+        assert q.awaitTermination(120), "still running after 120 s"
     assert "Kafka at 127.0.0.1:1" in str(info.value) and "kafka.bootstrap.servers" in str(info.value)
 
 

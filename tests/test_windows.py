@@ -187,7 +187,7 @@ def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind
     for name, df in (("ours", ours), ("ref", ref)):
         q = (df.writeStream.format("memory").queryName(f"w_{kind}_{jitter_us}_{name}").outputMode("append")
              .option("checkpointLocation", str(tmp_path / f"ck-{name}")).trigger(availableNow=True).start())
-        q.awaitTermination(300)
+        assert q.awaitTermination(300), "still running after 300 s"
         assert q.exception() is None
         table = spark.table(f"w_{kind}_{jitter_us}_{name}").where("account != '~flush'")
         got[name] = sorted(tuple(r) for r in table.collect())
@@ -227,7 +227,7 @@ def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_p
             q = (df.writeStream.format("parquet").option("path", str(tmp_path / f"out-{name}"))
                  .outputMode("append").option("checkpointLocation", str(tmp_path / f"ck-{name}"))
                  .trigger(availableNow=True).start())
-            q.awaitTermination(300)
+            assert q.awaitTermination(300), "still running after 300 s"
             assert q.exception() is None
 
     send(0, list(range(1000, 1030)))
