@@ -40,11 +40,10 @@ def artemis_home() -> Path:
     return home
 
 
-def _stomp_ready() -> bool:
+def _round_trip(dest: str, send_first: bool) -> bool:
+    """Send a token to ``dest`` and receive it within 5 s; ``send_first``: before subscribing."""
     import stomp
 
-    if not _port_open(STOMP_PORT):
-        return False  # stomp.py logs every refused connect; skip the noise while starting
     token = uuid.uuid4().hex
     got: list[str] = []
 
@@ -53,12 +52,14 @@ def _stomp_ready() -> bool:
             got.append(frame.body)
 
     conn = stomp.Connection12([(HOST, STOMP_PORT)], heartbeats=(0, 0))
-    conn.set_listener("ready", L())
+    conn.set_listener("probe", L())
     conn.connect(STOMP_USER, STOMP_PASSWORD, wait=True)
     try:
-        dest = "/queue/_spark_ext_ready"
-        conn.subscribe(dest, id="ready", ack="auto")
-        conn.send(dest, token)
+        if send_first:
+            conn.send(dest, token, headers={"persistent": "true"}, receipt="sent")
+        conn.subscribe(dest, id="probe", ack="auto")
+        if not send_first:
+            conn.send(dest, token)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and token not in got:
             time.sleep(0.05)
@@ -67,32 +68,19 @@ def _stomp_ready() -> bool:
         conn.disconnect()
 
 
+def _stomp_ready() -> bool:
+    if not _port_open(STOMP_PORT):
+        return False  # stomp.py logs every refused connect; skip the noise while starting
+    return _round_trip("/queue/_spark_ext_ready", send_first=False)
+
+
 def _artemis_settings() -> list[str]:
     """Our STOMP acceptor routes /queue/ and /topic/ (anycast / multicast prefixes): a
     message sent to a new queue before anyone subscribes must wait there, not vanish."""
-    import stomp
-
-    dest, token = f"/queue/_spark_ext_prefix_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    got: list[str] = []
-
-    class L(stomp.ConnectionListener):
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            got.append(frame.body)
-
-    conn = stomp.Connection12([(HOST, STOMP_PORT)], heartbeats=(0, 0))
-    conn.set_listener("prefix", L())
-    conn.connect(STOMP_USER, STOMP_PASSWORD, wait=True)
-    try:
-        conn.send(dest, token, headers={"persistent": "true"}, receipt="sent")
-        conn.subscribe(dest, id="prefix", ack="auto")
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and token not in got:
-            time.sleep(0.05)
-    finally:
-        conn.disconnect()
-    return [] if token in got else [
-        "the STOMP acceptor drops messages sent to a queue before its first subscriber "
-        "(anycastPrefix=/queue/ and multicastPrefix=/topic/ missing)"]
+    if _round_trip(f"/queue/_spark_ext_prefix_{uuid.uuid4().hex[:8]}", send_first=True):
+        return []
+    return ["the STOMP acceptor drops messages sent to a queue before its first subscriber "
+            "(anycastPrefix=/queue/ and multicastPrefix=/topic/ missing)"]
 
 
 def _stomp_prefixes(broker_xml: Path) -> None:

@@ -150,6 +150,55 @@ def test_kafka_source_into_the_2pc_sink_survives_a_kill_after_a_committed_batch(
     assert prepared(url, checkpoint_sink_id(str(ckpt))) == []
 
 
+def _versioned_files(src) -> dict[int, str]:
+    """Three batches where later ones update earlier keys; returns the final value per key."""
+    import json
+
+    src.mkdir(parents=True)
+    final: dict[int, str] = {}
+    base = time.time() - 1000
+    for b, ids_ in enumerate((range(0, 40), range(20, 60), range(40, 80))):
+        f = src / f"f{b}.json"
+        f.write_text("".join(json.dumps({"id": i, "v": f"b{b}-{i}"}) + "\n" for i in ids_))
+        os.utime(f, (base + b, base + b))
+        final.update({i: f"b{b}-{i}" for i in ids_})
+    return final
+
+
+def test_upsert_at_least_once_replays_converge_to_the_exactly_once_state(services, tmp_path):
+    """MERGE (upsertKeys) with at_least_once: the driver dies after batch 1's rows landed,
+    before Spark recorded the batch; the replay merges them again. The table ends as an
+    exactly-once run leaves it."""
+    url, table = services.postgres_url, make_table(services.postgres_url, "mrg", key=True)
+    final = _versioned_files(tmp_path / "src")
+    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), url, table]
+    opts = ["guarantee=at_least_once", "upsertKeys=id"]
+    crashed = subprocess.run([*argv, "jdbc.after_write@1", *opts], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert query(url, f"SELECT count(*) FROM {table} WHERE v LIKE 'b1-%'")[0][0] > 0  # batch 1 landed
+    done = subprocess.run([*argv, "-", *opts], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert dict(query(url, f"SELECT id, v FROM {table}")) == final
+
+
+def test_guarantee_none_rewrites_a_replayed_batch(services, tmp_path):
+    """none: plain appends, no markers: a batch replayed after a crash is written again.
+    Nothing is lost (the source replays); duplicates are what this guarantee allows."""
+    url, table = services.postgres_url, make_table(services.postgres_url, "none")
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), url, table]
+    crashed = subprocess.run([*argv, "jdbc.after_write@1", "guarantee=none"], start_new_session=True,
+                             capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    done = subprocess.run([*argv, "-", "guarantee=none"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = ids(url, table)
+    assert set(got) == set(range(120)) and len(got) > 120
+
+
 def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_path):
     """``/c``, ``/c/`` and ``file:/c`` are one checkpoint to Spark, so one sink: a restart
     spelled another way resolves what the crashed run left in doubt."""

@@ -198,8 +198,10 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
     prefix = prefix_of(tmp_path / "ckpt")
     assert open_transactions(bootstrap, prefix), "the crash should leave transactions open"
     visible = sorted(int(v) for _, _, v in consume(bootstrap, topic))
-    if point == "kafka.mid_commit":  # batch 0, and the winners of batch 1 committed before the kill
-        assert visible[:40] == list(range(40)) and 40 < len(visible) < 80, visible
+    if point == "kafka.mid_commit":
+        # batch 0, and whatever of batch 1's first winner lies below the last stable offsets
+        # (the still-open winners hold them back): never more than batch 1, never twice
+        assert visible[:40] == list(range(40)) and len(visible) < 80, visible
         assert len(set(visible)) == len(visible) and max(visible) < 80
     else:
         assert visible == list(range(40))  # batch 0 only

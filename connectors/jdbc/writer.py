@@ -94,6 +94,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                 conn.tpc_rollback()
             else:
                 conn.commit()
+                failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
             return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, None,
                                    task.query_id)
         except psycopg2.Error as e:

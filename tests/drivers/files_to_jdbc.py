@@ -1,8 +1,10 @@
 """A streaming job run as its own driver process, so a test can crash it (failpoints).
 
-Usage: python -m tests.drivers.files_to_jdbc SRC_DIR CHECKPOINT POSTGRES_URL TABLE [FAILPOINT]
+Usage: python -m tests.drivers.files_to_jdbc SRC_DIR CHECKPOINT POSTGRES_URL TABLE [FAILPOINT|-]
+       [OPTION=VALUE ...]
 Reads JSON files ``{"id": n, "v": "..."}`` one file per batch (a replayable source)
-into PostgreSQL through ``hzsink`` connector ``jdbc`` with ``exactly_once``, until every
+into PostgreSQL through ``hzsink`` connector ``jdbc`` (``exactly_once`` unless an option
+says otherwise), until every
 file is written (Trigger.AvailableNow). With FAILPOINT, the driver kills itself there.
 """
 
@@ -13,13 +15,15 @@ import sys
 from tests.drivers.session import driver_session
 
 
-def main(src: str, ckpt: str, url: str, table: str, failpoint: str = "") -> int:
-
+def main(src: str, ckpt: str, url: str, table: str, failpoint: str = "", *extra: str) -> int:
     spark = driver_session("jdbc-driver", failpoint)
     df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(src)
-    q = (df.repartition(3, "id").writeStream.format("hzsink").option("connector", "jdbc")
+    w = (df.repartition(3, "id").writeStream.format("hzsink").option("connector", "jdbc")
          .option("url", url).option("dbtable", table).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
+         .trigger(availableNow=True))
+    for kv in extra:
+        w = w.option(*kv.split("=", 1))
+    q = w.start()
     q.awaitTermination()
     return 0 if q.exception() is None else 1
 
