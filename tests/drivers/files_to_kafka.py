@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.drivers.session import driver_session
+from tests.drivers.session import driver_session, run_to_end
 
 
 def main(src: str, ckpt: str, bootstrap: str, topic: str, failpoint: str = "", *extra: str) -> int:
@@ -23,11 +23,7 @@ def main(src: str, ckpt: str, bootstrap: str, topic: str, failpoint: str = "", *
     w = (out.writeStream.format("hzsink").option("connector", "kafka")
          .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
          .option("checkpointLocation", ckpt).trigger(availableNow=True))
-    for kv in extra:
-        w = w.option(*kv.split("=", 1))
-    q = w.start()
-    q.awaitTermination()
-    return 0 if q.exception() is None else 1
+    return run_to_end(w, extra)
 
 
 if __name__ == "__main__":

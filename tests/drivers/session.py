@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -26,3 +27,13 @@ def driver_session(name: str, failpoint: str = "") -> Any:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def run_to_end(writer: Any, extra: Sequence[str]) -> int:
+    """Apply ``OPTION=VALUE`` pairs to a ``DataStreamWriter``, start it and wait for the
+    query to end; 0 when it ended without an exception."""
+    for kv in extra:
+        writer = writer.option(*kv.split("=", 1))
+    q = writer.start()
+    q.awaitTermination()
+    return 0 if q.exception() is None else 1
