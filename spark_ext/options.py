@@ -94,6 +94,14 @@ class Options:
         """Options starting with ``prefix``, the prefix stripped (``kafka.*`` pass-through)."""
         return {k[len(prefix):]: v for k, v in self._raw.items() if k.startswith(prefix)}
 
+    def checkpoint(self) -> str | None:
+        """The sink's checkpoint location as ``checkpoint_identity`` spells it (Spark passes
+        it among a streaming sink's options); None when the user set none."""
+        from spark_ext import compat
+
+        raw = self.get_str(compat.CHECKPOINT_OPTION)
+        return checkpoint_identity(raw) if raw is not None else None
+
     def get_str(self, name: str, default: str | None = None) -> str | None:
         value = self._raw.get(name.lower())
         return default if value is None or value == "" else value

@@ -136,7 +136,7 @@ def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str
                 f"option 'sinkId' is {given!r}; use 1-64 letters, digits, '_', '-' or '.'"
             )
         return given
-    ckpt = opts.get_str("checkpointlocation")
+    ckpt = opts.checkpoint()
     if ckpt is not None:
         return checkpoint_sink_id(ckpt)
     if guarantee is Guarantee.EXACTLY_ONCE:

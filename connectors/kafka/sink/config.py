@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from connectors.kafka.sink.records import CODECS
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec, checkpoint_identity
+from spark_ext.options import Options, OptionSpec
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"topic", "committopic", "transactionalidprefix", "transactiontimeoutwarnfraction"}),
@@ -110,7 +110,7 @@ class KafkaSinkConfig:
             raise InvalidOptionError("option 'transactionTimeoutWarnFraction' must be in (0, 1], e.g. 0.5")
         return KafkaSinkConfig(
             bootstrap=bootstrap, topic=topic, commit_topic=opts.get_str("committopic") or topic,
-            txn_prefix=prefix, checkpoint=_checkpoint(opts), guarantee=guarantee,
+            txn_prefix=prefix, checkpoint=opts.checkpoint(), guarantee=guarantee,
             txn_timeout_ms=_int(conf, "transaction.timeout.ms", 1000),
             batch_bytes=_int(conf, "batch.size", 1024), codec=CODECS[codec],
             timeout_s=_int(conf, "request.timeout.ms", 1000) / 1000.0, warn_fraction=fraction,
@@ -127,11 +127,6 @@ def _int(conf: dict[str, str], name: str, minimum: int) -> int:
     return value
 
 
-def _checkpoint(opts: Options) -> str | None:
-    ckpt = opts.get_str("checkpointlocation")
-    return checkpoint_identity(ckpt) if ckpt is not None else None
-
-
 def _prefix(opts: Options, guarantee: Guarantee) -> str:
     """``transactionalIdPrefix``, else derived from the checkpoint location."""
     given = opts.get_str("transactionalidprefix")
@@ -140,9 +135,9 @@ def _prefix(opts: Options, guarantee: Guarantee) -> str:
             raise InvalidOptionError(f"option 'transactionalIdPrefix' is {given!r}; use letters, digits, "
                                      "'.', '_' or '-'")
         return given
-    ckpt = opts.get_str("checkpointlocation")
+    ckpt = opts.checkpoint()
     if ckpt is not None:
-        return "spark-ext-" + hashlib.sha256(checkpoint_identity(ckpt).encode()).hexdigest()[:16]
+        return "spark-ext-" + hashlib.sha256(ckpt.encode()).hexdigest()[:16]
     if guarantee is Guarantee.EXACTLY_ONCE:
         raise InvalidOptionError(
             "hzsink connector 'kafka' with guarantee exactly_once needs stable transactional ids to "
