@@ -26,7 +26,7 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -52,7 +52,7 @@ test: $(STAMP) lint services
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) services
-	$(PY) -m examples.demo
+	$(PY) -m examples.payments.demo
 
 bench: $(STAMP) services
 	$(PY) -m bench $(CASES)

@@ -1,0 +1,258 @@
+"""``make demo``: the payments job under a real crash, then a check of every output.
+
+Steps: start the job with ``spark-submit`` (the services must be up: ``make services``);
+send payments to Kafka while it runs; once the ledger has committed part of them,
+``kill -9`` the job's whole process group; start it again from its checkpoint; when every
+query has read the whole topic, stop it with SIGTERM; verify (``verify.py``). Progress is
+one updating line; Spark's log goes to ``.local/demo/<run>/job-<n>.log``. Exit status 0
+when nothing was lost, duplicated or left in doubt.
+
+``--master spark://...`` and ``--submit-arg`` run the same job on a cluster
+(``examples/payments/cluster.py``, ``make cluster-demo``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from examples.payments import generator
+from examples.payments.job import LEDGER, WINDOWS
+from examples.payments.verify import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = Path(__file__).resolve().parent / "job.py"
+
+
+class DemoError(Exception):
+    """The demo could not run to its verification; the message says why."""
+
+
+def spark_submit() -> str:
+    """``spark-submit`` of the pyspark installed beside this interpreter."""
+    path = Path(sys.executable).parent / "spark-submit"
+    if not path.exists():
+        raise DemoError(f"{path} not found: install the package (`make venv`)")
+    return str(path)
+
+
+class Job:
+    """One run of the job: a ``spark-submit`` process group and its status file."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], status: Path, log: Path) -> None:
+        status.unlink(missing_ok=True)
+        self.status_path, self.log = status, log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=ROOT)
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-25:])
+            raise DemoError(f"the job exited with status {self.proc.returncode}; its log {self.log} "
+                            f"ends:\n{tail}")
+        snap = self.status()
+        for name, q in (snap or {}).get("queries", {}).items():
+            if q.get("error"):
+                raise DemoError(f"query {name} failed: {q['error']} (log: {self.log})")
+
+    def kill9(self) -> None:
+        """What a crash does: the driver's JVM, its Python and their children, at once."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 120) -> None:
+        """SIGTERM to the job's Python: it stops its queries between micro-batches."""
+        snap = self.status()
+        if snap:
+            os.kill(int(snap["pid"]), signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise DemoError(f"the job did not stop within {timeout:.0f} s after SIGTERM") from None
+
+
+def _read(offsets: dict[str, Any] | None) -> int:
+    return sum(int(v) for parts in (offsets or {}).values() for v in parts.values())
+
+
+class Progress:
+    """One line, rewritten in place on a terminal (a line every 5 s otherwise)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self.last = 0.0
+
+    def show(self, text: str) -> None:
+        if self.tty:
+            sys.stdout.write("\r\033[K" + text)
+            sys.stdout.flush()
+        elif time.monotonic() - self.last >= 5:
+            print(text, flush=True)
+            self.last = time.monotonic()
+
+    def done(self, text: str) -> None:
+        if self.tty:
+            sys.stdout.write("\r\033[K")
+        print(text, flush=True)
+
+
+def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str]) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    work = (ROOT / ".local" / "demo" / run_id).resolve()
+    work.mkdir(parents=True)
+    topic, alerts = f"payments-{run_id}", f"payment-alerts-{run_id}"
+    _reset_tables(args.postgres_url)
+    generator.ensure_topic(args.bootstrap, topic, 3)
+    generator.ensure_topic(args.bootstrap, alerts, 1)
+    job_args = ["--bootstrap", args.bootstrap, "--topic", topic, "--alerts-topic", alerts,
+                "--postgres-url", args.postgres_url, "--checkpoint", str(work / "checkpoint"),
+                "--limit", str(args.limit), "--status", str(work / "status.json")]
+    cmd = [spark_submit(), "--master", args.master, *submit_args, str(JOB), *job_args]
+    print(f"payments demo {run_id}: {args.count} payments to Kafka topic {topic}; job: "
+          f"spark-submit --master {args.master} examples/payments/job.py; logs in {work}", flush=True)
+
+    consumer = KafkaConsumer(bootstrap_servers=args.bootstrap)
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    sent: list[int] = []
+    gen = threading.Thread(target=lambda: sent.append(generator.send(
+        args.bootstrap, topic, generator.events(args.count, seed=args.seed), args.rate)), daemon=True)
+    progress = Progress()
+    deadline = time.monotonic() + args.timeout
+    runs, killed_at = 1, ""
+    job = Job(cmd, env, work / "status.json", work / "job-1.log")
+    try:
+        while job.status() is None:
+            job.check_alive()
+            _wait(deadline, "the job to start its queries")
+        gen.start()
+        rate, prev = 0.0, (time.monotonic(), 0)
+        while True:
+            job.check_alive()
+            _wait(deadline, "the job to read every payment")
+            snap = job.status() or {"queries": {}}
+            qs = snap["queries"]
+            end = sum(consumer.end_offsets(tps).values())
+            read = {n: _read(q.get("end_offset")) for n, q in qs.items()}
+            now = time.monotonic()
+            if now - prev[0] >= 1:
+                rate = 0.7 * rate + 0.3 * max(0, read.get("ledger", 0) - prev[1]) / (now - prev[0])
+                prev = (now, read.get("ledger", 0))
+            batches = "/".join(str(qs.get(n, {}).get("batch", "-")) for n in ("ledger", "windows", "alerts"))
+            progress.show(f"run {runs} | batches ledger/windows/alerts {batches} | {rate:,.0f} rows/s | "
+                          f"lag {end - min(read.values(), default=0):,} | sent {end:,}")
+            if runs == 1 and read.get("ledger", 0) >= args.kill_fraction * args.count and (
+                    committed := _committed(args.postgres_url))[1] > 0:
+                # Killed after both tables hold committed rows: a replay that wrote them
+                # again would show as duplicates, not only a gap as loss.
+                job.kill9()
+                killed_at = (f"killed with {committed[0]:,} ledger rows and {committed[1]:,} windows "
+                             f"committed, {read['ledger']:,} events read")
+                progress.done(f"kill -9 of the job's process group ({killed_at}); restarting it")
+                runs += 1
+                job = Job(cmd, env, work / "status.json", work / f"job-{runs}.log")
+                continue
+            if sent and runs > 1 and len(read) == 3 and all(r == end for r in read.values()):
+                break
+        progress.done(f"every query has read all {end:,} events; stopping the job (SIGTERM)")
+        job.stop()
+    except BaseException:
+        if job.proc.poll() is None:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+        raise
+    finally:
+        consumer.close()
+    rep = verify(args.bootstrap, topic, alerts, args.postgres_url, args.limit, str(work / "checkpoint"))
+    rep.add(f"kill -9 and restart: {runs - 1} ({killed_at})", runs > 1)
+    print("\n".join(rep.lines))
+    print("verification: " + ("passed" if rep.ok else "FAILED"))
+    return 0 if rep.ok else 1
+
+
+def _wait(deadline: float, what: str) -> None:
+    if time.monotonic() > deadline:
+        raise DemoError(f"timed out waiting for {what}")
+    time.sleep(0.5)
+
+
+def _committed(url: str) -> tuple[int, int]:
+    """Rows committed so far: (ledger, windows); tables the job has not created count 0."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            ledger, windows = (conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()
+                               for t in (LEDGER, WINDOWS))
+            return int(ledger), int(windows)
+    except sa.exc.ProgrammingError:
+        return 0, 0
+    finally:
+        engine.dispose()
+
+
+def _reset_tables(url: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS {LEDGER}, {WINDOWS}"))
+    engine.dispose()
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="payments-demo", description=__doc__.split("\n")[0])
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--submit-arg", action="append", default=[], help="extra spark-submit argument")
+    ap.add_argument("--count", type=int, default=20000, help="payments to send")
+    ap.add_argument("--rate", type=float, default=400.0, help="events per second")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--limit", type=float, default=5000.0, help="alert above this window sum")
+    ap.add_argument("--kill-fraction", type=float, default=0.3, help="kill once this share was read")
+    ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from services.env import ServicesEnvError, load_env
+
+    args = parser().parse_args(argv)
+    try:
+        svc = load_env()
+    except ServicesEnvError as e:
+        print(f"payments demo: {e}", file=sys.stderr)
+        return 2
+    args.bootstrap, args.postgres_url = svc["KAFKA_BOOTSTRAP_SERVERS"], svc["POSTGRES_URL"]
+    env = dict(os.environ)
+    if args.master.startswith("local"):
+        # Local mode: the driver's Python workers must run this interpreter.
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    else:
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    try:
+        return run(args, args.submit_arg, env)
+    except DemoError as e:
+        print(f"\npayments demo failed: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
