@@ -231,7 +231,10 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, submit_args: Sequence[str] = (),
+         executor_python: str | None = None) -> int:
+    """Run the demo; ``submit_args`` go to spark-submit before the job (cluster.py ships
+    the environment this way) and ``executor_python`` is the executors' interpreter."""
     from services.env import ServicesEnvError, load_env
 
     args = parser().parse_args(argv)
@@ -246,9 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         # Local mode: the driver's Python workers must run this interpreter.
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     else:
+        # Client mode: the driver runs here; executors run what the cluster ships.
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        env.pop("PYSPARK_PYTHON", None)
+        if executor_python:
+            env["PYSPARK_PYTHON"] = executor_python
     try:
-        return run(args, args.submit_arg, env)
+        return run(args, [*submit_args, *args.submit_arg], env)
     except DemoError as e:
         print(f"\npayments demo failed: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,184 @@
+"""``make cluster-demo``: the payments demo on a Spark standalone cluster on loopback.
+
+1. Pack the environment executors need, as Spark documents for Python dependencies: a
+   virtualenv with the spark-ext wheel and its dependencies (pinned to this
+   environment's versions; pyspark itself comes from each worker's Spark), packed with
+   ``venv-pack`` into ``.local/cluster/environment.tar.gz``.
+2. Start a master and two workers from the installed pyspark (``spark-class
+   org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), bound to 127.0.0.1,
+   with an environment in which ``python3`` lacks the package (no venv on PATH).
+3. Run the demo (``demo.py``) with ``spark-submit --master spark://127.0.0.1:<port>
+   --archives environment.tar.gz#environment`` and ``PYSPARK_PYTHON=./environment/bin/python``
+   for the executors; the driver runs this interpreter (client mode).
+4. Stop the cluster, whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from examples.payments import demo
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = ROOT / ".local" / "cluster"
+
+
+class ClusterError(Exception):
+    """The cluster or the packed environment could not be set up; the message says why."""
+
+
+def _run(cmd: list[str], what: str, **kw: object) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    if res.returncode != 0:
+        raise ClusterError(f"{what} failed ({' '.join(cmd[:4])} ...):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+
+
+def _pins() -> list[str]:
+    """spark-ext's runtime requirements at the versions installed here, without pyspark."""
+    names = [re.split(r"[<>=!~; \[]", r, maxsplit=1)[0] for r in md.requires("spark-ext") or []
+             if "extra ==" not in r]
+    return [f"{n}=={md.version(n)}" for n in names if n.lower() != "pyspark"]
+
+
+def pack_environment(out: Path = WORK) -> Path:
+    """Build the wheel, install it with its pinned dependencies into a fresh virtualenv and
+    pack that with venv-pack; returns the archive."""
+    out.mkdir(parents=True, exist_ok=True)
+    dist, env, archive = out / "dist", out / "env", out / "environment.tar.gz"
+    shutil.rmtree(dist, ignore_errors=True)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)], "building the wheel")
+    wheel = next(dist.glob("spark_ext-*.whl"))
+    _run([sys.executable, "-m", "venv", "--clear", str(env)], "creating the executor virtualenv")
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    _run([*pip, *_pins()], "installing the dependencies")
+    _run([*pip, "--no-deps", str(wheel)], "installing the spark-ext wheel")
+    _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q"],
+         "packing the environment (venv-pack)")
+    return archive
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of the cluster's daemons: nothing of this virtualenv, so executors
+    see only the Python the archive ships."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["SPARK_HOME"] = spark_home()  # else spark-class asks python3, which lacks pyspark
+    return env
+
+
+def spark_home() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).resolve().parent)
+
+
+class StandaloneCluster:
+    """A master and ``workers`` workers of one core each, loopback only."""
+
+    def __init__(self, workers: int = 2, memory: str = "2g", work: Path = WORK) -> None:
+        self.workers, self.memory, self.work = workers, memory, work
+        self.port, self.ui = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _start(self, name: str, args: list[str]) -> None:
+        spark_class = Path(spark_home()) / "bin" / "spark-class"
+        log = (self.work / f"{name}.log").open("wb")
+        self.procs.append(subprocess.Popen([str(spark_class), *args], env=worker_env(), stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True))
+
+    def start(self, timeout: float = 90) -> StandaloneCluster:
+        self.work.mkdir(parents=True, exist_ok=True)
+        self._start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(self.port), "--webui-port", str(self.ui)])
+        for i in range(self.workers):
+            wdir = self.work / f"worker-{i}"
+            wdir.mkdir(exist_ok=True)
+            self._start(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                                        "--cores", "1", "--memory", self.memory, "--webui-port",
+                                        str(_free_port()), "--work-dir", str(wdir)])
+        deadline = time.monotonic() + timeout
+        while self.alive_workers() < self.workers:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                self.stop()
+                raise ClusterError(f"the standalone cluster did not come up with {self.workers} workers in "
+                                   f"{timeout:.0f} s; logs in {self.work}")
+            time.sleep(0.5)
+        return self
+
+    def alive_workers(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+                return int(json.load(r).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> StandaloneCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def submit_args(archive: Path, cluster: StandaloneCluster) -> list[str]:
+    """spark-submit arguments that ship ``archive`` as ``./environment`` to every executor."""
+    return ["--archives", f"{archive}#environment", "--executor-memory", "1g", "--total-executor-cores", "2",
+            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="payments-cluster-demo", description=__doc__.split("\n")[0])
+    ap.add_argument("--count", type=int, default=20000)
+    ap.add_argument("--rate", type=float, default=400.0)
+    args = ap.parse_args(argv)
+    began = time.monotonic()
+    try:
+        print("packing the executors' environment (wheel + dependencies, venv-pack) ...", flush=True)
+        archive = pack_environment()
+        print(f"packed {archive} ({archive.stat().st_size / 2**20:.0f} MiB) in {time.monotonic() - began:.0f} s; "
+              "starting a standalone cluster (a master, two workers) ...", flush=True)
+        with StandaloneCluster() as cluster:
+            print(f"cluster up at {cluster.url}", flush=True)
+            return demo.main(["--master", cluster.url, "--count", str(args.count), "--rate", str(args.rate)],
+                             submit_args=submit_args(archive, cluster),
+                             executor_python="./environment/bin/python")
+    except ClusterError as e:
+        print(f"cluster demo failed: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
