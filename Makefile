@@ -18,10 +18,10 @@ PYTEST_ARGS ?=
 CASES ?=
 PIPELINES ?=
 
-.PHONY: help venv services services-down services-status test unit lint demo bench faults clean
+.PHONY: help venv services services-down services-status test unit lint demo cluster-demo bench faults clean
 
 help:
-	@echo "make test | demo | services | services-down | lint | unit | bench | faults | clean"
+	@echo "make test | demo | cluster-demo | services | services-down | lint | unit | bench | faults | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ test: $(STAMP) lint services
 
 demo: $(STAMP) services
 	$(PY) -m examples.payments.demo
+
+# The same job on a local standalone cluster (a master, two workers), environment shipped.
+cluster-demo: $(STAMP) services
+	$(PY) -m examples.payments.cluster
 
 bench: $(STAMP) services
 	$(PY) -m bench $(CASES)

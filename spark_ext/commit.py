@@ -56,6 +56,7 @@ from spark_ext import compat
 from spark_ext.errors import CommitError, RetriableCommitError, SparkExtError, UnknownCommitError
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Backoff, retry
+from spark_ext.shipping import Shipped
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -194,7 +195,7 @@ def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s
         raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
 
 
-class ProtocolStreamWriter(DataSourceStreamArrowWriter):
+class ProtocolStreamWriter(Shipped, DataSourceStreamArrowWriter):
     """Spark's streaming writer, delegating to a sink's writer and committer.
 
     Built on the driver at query start; pickled to executors (``write``) and to the

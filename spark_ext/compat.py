@@ -130,3 +130,15 @@ def from_arrow_schema(schema: Any) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema as convert
 
     return convert(schema)
+
+
+def pickle_by_value(module: Any) -> None:
+    """Make PySpark's cloudpickle send ``module``'s functions by value, not by name.
+
+    Assumed: ``pyspark.cloudpickle`` is the cloudpickle PySpark pickles tasks with and has
+    ``register_pickle_by_value`` (cloudpickle >= 2.0). Needed so ``shipping.revive`` runs in
+    an executor that cannot import spark-ext, to say how to ship it.
+    """
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)

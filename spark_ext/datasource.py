@@ -25,9 +25,10 @@ from spark_ext.env import ensure_python_env
 from spark_ext.errors import ConfigurationError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from spark_ext.shipping import Shipped
 
 
-class HzSource(DataSource):
+class HzSource(Shipped, DataSource):
     """``spark.readStream.format("hzsource").option("connector", ...)``."""
 
     @classmethod
@@ -65,7 +66,7 @@ class HzSource(DataSource):
         raise ConfigurationError("'hzsource' is a source; to write use format('hzsink')")
 
 
-class HzSink(DataSource):
+class HzSink(Shipped, DataSource):
     """``df.writeStream.format("hzsink").option("connector", ...)``."""
 
     @classmethod

@@ -59,6 +59,7 @@ from spark_ext.connector import SourceConnector
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from spark_ext.shipping import Shipped
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def to_arrow(messages: Sequence[Message]) -> pa.RecordBatch:
     ], schema=_ARROW)
 
 
-class JmsStreamReader(DataSourceStreamReader):
+class JmsStreamReader(Shipped, DataSourceStreamReader):
     """Planning on the driver (one long-lived object holding the connection); ``read`` on executors."""
 
     def __init__(self, cfg: JmsSourceConfig) -> None:

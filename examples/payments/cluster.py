@@ -42,7 +42,8 @@ class ClusterError(Exception):
 def _run(cmd: list[str], what: str, **kw: object) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if res.returncode != 0:
-        raise ClusterError(f"{what} failed ({' '.join(cmd[:4])} ...):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+        out = res.stdout[-2000:] + res.stderr[-2000:]
+        raise ClusterError(f"{what} failed ({' '.join(cmd[:4])} ...):\n{out}")
 
 
 def _pins() -> list[str]:
@@ -58,7 +59,8 @@ def pack_environment(out: Path = WORK) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     dist, env, archive = out / "dist", out / "env", out / "environment.tar.gz"
     shutil.rmtree(dist, ignore_errors=True)
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)], "building the wheel")
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+         "building the wheel")
     wheel = next(dist.glob("spark_ext-*.whl"))
     _run([sys.executable, "-m", "venv", "--clear", str(env)], "creating the executor virtualenv")
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
@@ -67,6 +69,15 @@ def pack_environment(out: Path = WORK) -> Path:
     _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q"],
          "packing the environment (venv-pack)")
     return archive
+
+
+def unpack(archive: Path) -> Path:
+    """The archive unpacked beside it, as each executor unpacks it (for the driver)."""
+    target = archive.parent / "environment"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    _run(["tar", "-xzf", str(archive), "-C", str(target)], "unpacking the environment")
+    return target
 
 
 def _free_port() -> int:
@@ -80,7 +91,8 @@ def worker_env() -> dict[str, str]:
     see only the Python the archive ships."""
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "SPARK_HOME")}
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYTHONPATH",
+                        "SPARK_HOME")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env["SPARK_HOME"] = spark_home()  # else spark-class asks python3, which lacks pyspark
@@ -115,7 +127,8 @@ class StandaloneCluster:
         for i in range(self.workers):
             wdir = self.work / f"worker-{i}"
             wdir.mkdir(exist_ok=True)
-            self._start(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+            self._start(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", self.url,
+                                        "--host", "127.0.0.1",
                                         "--cores", "1", "--memory", self.memory, "--webui-port",
                                         str(_free_port()), "--work-dir", str(wdir)])
         deadline = time.monotonic() + timeout
@@ -168,13 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print("packing the executors' environment (wheel + dependencies, venv-pack) ...", flush=True)
         archive = pack_environment()
-        print(f"packed {archive} ({archive.stat().st_size / 2**20:.0f} MiB) in {time.monotonic() - began:.0f} s; "
+        size = archive.stat().st_size / 2**20
+        print(f"packed {archive} ({size:.0f} MiB) in {time.monotonic() - began:.0f} s; "
               "starting a standalone cluster (a master, two workers) ...", flush=True)
         with StandaloneCluster() as cluster:
             print(f"cluster up at {cluster.url}", flush=True)
             return demo.main(["--master", cluster.url, "--count", str(args.count), "--rate", str(args.rate)],
-                             submit_args=submit_args(archive, cluster),
-                             executor_python="./environment/bin/python")
+                             submit_args=submit_args(archive, cluster), environment=unpack(archive))
     except ClusterError as e:
         print(f"cluster demo failed: {e}", file=sys.stderr)
         return 1

@@ -48,12 +48,12 @@ def spark_submit() -> str:
 class Job:
     """One run of the job: a ``spark-submit`` process group and its status file."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], status: Path, log: Path) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str], status: Path, log: Path, cwd: Path) -> None:
         status.unlink(missing_ok=True)
         self.status_path, self.log = status, log
         with log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=ROOT)
+                                         start_new_session=True, cwd=cwd)
 
     def status(self) -> dict[str, Any] | None:
         try:
@@ -113,12 +113,17 @@ class Progress:
         print(text, flush=True)
 
 
-def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str]) -> int:
+def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str],
+        environment: Path | None = None) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
     run_id = time.strftime("%Y%m%d-%H%M%S")
     work = (ROOT / ".local" / "demo" / run_id).resolve()
     work.mkdir(parents=True)
+    if environment is not None:
+        # The driver runs the shipped environment too, from its working directory: Python
+        # data sources run the driver's interpreter path on the executors as well.
+        (work / "environment").symlink_to(environment)
     topic, alerts = f"payments-{run_id}", f"payment-alerts-{run_id}"
     _reset_tables(args.postgres_url)
     generator.ensure_topic(args.bootstrap, topic, 3)
@@ -138,7 +143,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     progress = Progress()
     deadline = time.monotonic() + args.timeout
     runs, killed_at = 1, ""
-    job = Job(cmd, env, work / "status.json", work / "job-1.log")
+    job = Job(cmd, env, work / "status.json", work / "job-1.log", work)
     try:
         while job.status() is None:
             job.check_alive()
@@ -168,7 +173,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
                              f"committed, {read['ledger']:,} events read")
                 progress.done(f"kill -9 of the job's process group ({killed_at}); restarting it")
                 runs += 1
-                job = Job(cmd, env, work / "status.json", work / f"job-{runs}.log")
+                job = Job(cmd, env, work / "status.json", work / f"job-{runs}.log", work)
                 continue
             if sent and runs > 1 and len(read) == 3 and all(r == end for r in read.values()):
                 break
@@ -232,9 +237,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, *, submit_args: Sequence[str] = (),
-         executor_python: str | None = None) -> int:
+         environment: Path | None = None) -> int:
     """Run the demo; ``submit_args`` go to spark-submit before the job (cluster.py ships
-    the environment this way) and ``executor_python`` is the executors' interpreter."""
+    the environment this way). With ``environment`` (the unpacked archive the executors
+    get as ``./environment``), the driver runs ``./environment/bin/python`` as well."""
     from services.env import ServicesEnvError, load_env
 
     args = parser().parse_args(argv)
@@ -248,14 +254,14 @@ def main(argv: list[str] | None = None, *, submit_args: Sequence[str] = (),
     if args.master.startswith("local"):
         # Local mode: the driver's Python workers must run this interpreter.
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    else:
-        # Client mode: the driver runs here; executors run what the cluster ships.
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        env.pop("PYSPARK_PYTHON", None)
-        if executor_python:
-            env["PYSPARK_PYTHON"] = executor_python
+    elif environment is not None:
+        import pyspark
+
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = "./environment/bin/python"
+        # spark-submit would ask that Python where Spark is; the archive ships no pyspark.
+        env["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
     try:
-        return run(args, [*submit_args, *args.submit_arg], env)
+        return run(args, [*submit_args, *args.submit_arg], env, environment)
     except DemoError as e:
         print(f"\npayments demo failed: {e}", file=sys.stderr)
         return 1

@@ -65,6 +65,7 @@ from spark_ext import compat, failpoints
 from spark_ext.connector import SourceConnector
 from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
 from spark_ext.options import Options
+from spark_ext.shipping import Shipped
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class _Planner:
         return plan_ranges(begin, end, self.cfg.min_partitions, self.cfg.max_records_per_partition)
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader. Planning calls run on the driver; ``read`` on executors."""
 
     def __init__(self, cfg: KafkaSourceConfig) -> None:
@@ -267,7 +268,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._plan._meta = None
 
 
-class KafkaBatchReader(DataSourceReader):
+class KafkaBatchReader(Shipped, DataSourceReader):
     """``spark.read``: ``startingOffsets`` (default earliest) to ``endingOffsets`` (default latest)."""
 
     def __init__(self, cfg: KafkaSourceConfig) -> None:

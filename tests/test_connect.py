@@ -1,0 +1,98 @@
+"""``hzsource`` and ``hzsink`` from a Spark Connect client (issue 17).
+
+A Connect server is started from the installed pyspark (``sbin/start-connect-server.sh``)
+on loopback, with this interpreter (which has spark-ext installed) as its Python: Python
+data sources run on the server's side, so the package must be installed where the server
+and its executors run, not where the client runs. The client streams Kafka to PostgreSQL
+``exactly_once`` and stops; every record lands once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import kafka_util, pg_util
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    port = _free_port()
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOG_DIR=str(log.parent),
+               SPARK_PID_DIR=str(log.parent))
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [str(home / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false",
+             "--conf", "spark.sql.shuffle.partitions=2"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"no Spark Connect server on {port}:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, services, tmp_path: Path) -> None:
+    from pyspark.sql import SparkSession
+
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "connect")
+    kafka_util.produce(services.kafka_bootstrap, topic, kafka_util.numbered(2, 600))
+    table = pg_util.table_name("connect")
+    spark = SparkSession.builder.remote(connect_url).getOrCreate()
+    try:
+        assert spark.__class__.__module__.startswith("pyspark.sql.connect")
+        q = (spark.readStream.format("hzsource").option("connector", "kafka")
+             .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200").load()
+             .selectExpr("partition", "offset", "CAST(value AS STRING) AS v")
+             .writeStream.format("hzsink").option("connector", "jdbc").option("url", services.postgres_url)
+             .option("dbtable", table).option("createTable", "true")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination(240)
+        assert not q.isActive, "the query did not finish within 240 s"
+        assert q.exception() is None, q.exception()
+        batches = [p.batchId for p in q.recentProgress if p.numInputRows > 0]
+        assert len(batches) >= 3, batches  # 600 records, 200 a batch: several 2PC commits
+    finally:
+        spark.stop()
+    rows = pg_util.query(services.postgres_url,
+                         f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
+    assert rows == [(600, 600)]
+    assert pg_util.prepared(services.postgres_url) == []
