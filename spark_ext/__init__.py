@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_ext.env import ensure_python_env
+from spark_ext.env import configure, ensure_python_env
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __version__ = "0.1.0"
-__all__ = ["Guarantee", "SparkExtError", "__version__", "ensure_python_env", "register"]
+__all__ = ["Guarantee", "SparkExtError", "__version__", "configure", "ensure_python_env", "register"]
 
 ensure_python_env()
 

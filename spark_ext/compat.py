@@ -142,3 +142,12 @@ def pickle_by_value(module: Any) -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
+
+
+def builder_options(builder: Any) -> dict[str, str]:
+    """The options set so far on a ``SparkSession.Builder``.
+
+    Assumed: the builder keeps them in ``_options`` (a dict). Needed so ``env.configure``
+    adds to ``spark.archives`` / ``spark.jars.packages`` instead of replacing them.
+    """
+    return {str(k): str(v) for k, v in dict(getattr(builder, "_options", {}) or {}).items()}

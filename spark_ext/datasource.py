@@ -21,7 +21,6 @@ from pyspark.sql.types import StructType
 from spark_ext import compat, registry
 from spark_ext.commit import ProtocolStreamWriter
 from spark_ext.connector import SinkConnector, SourceConnector
-from spark_ext.env import ensure_python_env
 from spark_ext.errors import ConfigurationError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -36,7 +35,6 @@ class HzSource(Shipped, DataSource):
         return "hzsource"
 
     def _connector(self) -> tuple[SourceConnector, Options]:
-        ensure_python_env()
         opts = Options(self.options, "hzsource")
         cls = registry.load(registry.SOURCES, opts.get_str("connector"), "hzsource")
         conn = cls()  # type: ignore[operator]
@@ -84,7 +82,6 @@ class HzSink(Shipped, DataSource):
         ``commit`` / ``abort`` (only the committer is needed; no side effects allowed,
         since the batch's transactions are prepared and waiting).
         """
-        ensure_python_env()
         opts = Options(self.options, "hzsink")
         cls = registry.load(registry.SINKS, opts.get_str("connector"), "hzsink")
         conn = cls()  # type: ignore[operator]

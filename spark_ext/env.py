@@ -1,16 +1,76 @@
-"""Process environment Spark's Python workers need."""
+"""Which Python Spark's workers run, and how a job ships its environment to a cluster."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spark_ext.errors import ConfigurationError
+
+ENVIRONMENT_PYTHON = "./environment/bin/python"
+
+
+def _visible_master() -> str | None:
+    """The master this process will use, where the environment already says it."""
+    m = re.search(r"--master[ =](\S+)", os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    return m.group(1) if m else os.environ.get("MASTER") or os.environ.get("SPARK_MASTER")
 
 
 def ensure_python_env() -> None:
-    """Make Python workers use this interpreter unless the user chose another.
+    """Local masters: make Python workers run this interpreter unless the user chose one.
 
-    Without it, workers may start a different Python and fail with "Timed out while
-    waiting for the Python worker to connect back". Call before the SparkSession starts.
+    Without it, local workers may start another ``python3`` and fail with "Timed out while
+    waiting for the Python worker to connect back". Nothing is set when spark-submit started
+    this process (it has chosen the Pythons) or when the master in sight is not local: on a
+    cluster the executors' Python is the one shipped with the job (see ``configure``), and
+    the driver's path would be wrong there. Driver; call before the SparkSession starts.
     """
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit / an existing JVM
+        return
+    master = _visible_master()
+    if master and not master.startswith("local"):
+        return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def configure(builder: Any, *, archive: str | None = None, packages: Sequence[str] = ()) -> Any:
+    """Set up a ``SparkSession.Builder`` to run spark-ext on a cluster. Driver, before
+    ``getOrCreate()``; returns the builder (as delta-spark's ``configure_spark_with_delta_pip``).
+
+    ``archive``: a virtualenv packed with venv-pack that holds spark-ext and the job's
+    dependencies. It goes to every executor as ``./environment`` (``spark.archives``), and
+    executors run ``./environment/bin/python``. Spark runs Python data sources with one
+    interpreter path on the driver and on executors, so the same archive must be unpacked
+    in the driver's working directory as ``./environment`` (checked here)::
+
+        mkdir environment && tar -xzf env.tar.gz -C environment
+
+    ``packages``: Maven coordinates of JVM connectors to add to ``spark.jars.packages``
+    (e.g. Spark's own ``org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0``), merged with
+    coordinates already set on the builder.
+    """
+    from spark_ext import compat
+
+    opts = compat.builder_options(builder)
+    if archive is not None:
+        if not Path(archive).is_file() and "://" not in archive:
+            raise ConfigurationError(f"archive {archive!r} is not a file; pack the job's virtualenv with "
+                                     "venv-pack -o env.tar.gz")
+        if not Path(ENVIRONMENT_PYTHON).exists():
+            raise ConfigurationError(
+                f"{ENVIRONMENT_PYTHON} does not exist in the driver's working directory ({os.getcwd()}): "
+                "Spark runs Python data sources with the same interpreter path on the driver and on "
+                f"executors; unpack the archive here too: mkdir environment && "
+                f"tar -xzf {archive} -C environment")
+        archives = [a for a in (opts.get("spark.archives") or "").split(",") if a]
+        builder = builder.config("spark.archives", ",".join([*archives, f"{archive}#environment"]))
+        os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = ENVIRONMENT_PYTHON
+    if packages:
+        have = [p for p in (opts.get("spark.jars.packages") or "").split(",") if p]
+        builder = builder.config("spark.jars.packages", ",".join(dict.fromkeys([*have, *packages])))
+    return builder

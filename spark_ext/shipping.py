@@ -33,14 +33,13 @@ def revive(module: str, qualname: str, state: Any) -> Any:
         cls: Any = importlib.import_module(module)
         for part in qualname.split("."):
             cls = getattr(cls, part)
-        import pyarrow  # noqa: F401  every executor-side path needs it
+        from pyspark import cloudpickle
+
+        value = cloudpickle.loads(state)  # imports the connector's modules and their dependencies
     except ImportError as e:
         raise ImportError(HINT.format(python=sys.executable or os.environ.get("PYSPARK_PYTHON"),
                                       error=f"{type(e).__name__}: {e}")) from e
-    from pyspark import cloudpickle
-
     obj = cls.__new__(cls)
-    value = cloudpickle.loads(state)
     setstate = getattr(obj, "__setstate__", None)
     if setstate is not None:
         setstate(value)

@@ -46,9 +46,10 @@ def test_spark_submit_outside_the_repository_finds_hzsource_and_hzsink(services,
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # local master
     submit = Path(sys.executable).parent / "spark-submit"
-    res = subprocess.run([str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(app),
-                          services.kafka_bootstrap, topic, services.postgres_url, table, str(tmp_path / "ck")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    args = [services.kafka_bootstrap, topic, services.postgres_url, table, str(tmp_path / "ck")]
+    cmd = [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(app), *args]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rows = pg_util.query(services.postgres_url, f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
+    rows = pg_util.query(services.postgres_url,
+                         f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
     assert rows == [(200, 200)]
