@@ -40,7 +40,9 @@ class ClusterError(Exception):
 
 
 def _run(cmd: list[str], what: str, **kw: object) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    # Without PYTHONPATH: a checkout on it would make pip skip installing the wheel.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)  # type: ignore[call-overload]
     if res.returncode != 0:
         out = res.stdout[-2000:] + res.stderr[-2000:]
         raise ClusterError(f"{what} failed ({' '.join(cmd[:4])} ...):\n{out}")
@@ -66,6 +68,8 @@ def pack_environment(out: Path = WORK) -> Path:
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     _run([*pip, *_pins()], "installing the dependencies")
     _run([*pip, "--no-deps", str(wheel)], "installing the spark-ext wheel")
+    if not list(env.glob("lib/python*/site-packages/spark_ext/__init__.py")):
+        raise ClusterError(f"the spark-ext wheel did not land in {env}")
     _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q"],
          "packing the environment (venv-pack)")
     return archive

@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None, *, submit_args: Sequence[str] = (),
         import pyspark
 
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = "./environment/bin/python"
+        env.pop("PYTHONPATH", None)  # the driver runs what the archive holds, nothing else
         # spark-submit would ask that Python where Spark is; the archive ships no pyspark.
         env["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
     try:
