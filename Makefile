@@ -49,7 +49,7 @@ unit: $(STAMP)
 	$(PY) -m pytest -m "not spark and not services" $(PYTEST_ARGS)
 
 test: $(STAMP) lint services
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 demo: $(STAMP) services
 	$(PY) -m examples.payments.demo

@@ -1,6 +1,8 @@
-"""The payments pipeline end to end, as ``make demo`` and ``make cluster-demo`` run it
-(issue 17): spark-submit, a kill -9 of the job after committed output, a restart from the
-checkpoint, and the verification against the real Kafka and PostgreSQL."""
+"""The payments pipeline end to end, as ``make cluster-demo`` runs it (issue 17): the
+environment packed and shipped to a standalone cluster, spark-submit, a kill -9 of the job
+after committed output, a restart from the checkpoint, and the verification against the
+real Kafka and PostgreSQL. (``make demo`` is the same runner with a local master; the
+suite covers local spark-submit in test_submit.py.)"""
 
 from __future__ import annotations
 
@@ -30,11 +32,7 @@ def _verified(out: str) -> None:
         assert any(line.startswith(item) for line in lines), (item, out[-3000:])
 
 
-def test_make_demo_survives_a_kill_with_nothing_lost_or_duplicated(services) -> None:
-    _verified(_run("examples.payments.demo", "--count", "6000", "--rate", "600"))
-
-
 def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) -> None:
-    out = _run("examples.payments.cluster", "--count", "6000", "--rate", "600")
+    out = _run("examples.payments.cluster", "--count", "5000", "--rate", "800")
     assert "cluster up at spark://127.0.0.1:" in out
     _verified(out)

@@ -80,8 +80,6 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
     with engine.connect() as conn:
         ledger = pd.read_sql(sa.text(f"SELECT payment_id, amount FROM {LEDGER}"), conn)
         wins = pd.read_sql(sa.text(f"SELECT * FROM {WINDOWS}"), conn)
-        prepared = conn.execute(sa.text(
-            "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()")).scalar_one()
     engine.dispose()
     ids = set(unique["payment_id"])
     lost = len(ids - set(ledger["payment_id"]))
@@ -116,6 +114,7 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
             "upserted by payment id)", duplicates == 0)
     rep.add(f"lost: {lost + missing + missing_alerts} (payments {lost}, closed windows {missing}, "
             f"alerts {missing_alerts})", lost + missing + missing_alerts == 0)
+    prepared = _prepared(url, checkpoint)
     open_txns = _open_kafka_transactions(bootstrap, alerts_topic, f"{checkpoint}/alerts")
     rep.add(f"in doubt: {prepared + open_txns} (prepared PostgreSQL transactions {prepared}, open Kafka "
             f"transactions {open_txns})", prepared + open_txns == 0)
@@ -125,6 +124,15 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
     rep.add(f"alerts: {len(got)} (windows over {limit:g}: {len(want)}, not in the windows: {extra_alerts})",
             extra_alerts == 0)
     return rep
+
+
+def _prepared(url: str, checkpoint: str) -> int:
+    """Prepared PostgreSQL transactions of the job's two jdbc sinks (ids from their checkpoints)."""
+    from connectors.jdbc.config import checkpoint_sink_id
+    from connectors.jdbc.doctor import list_in_doubt
+
+    return sum(len(list_in_doubt(url, "public", checkpoint_sink_id(f"{checkpoint}/{q}")))
+               for q in ("ledger", "windows"))
 
 
 def _open_kafka_transactions(bootstrap: str, topic: str, checkpoint: str) -> int:
