@@ -10,11 +10,11 @@ and its executors run, not where the client runs. The client streams Kafka to Po
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests import kafka_util, pg_util
+from tests.drivers import kafka_to_jdbc_app
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -70,40 +71,19 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.wait()
 
 
-CLIENT = textwrap.dedent('''
-    import sys
-    from pyspark.sql import SparkSession
-
-    url, bootstrap, topic, pg, table, ckpt = sys.argv[1:7]
-    spark = SparkSession.builder.remote(url).getOrCreate()
-    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
-    q = (spark.readStream.format("hzsource").option("connector", "kafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200").load()
-         .selectExpr("partition", "offset", "CAST(value AS STRING) AS v")
-         .writeStream.format("hzsink").option("connector", "jdbc").option("url", pg)
-         .option("dbtable", table).option("createTable", "true")
-         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
-    q.awaitTermination(240)
-    assert not q.isActive, "the query did not finish within 240 s"
-    assert q.exception() is None, q.exception()
-    print("BATCHES", len([p for p in q.recentProgress if p.numInputRows > 0]))
-    spark.stop()
-''')
-
-
 def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, services, tmp_path: Path) -> None:
     topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "connect")
     kafka_util.produce(services.kafka_bootstrap, topic, kafka_util.numbered(2, 600))
     table = pg_util.table_name("connect")
     client = tmp_path / "client.py"
-    client.write_text(CLIENT)
+    shutil.copy(kafka_to_jdbc_app.__file__, client)
     # Its own process: a Connect client cannot start beside the suite's classic session.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-    res = subprocess.run([sys.executable, str(client), connect_url, services.kafka_bootstrap, topic,
-                          services.postgres_url, table, str(tmp_path / "ck")], cwd=tmp_path, env=env,
+    res = subprocess.run([sys.executable, str(client), services.kafka_bootstrap, topic, services.postgres_url,
+                          table, str(tmp_path / "ck"), connect_url], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
     batches = int(res.stdout.split("BATCHES", 1)[1].split()[0])
     assert batches >= 3  # 600 records, 200 a batch: several 2PC commits
     rows = pg_util.query(services.postgres_url,

@@ -8,41 +8,24 @@ ours without the repository on ``sys.path`` or ``PYTHONPATH``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests import kafka_util, pg_util
+from tests.drivers import kafka_to_jdbc_app
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
-
-APP = textwrap.dedent('''
-    import sys
-    from pyspark.sql import SparkSession
-
-    bootstrap, topic, url, table, ckpt = sys.argv[1:6]
-    spark = SparkSession.builder.appName("submit-test").getOrCreate()
-    q = (spark.readStream.format("hzsource").option("connector", "kafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-         .option("startingOffsets", "earliest").load()
-         .selectExpr("partition", "offset", "CAST(value AS STRING) AS v")
-         .writeStream.format("hzsink").option("connector", "jdbc").option("url", url)
-         .option("dbtable", table).option("createTable", "true").option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    sys.exit(0 if q.exception() is None else 1)
-''')
-
 
 def test_spark_submit_outside_the_repository_finds_hzsource_and_hzsink(services, tmp_path: Path) -> None:
     topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "submit")
     kafka_util.produce(services.kafka_bootstrap, topic, kafka_util.numbered(2, 200))
     table = pg_util.table_name("submit")
     app = tmp_path / "app.py"
-    app.write_text(APP)
+    shutil.copy(kafka_to_jdbc_app.__file__, app)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # local master
     submit = Path(sys.executable).parent / "spark-submit"

@@ -170,7 +170,7 @@ class StandaloneCluster:
         self.stop()
 
 
-def submit_args(archive: Path, cluster: StandaloneCluster) -> list[str]:
+def submit_args(archive: Path) -> list[str]:
     """spark-submit arguments that ship ``archive`` as ``./environment`` to every executor."""
     return ["--archives", f"{archive}#environment", "--executor-memory", "1g", "--total-executor-cores", "2",
             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1"]
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         with StandaloneCluster() as cluster:
             print(f"cluster up at {cluster.url}", flush=True)
             return demo.main(["--master", cluster.url, "--count", str(args.count), "--rate", str(args.rate)],
-                             submit_args=submit_args(archive, cluster), environment=unpack(archive))
+                             submit_args=submit_args(archive), environment=unpack(archive))
     except ClusterError as e:
         print(f"cluster demo failed: {e}", file=sys.stderr)
         return 1

@@ -23,14 +23,18 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from examples.payments import generator
 from examples.payments.job import LEDGER, WINDOWS
 from examples.payments.verify import verify
 
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).resolve().parent / "job.py"
+PARTITIONS = 3  # of the payments topic
 
 
 class DemoError(Exception):
@@ -115,6 +119,7 @@ class Progress:
 
 def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str],
         environment: Path | None = None) -> int:
+    import sqlalchemy as sa
     from kafka import KafkaConsumer, TopicPartition
 
     run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -125,8 +130,9 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
         # data sources run the driver's interpreter path on the executors as well.
         (work / "environment").symlink_to(environment)
     topic, alerts = f"payments-{run_id}", f"payment-alerts-{run_id}"
-    _reset_tables(args.postgres_url)
-    generator.ensure_topic(args.bootstrap, topic, 3)
+    engine = sa.create_engine(args.postgres_url)  # one pool for the whole run
+    _reset_tables(engine)
+    generator.ensure_topic(args.bootstrap, topic, PARTITIONS)
     generator.ensure_topic(args.bootstrap, alerts, 1)
     job_args = ["--bootstrap", args.bootstrap, "--topic", topic, "--alerts-topic", alerts,
                 "--postgres-url", args.postgres_url, "--checkpoint", str(work / "checkpoint"),
@@ -136,7 +142,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
           f"spark-submit --master {args.master} examples/payments/job.py; logs in {work}", flush=True)
 
     consumer = KafkaConsumer(bootstrap_servers=args.bootstrap)
-    tps = [TopicPartition(topic, p) for p in range(3)]
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     sent: list[int] = []
     gen = threading.Thread(target=lambda: sent.append(generator.send(
         args.bootstrap, topic, generator.events(args.count, seed=args.seed), args.rate)), daemon=True)
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
             progress.show(f"run {runs} | batches ledger/windows/alerts {batches} | {rate:,.0f} rows/s | "
                           f"lag {end - min(read.values(), default=0):,} | sent {end:,}")
             if runs == 1 and read.get("ledger", 0) >= args.kill_fraction * args.count and (
-                    committed := _committed(args.postgres_url))[1] > 0:
+                    committed := _committed(engine))[1] > 0:
                 # Killed after both tables hold committed rows: a replay that wrote them
                 # again would show as duplicates, not only a gap as loss.
                 job.kill9()
@@ -185,6 +191,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
         raise
     finally:
         consumer.close()
+        engine.dispose()
     rep = verify(args.bootstrap, topic, alerts, args.postgres_url, args.limit, str(work / "checkpoint"))
     rep.add(f"kill -9 and restart: {runs - 1} ({killed_at})", runs > 1)
     print("\n".join(rep.lines))
@@ -198,11 +205,10 @@ def _wait(deadline: float, what: str) -> None:
     time.sleep(0.5)
 
 
-def _committed(url: str) -> tuple[int, int]:
+def _committed(engine: sa.Engine) -> tuple[int, int]:
     """Rows committed so far: (ledger, windows); tables the job has not created count 0."""
     import sqlalchemy as sa
 
-    engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
             ledger, windows = (conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()
@@ -210,17 +216,13 @@ def _committed(url: str) -> tuple[int, int]:
             return int(ledger), int(windows)
     except sa.exc.ProgrammingError:
         return 0, 0
-    finally:
-        engine.dispose()
 
 
-def _reset_tables(url: str) -> None:
+def _reset_tables(engine: sa.Engine) -> None:
     import sqlalchemy as sa
 
-    engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.execute(sa.text(f"DROP TABLE IF EXISTS {LEDGER}, {WINDOWS}"))
-    engine.dispose()
 
 
 def parser() -> argparse.ArgumentParser:

@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-LEDGER, WINDOWS, ALERTS = "payments_ledger", "payments_windows", "payments_alerts"
+LEDGER, WINDOWS = "payments_ledger", "payments_windows"
+SIZE_S, SLIDE_S, LATENESS_S = 30, 10, 10  # the account windows (verify.py recomputes them)
 SCHEMA = "payment_id string, account string, amount double, currency string, event_time timestamp"
 
 
@@ -70,10 +71,10 @@ def account_windows(stream: Any) -> Any:
     from spark_ext import aggregate as agg
     from spark_ext import windows
 
-    return windows.sliding(stream, ["account"], "event_time", "30 seconds", "10 seconds",
+    return windows.sliding(stream, ["account"], "event_time", f"{SIZE_S} seconds", f"{SLIDE_S} seconds",
                            {"n": agg.count(), "total": agg.sum("amount"), "avg_amount": agg.avg("amount"),
                             "max_amount": agg.max("amount")},
-                           lateness="10 seconds", partition_column="partition")
+                           lateness=f"{LATENESS_S} seconds", partition_column="partition")
 
 
 def start(spark: Any, args: argparse.Namespace) -> dict[str, Any]:

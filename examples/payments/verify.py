@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from examples.payments.job import LEDGER, WINDOWS
+from examples.payments.job import LATENESS_S, LEDGER, SIZE_S, SLIDE_S, WINDOWS
 
-SLIDE_S, SIZE_S, LATENESS_S = 10, 30, 10  # as in job.account_windows
 TOL = 1e-6  # frame sums add and subtract floats: compare to a micro-unit
 
 

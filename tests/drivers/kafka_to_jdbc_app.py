@@ -1,0 +1,44 @@
+"""A plain PySpark app, run as a user runs one (``spark-submit`` or a Spark Connect client):
+Kafka to PostgreSQL ``exactly_once`` with ``hzsource`` / ``hzsink``, until the topic is read.
+
+Usage: ``spark-submit kafka_to_jdbc_app.py BOOTSTRAP TOPIC URL TABLE CHECKPOINT [CONNECT_URL]``
+(with CONNECT_URL, run it with ``python``: it connects with ``builder.remote``). Prints
+``BATCHES <n>`` (micro-batches with rows); exit status 0 when the query ended cleanly.
+It imports nothing of this repository, so tests can run a copy from any directory.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    from pyspark.sql import SparkSession
+
+    bootstrap, topic, url, table, ckpt = argv[:5]
+    builder = SparkSession.builder.appName("kafka-to-jdbc-app")
+    if len(argv) > 5:
+        builder = builder.remote(argv[5])
+    spark = builder.getOrCreate()
+    q = (spark.readStream.format("hzsource").option("connector", "kafka")
+         .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200").load()
+         .selectExpr("partition", "offset", "CAST(value AS STRING) AS v")
+         .writeStream.format("hzsink").option("connector", "jdbc").option("url", url)
+         .option("dbtable", table).option("createTable", "true")
+         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    q.awaitTermination(240)
+    if q.isActive:
+        print("the query did not finish within 240 s", file=sys.stderr)
+        return 1
+    if q.exception() is not None:
+        print(f"the query failed: {q.exception()}", file=sys.stderr)
+        return 1
+    print("SESSION", type(spark).__module__)
+    print("BATCHES", len([p for p in q.recentProgress if p.numInputRows > 0]))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
