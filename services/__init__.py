@@ -24,6 +24,10 @@ from services.artemis import (
 from services.common import (
     HOST,
     KAFKA_PORT,
+    KAFKA_SASL_PASSWORD,
+    KAFKA_SASL_PLAINTEXT_PORT,
+    KAFKA_SASL_SSL_PORT,
+    KAFKA_SASL_USER,
     LOCAL,
     POSTGRES_DB,
     POSTGRES_PASSWORD,
@@ -40,11 +44,13 @@ from services.common import (
     log,
 )
 from services.kafka import (
+    TLS_DIR,
     _kafka_ready,
     _kafka_settings,
     baseline_jars,
     kafka_up,
 )
+from services.kafka_tls import PLAINTEXT_MECHANISM, SSL_MECHANISM
 from services.postgres import (
     _pg_ready,
     _pg_settings,
@@ -56,6 +62,13 @@ def write_env() -> Path:
     env = LOCAL / "services.env"
     env.write_text("\n".join([
         f"KAFKA_BOOTSTRAP_SERVERS={HOST}:{KAFKA_PORT}",
+        f"KAFKA_SASL_SSL_BOOTSTRAP_SERVERS={HOST}:{KAFKA_SASL_SSL_PORT}",
+        f"KAFKA_SASL_PLAINTEXT_BOOTSTRAP_SERVERS={HOST}:{KAFKA_SASL_PLAINTEXT_PORT}",
+        f"KAFKA_SASL_USER={KAFKA_SASL_USER}",
+        f"KAFKA_SASL_PASSWORD={KAFKA_SASL_PASSWORD}",
+        f"KAFKA_SASL_MECHANISM_SSL={SSL_MECHANISM}",
+        f"KAFKA_SASL_MECHANISM_PLAINTEXT={PLAINTEXT_MECHANISM}",
+        f"KAFKA_SSL_CA_LOCATION={TLS_DIR / 'ca.pem'}",
         f"POSTGRES_URL=postgresql+psycopg2://{POSTGRES_USER}:{POSTGRES_PASSWORD}"
         f"@{HOST}:{POSTGRES_PORT}/{POSTGRES_DB}",
         f"STOMP_HOST={HOST}",
@@ -93,7 +106,8 @@ def up(names: list[str]) -> None:
     env = write_env()
     # Print the addresses, never the passwords.
     text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")
-    print(text.replace(f"STOMP_PASSWORD={STOMP_PASSWORD}", "STOMP_PASSWORD=***"), end="")
+    text = text.replace(f"STOMP_PASSWORD={STOMP_PASSWORD}", "STOMP_PASSWORD=***")
+    print(text.replace(f"KAFKA_SASL_PASSWORD={KAFKA_SASL_PASSWORD}", "KAFKA_SASL_PASSWORD=***"), end="")
     log(f"addresses written to {env}")
 
 

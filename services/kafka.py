@@ -11,6 +11,8 @@ from services.common import (
     HOST,
     KAFKA_CONTROLLER_PORT,
     KAFKA_PORT,
+    KAFKA_SASL_PLAINTEXT_PORT,
+    KAFKA_SASL_SSL_PORT,
     KAFKA_VERSION,
     LOCAL,
     ROOT,
@@ -21,6 +23,10 @@ from services.common import (
     _wait,
     log,
 )
+from services.kafka_tls import add_scram_user, listener_settings, make_certificates, secured_ready
+
+#: Where the local CA's certificate is written for clients (KAFKA_SSL_CA_LOCATION).
+TLS_DIR = LOCAL / "kafka" / "tls"
 
 
 def kafka_libs() -> Path:
@@ -103,15 +109,19 @@ def kafka_up() -> None:
     data = home / "data"
     home.mkdir(parents=True, exist_ok=True)
     props = home / "server.properties"
+    ca_pem = make_certificates(TLS_DIR)
+    secured = f"SASL_SSL://{HOST}:{KAFKA_SASL_SSL_PORT},SASL_PLAINTEXT://{HOST}:{KAFKA_SASL_PLAINTEXT_PORT}"
     props.write_text("\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@{HOST}:{KAFKA_CONTROLLER_PORT}",
-        f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT}",
-        f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
+        f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT},{secured}",
+        f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},{secured}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,"
+        "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        *listener_settings(TLS_DIR),
         f"log.dirs={data}",
         "num.partitions=1",
         # One broker: every internal topic must live with replication 1, and
@@ -155,7 +165,10 @@ def kafka_up() -> None:
     pid = _spawn("kafka", [java, *jvm, "-cp", cp, "kafka.Kafka", str(props)])
     log(f"starting kafka (pid {pid})")
     _wait("kafka", _kafka_ready, pid, LOCAL / "logs" / "kafka.log")
-    log(f"kafka ready at {HOST}:{KAFKA_PORT}")
+    add_scram_user()
+    _wait("kafka secured listeners", lambda: secured_ready(str(ca_pem)), pid, LOCAL / "logs" / "kafka.log")
+    log(f"kafka ready at {HOST}:{KAFKA_PORT} (SASL_SSL {KAFKA_SASL_SSL_PORT}, "
+        f"SASL_PLAINTEXT {KAFKA_SASL_PLAINTEXT_PORT})")
 
 
 # --------------------------------------------------------------------------- PostgreSQL

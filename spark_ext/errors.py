@@ -53,6 +53,11 @@ class UnknownTopicError(ConnectorError):
     """A topic or partition named in the options does not exist on the broker."""
 
 
+class AuthenticationError(ConnectorError):
+    """The external system refused the credentials, or the TLS handshake failed (an
+    untrusted certificate, a host name that does not match). Retrying cannot help."""
+
+
 class DataLossError(ConnectorError):
     """Records a query was due to read no longer exist (retention, topic recreated)."""
 

@@ -37,7 +37,7 @@ def _config(bootstrap: str, prefix: str, topic: str) -> KafkaSinkConfig:
 
 def open_transactions(cfg: KafkaSinkConfig) -> list[TxnState]:
     """The sink's transactions that are still open, oldest first."""
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s)
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
     try:
         tids = [t for t, _pid, _state in client.list_transactions(cfg.txn_pattern, OPEN_STATES)]
         return sorted(client.describe(tids).values(), key=lambda s: s.start_ms)
@@ -46,7 +46,7 @@ def open_transactions(cfg: KafkaSinkConfig) -> list[TxnState]:
 
 
 def _snapshot(cfg: KafkaSinkConfig) -> set[tuple[str, int, int]]:
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s)
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
     try:
         commit = client.describe([cfg.commit_txn_id])[cfg.commit_txn_id]
     finally:

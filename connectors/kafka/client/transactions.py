@@ -42,6 +42,7 @@ from kafka.protocol.producer.transaction import (
 )
 
 from connectors.kafka.client.connection import Conn, metadata
+from connectors.kafka.client.security import PLAINTEXT, KafkaSecurity
 from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
 
@@ -85,9 +86,10 @@ def error_name(code: int) -> str:
 class KafkaTxnClient:
     """Talks to the transaction and group coordinators. Driver or executor; not thread-safe."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
+        self.security = security
         self._coords: dict[tuple[int, str], Conn] = {}
         self._any: Conn | None = None
 
@@ -95,9 +97,9 @@ class KafkaTxnClient:
 
     def any_broker(self) -> Conn:
         if self._any is None:
-            md = metadata(self.bootstrap, [], self.timeout_s)
+            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
             b = md.brokers[0]
-            self._any = Conn(b.host, b.port, self.timeout_s)
+            self._any = Conn(b.host, b.port, self.timeout_s, self.security)
         return self._any
 
     def coordinator(self, key: str, key_type: int) -> Conn:
@@ -113,7 +115,7 @@ class KafkaTxnClient:
             return r
 
         r = self._retry(f"finding the coordinator of {key!r}", find)
-        conn = Conn(r.host, r.port, self.timeout_s)
+        conn = Conn(r.host, r.port, self.timeout_s, self.security)
         self._coords[(key_type, key)] = conn
         return conn
 
@@ -244,10 +246,10 @@ class KafkaTxnClient:
     def list_transactions(self, pattern: str, states: list[str]) -> list[tuple[str, int, str]]:
         """(transactional id, producer id, state) of every transaction matching ``pattern``."""
         def call() -> list[tuple[str, int, str]]:
-            md = metadata(self.bootstrap, [], self.timeout_s)
+            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
             out: list[tuple[str, int, str]] = []
             for b in md.brokers:  # each broker answers for the coordinators it hosts
-                c = Conn(b.host, b.port, self.timeout_s)
+                c = Conn(b.host, b.port, self.timeout_s, self.security)
                 try:
                     req = ListTransactionsRequest(state_filters=states, producer_id_filters=[],
                                                   duration_filter=-1, transactional_id_pattern=pattern)
@@ -278,7 +280,7 @@ class KafkaTxnClient:
 
     def broker_config(self, name: str) -> str | None:
         """A broker setting, as the first broker reports it."""
-        md = metadata(self.bootstrap, [], self.timeout_s)
+        md = metadata(self.bootstrap, [], self.timeout_s, self.security)
         R_ = DescribeConfigsRequest.DescribeConfigsResource
         req = DescribeConfigsRequest(resources=[R_(resource_type=4, resource_name=str(md.brokers[0].node_id),
                                                    configuration_keys=[name])],

@@ -89,7 +89,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
 
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
-        self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s)
+        self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s, self.cfg.security)
 
     # --- before a batch (plan with prepare=True) ---------------------------------------------
 

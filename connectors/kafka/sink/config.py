@@ -13,6 +13,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from connectors.kafka.client.security import PLAINTEXT, SECURITY_KEYS, KafkaSecurity, normalize
 from connectors.kafka.sink.records import CODECS
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
@@ -42,7 +43,8 @@ _TXN_PREFIX = re.compile(r"^[A-Za-z0-9._\-]{1,200}$")
 
 @dataclass(frozen=True)
 class KafkaSinkConfig:
-    """Everything writers and committers need; no secrets (plain-text listeners only)."""
+    """Everything writers and committers need. The SASL password rides inside ``security``
+    (executors authenticate too) and is kept out of every ``repr``."""
 
     bootstrap: str
     topic: str | None
@@ -55,6 +57,7 @@ class KafkaSinkConfig:
     codec: int
     timeout_s: float
     warn_fraction: float
+    security: KafkaSecurity = PLAINTEXT
 
     @property
     def group(self) -> str:
@@ -82,14 +85,9 @@ class KafkaSinkConfig:
     @staticmethod
     def parse(opts: Options, guarantee: Guarantee) -> KafkaSinkConfig:
         SINK_OPTIONS.check(opts.raw(), "hzsink connector 'kafka'")
-        client = opts.with_prefix("kafka.")
-        protocol = client.pop("security.protocol", "PLAINTEXT").upper()
-        if protocol != "PLAINTEXT":
-            raise InvalidOptionError(
-                f"option 'kafka.security.protocol' is {protocol!r}; the hzsink kafka connector speaks "
-                "plain-text listeners only in this version. Use a PLAINTEXT listener, or Spark's "
-                "built-in kafka sink (at least once) for SASL/SSL clusters"
-            )
+        client = normalize(opts.with_prefix("kafka."))
+        security = KafkaSecurity.from_client(client)
+        client = {k: v for k, v in client.items() if k not in SECURITY_KEYS}
         bootstrap = client.pop("bootstrap.servers")
         unknown = sorted(k for k in client if k not in _PRODUCER_DEFAULTS and k not in _HARMLESS)
         if unknown:
@@ -114,6 +112,7 @@ class KafkaSinkConfig:
             txn_timeout_ms=_int(conf, "transaction.timeout.ms", 1000),
             batch_bytes=_int(conf, "batch.size", 1024), codec=CODECS[codec],
             timeout_s=_int(conf, "request.timeout.ms", 1000) / 1000.0, warn_fraction=fraction,
+            security=security,
         )
 
 

@@ -56,7 +56,7 @@ def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
             "which batches are committed"
         )
     try:
-        md = metadata(cfg.bootstrap, wanted, cfg.timeout_s)
+        md = metadata(cfg.bootstrap, wanted, cfg.timeout_s, cfg.security)
     except (ConnectionError, OSError) as e:
         raise ConnectorError(f"cannot reach Kafka at {cfg.bootstrap} ({e}); check "
                              "kafka.bootstrap.servers and that the brokers are up") from None
@@ -69,7 +69,7 @@ def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
 
 
 def _check_timeout(cfg: KafkaSinkConfig) -> None:
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s)
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
     try:
         limit = client.broker_config("transaction.max.timeout.ms")
     finally:

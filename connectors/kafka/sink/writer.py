@@ -65,7 +65,7 @@ class _Sender:
         self.counts: dict[str, int] = {}
 
     def load(self, topics: list[str]) -> None:
-        md = metadata(self.cfg.bootstrap, topics, self.cfg.timeout_s)
+        md = metadata(self.cfg.bootstrap, topics, self.cfg.timeout_s, self.cfg.security)
         self._brokers.update({b.node_id: (b.host, b.port) for b in md.brokers})
         for t in md.topics:
             if t.error_code == 0:
@@ -77,7 +77,7 @@ class _Sender:
         leader = self._leaders[tp]
         conn = self._conns.get(leader)
         if conn is None:
-            conn = self._conns[leader] = Conn(*self._brokers[leader], self.cfg.timeout_s)
+            conn = self._conns[leader] = Conn(*self._brokers[leader], self.cfg.timeout_s, self.cfg.security)
         pending = self._pending.setdefault(leader, [])
         while len(pending) >= MAX_IN_FLIGHT:
             self._receive(leader)
@@ -127,7 +127,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
             # step 3: a replay of a batch decided before a crash is already in Kafka.
             log.info("batch %s was committed before; writing nothing", task.batch_id)
             return self._message(task, Producer("", -1, -1), (), 0, skipped=True)
-        client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s)
+        client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
         started = int(time.time() * 1000)
         tid = cfg.txn_id(task.partition_id, task.attempt) if exactly else None
         sender = _Sender(cfg, tid, 0 if cfg.guarantee is Guarantee.NONE else -1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, normalize
 from connectors.kafka.source.offsets import StartingOffsets, TopicPartition, parse_assign
 from spark_ext.errors import InvalidOptionError, MissingOptionError
 from spark_ext.options import Options, OptionSpec, redact
@@ -39,16 +40,11 @@ _REJECTED = {
     "enable.partition.eof": "the source manages it",
 }
 
-# Java spellings -> librdkafka spellings.
-_RENAMED = {
-    "fetch.max.wait.ms": "fetch.wait.max.ms",
-    "sasl.mechanisms": "sasl.mechanism",
-}
+# Java spellings -> librdkafka spellings (security settings: ``normalize``).
+_RENAMED = {"fetch.max.wait.ms": "fetch.wait.max.ms"}
 
 # Java-only settings with no librdkafka counterpart that are safe to drop.
 _IGNORED = frozenset({"max.poll.records", "default.api.timeout.ms", "request.timeout.ms"})
-
-_JAAS = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 # Read fast: big fetches, a deep prefetch queue. Users may override each through kafka.*.
 _DEFAULTS = {
@@ -59,7 +55,7 @@ _DEFAULTS = {
 
 
 def _client_options(opts: Options) -> dict[str, str]:
-    raw = opts.with_prefix("kafka.")
+    raw = normalize(opts.with_prefix("kafka."))
     client: dict[str, str] = {}
     for name, value in raw.items():
         if name in _REJECTED:
@@ -69,15 +65,6 @@ def _client_options(opts: Options) -> dict[str, str]:
             )
         if name in _IGNORED:
             continue
-        if name == "sasl.jaas.config":
-            creds = dict(_JAAS.findall(value))
-            if "username" not in creds or "password" not in creds:
-                raise InvalidOptionError(
-                    "option 'kafka.sasl.jaas.config' has no username=\"...\" password=\"...\" pair; "
-                    "set 'kafka.sasl.username' and 'kafka.sasl.password' instead"
-                )
-            client["sasl.username"], client["sasl.password"] = creds["username"], creds["password"]
-            continue
         if name == "isolation.level" and value not in ("read_committed", "read_uncommitted"):
             raise InvalidOptionError(
                 f"option 'kafka.isolation.level' is {value!r}; expected read_committed or read_uncommitted"
@@ -86,18 +73,19 @@ def _client_options(opts: Options) -> dict[str, str]:
     return client
 
 
-def _fetcher(opts: Options, client: dict[str, str]) -> str:
-    """``wire`` (raw fetches, fastest) for plain-text clusters, ``librdkafka`` otherwise."""
+def _fetcher(opts: Options, client: dict[str, str]) -> tuple[str, KafkaSecurity]:
+    """``wire`` (raw fetches, fastest) wherever it speaks the cluster's security (plain text,
+    TLS, SASL PLAIN / SCRAM), ``librdkafka`` otherwise (GSSAPI, OAUTHBEARER, ...)."""
     choice = (opts.get_str("fetcher", "auto") or "auto").lower()
-    plain = client.get("security.protocol", "plaintext").lower() == "plaintext"
     if choice not in ("auto", "wire", "librdkafka"):
         raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
-    if choice == "wire" and not plain:
-        raise InvalidOptionError(
-            "option fetcher=wire reads plain-text clusters only; with 'kafka.security.protocol' set, "
-            "use fetcher=auto or librdkafka"
-        )
-    return "librdkafka" if choice == "librdkafka" or not plain else "wire"
+    try:
+        security = KafkaSecurity.from_client(client)
+    except InvalidOptionError:
+        if choice == "wire":
+            raise
+        return "librdkafka", PLAINTEXT  # librdkafka checks these settings itself
+    return ("librdkafka" if choice == "librdkafka" else "wire"), security
 
 
 @dataclass(frozen=True)
@@ -162,6 +150,7 @@ class KafkaSourceConfig:
     retry_interval_ms: int
     group_id: str = field(default="spark-ext-kafka-source")
     fetcher: str = "wire"
+    security: KafkaSecurity = PLAINTEXT  # for the wire fetcher; librdkafka reads ``client``
 
     @property
     def bootstrap(self) -> str:
@@ -201,7 +190,7 @@ class KafkaSourceConfig:
                 "option 'endingOffsets' cannot be earliest (-2); use 'latest' or JSON offsets"
             )
         api_timeout = opts.get_int("kafka.default.api.timeout.ms", 30_000, minimum=1) or 30_000
-        fetcher = _fetcher(opts, client)
+        fetcher, security = _fetcher(opts, client)
         prefix = opts.get_str("groupidprefix", "spark-ext-kafka-source") or "spark-ext-kafka-source"
         return KafkaSourceConfig(
             client=client,
@@ -220,4 +209,5 @@ class KafkaSourceConfig:
             retry_interval_ms=opts.get_int("fetchoffset.retryintervalms", 10, minimum=0) or 0,
             group_id=prefix,
             fetcher=fetcher,
+            security=security,
         )

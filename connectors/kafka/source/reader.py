@@ -46,6 +46,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connectors.kafka.client.connection import metadata
 from connectors.kafka.source.admin import KafkaMetadata
 from connectors.kafka.source.config import KafkaSourceConfig
 from connectors.kafka.source.librdkafka_reader import RangeReader
@@ -161,7 +162,17 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}}
 
     def check_reachable(self) -> None:
-        """Driver, at query start: the brokers answer and the subscription exists."""
+        """Driver, at query start: the brokers answer and the subscription exists.
+
+        On a secured cluster the wire fetcher's own handshake is tried first, so wrong
+        credentials or an untrusted certificate fail here with ``AuthenticationError``
+        (naming the fix, never the password) rather than inside a task.
+        """
+        if self._cfg.fetcher == "wire" and self._cfg.security.protocol != "PLAINTEXT":
+            try:
+                metadata(self._cfg.bootstrap, [], self._cfg.metadata_timeout_s, self._cfg.security)
+            except (ConnectionError, OSError):
+                pass  # unreachable: the check below reports it with the client's own words
         self._plan.meta.partitions(strict=True)
 
     def initialOffset(self) -> dict:

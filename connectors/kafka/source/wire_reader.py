@@ -64,12 +64,12 @@ class WireRangeReader(RangeReaderBase):
     def _leader(self) -> _Conn:
         """Ask a bootstrap server who leads the partition; connect there."""
         r = self._rng
-        md = metadata(self._cfg.bootstrap, [r.topic], self._timeout)
+        md = metadata(self._cfg.bootstrap, [r.topic], self._timeout, self._cfg.security)
         brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
         for t in md.topics:
             for p in t.partitions:
                 if t.name == r.topic and p.partition_index == r.partition and p.leader_id in brokers:
-                    return _Conn(*brokers[p.leader_id], self._timeout)
+                    return _Conn(*brokers[p.leader_id], self._timeout, self._cfg.security)
         raise ConnectionError(f"no leader for {r.topic}-{r.partition} yet")
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
