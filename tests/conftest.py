@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import services as local_services
+from connectors.kafka.client.security import KafkaSecurity, normalize
 from services.env import ServicesEnvError, load_env
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -50,6 +51,85 @@ def services() -> Services:
         pytest.fail(f"service addresses {missing} missing from the services env: run `make services` first")
     return Services(v["KAFKA_BOOTSTRAP_SERVERS"], v["POSTGRES_URL"], v["STOMP_HOST"],
                     int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"])
+
+
+SECURED_KEYS = ("KAFKA_SASL_SSL_BOOTSTRAP_SERVERS", "KAFKA_SASL_PLAINTEXT_BOOTSTRAP_SERVERS",
+                "KAFKA_SASL_USER", "KAFKA_SASL_PASSWORD", "KAFKA_SASL_MECHANISM_SSL",
+                "KAFKA_SASL_MECHANISM_PLAINTEXT",
+                "KAFKA_SSL_CA_LOCATION")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One listener of the local broker, and how each client authenticates on it."""
+
+    name: str
+    bootstrap: str
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    user: str | None = None
+    password: str | None = None
+    ca_file: str | None = None
+
+    def spark_options(self) -> dict[str, str]:
+        """``kafka.*`` options as a Spark user copies them from a Java job (JAAS, PEM trust store)."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        module = "plain.PlainLoginModule" if self.mechanism == "PLAIN" else "scram.ScramLoginModule"
+        out = {"kafka.security.protocol": self.protocol, "kafka.sasl.mechanism": str(self.mechanism),
+               "kafka.sasl.jaas.config": f"org.apache.kafka.common.security.{module} required "
+                                         f'username="{self.user}" password="{self.password}";'}
+        if self.ca_file:
+            out.update({"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": self.ca_file})
+        return out
+
+    def security(self) -> KafkaSecurity:
+        """The same settings as the connectors parse them (for direct protocol clients)."""
+        client = {k[len("kafka."):]: v for k, v in self.spark_options().items()}
+        return KafkaSecurity.from_client(normalize(client))
+
+    def kafka_python(self) -> dict[str, object]:
+        """The same credentials for kafka-python clients (the tests' independent reader)."""
+        if self.protocol == "PLAINTEXT":
+            return {"bootstrap_servers": self.bootstrap}
+        return {"bootstrap_servers": self.bootstrap, "security_protocol": self.protocol,
+                "sasl_mechanism": self.mechanism, "sasl_plain_username": self.user,
+                "sasl_plain_password": self.password, "ssl_cafile": self.ca_file}
+
+
+def _listeners() -> dict[str, Listener]:
+    try:
+        v = load_env()
+    except ServicesEnvError as e:
+        pytest.fail(str(e))
+    missing = [k for k in SECURED_KEYS if k not in v]
+    if missing:
+        pytest.fail(f"secured Kafka listener settings {missing} missing from the services env: run "
+                    "`make services` first")
+    cred = {"user": v["KAFKA_SASL_USER"], "password": v["KAFKA_SASL_PASSWORD"]}
+    return {
+        "plaintext": Listener("plaintext", v["KAFKA_BOOTSTRAP_SERVERS"]),
+        "sasl_ssl": Listener("sasl_ssl", v["KAFKA_SASL_SSL_BOOTSTRAP_SERVERS"], "SASL_SSL",
+                             v["KAFKA_SASL_MECHANISM_SSL"], ca_file=v["KAFKA_SSL_CA_LOCATION"], **cred),
+        "sasl_plaintext": Listener("sasl_plaintext", v["KAFKA_SASL_PLAINTEXT_BOOTSTRAP_SERVERS"],
+                                   "SASL_PLAINTEXT", v["KAFKA_SASL_MECHANISM_PLAINTEXT"], **cred),
+    }
+
+
+@pytest.fixture
+def listener(request: pytest.FixtureRequest) -> Listener:
+    """Parametrize indirectly with a listener name: plaintext, sasl_ssl or sasl_plaintext."""
+    return _listeners()[getattr(request, "param", "plaintext")]
+
+
+@pytest.fixture
+def sasl_ssl() -> Listener:
+    return _listeners()["sasl_ssl"]
+
+
+@pytest.fixture
+def sasl_plaintext() -> Listener:
+    return _listeners()["sasl_plaintext"]
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from tests.conftest import Listener
 from tests.kafka_util import create_topic
 from tests.pg_util import write_json_files
 
@@ -30,12 +31,17 @@ pytestmark = [pytest.mark.spark, pytest.mark.services]
 OPEN = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 
 
-def read_all(bootstrap: str, topic: str, committed: bool = True) -> list:
+def _listener(where: str | Listener) -> Listener:
+    return Listener("plaintext", where) if isinstance(where, str) else where
+
+
+def read_all(where: str | Listener, topic: str, committed: bool = True) -> list:
     """Every record of ``topic`` up to its end (for read_committed: the last stable offset),
-    read until the position reaches it: never "stop after some silence"."""
+    read until the position reaches it: never "stop after some silence". ``where``: a
+    plain-text bootstrap, or a listener whose credentials the reader uses."""
     from kafka import TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    c = KafkaConsumer(**_listener(where).kafka_python(), enable_auto_commit=False,
                       isolation_level="read_committed" if committed else "read_uncommitted")
     try:
         parts = c.partitions_for_topic(topic)
@@ -55,9 +61,10 @@ def read_all(bootstrap: str, topic: str, committed: bool = True) -> list:
         c.close()
 
 
-def consume(bootstrap: str, topic: str, committed: bool = True) -> list[tuple[int, bytes | None, bytes]]:
+def consume(where: str | Listener, topic: str,
+            committed: bool = True) -> list[tuple[int, bytes | None, bytes]]:
     """Every record of ``topic`` as (partition, key, value), read to the end."""
-    return [(r.partition, r.key, r.value) for r in read_all(bootstrap, topic, committed)]
+    return [(r.partition, r.key, r.value) for r in read_all(where, topic, committed)]
 
 
 def end_offsets(bootstrap: str, topic: str) -> int:
@@ -73,9 +80,10 @@ def end_offsets(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def open_transactions(bootstrap: str, prefix: str) -> list[tuple[str, int, str]]:
+def open_transactions(where: str | Listener, prefix: str) -> list[tuple[str, int, str]]:
     """Kafka's ListTransactions admin API: this sink's transactions still open."""
-    client = KafkaTxnClient(bootstrap)
+    lis = _listener(where)
+    client = KafkaTxnClient(lis.bootstrap, security=lis.security())
     try:
         return client.list_transactions(prefix.replace(".", r"\.") + ".*", OPEN)
     finally:
@@ -101,20 +109,26 @@ def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | 
     return w.start()
 
 
-def test_exactly_once_every_record_once_in_kafkas_partition_layout(spark, services, tmp_path):
-    bootstrap = services.kafka_bootstrap
-    topic = create_topic(bootstrap, 4, "sink")
+SECURED = pytest.mark.parametrize("listener", ["plaintext", "sasl_ssl"], indirect=True)
+
+
+@SECURED
+def test_exactly_once_every_record_once_in_kafkas_partition_layout(spark, services, tmp_path, listener):
+    """On the plain and the SASL_SSL (SCRAM, TLS) listener alike; read back by kafka-python
+    with the same credentials, read_committed."""
+    topic = create_topic(services.kafka_bootstrap, 4, "sink")
     write_json_files(tmp_path / "src", [300, 500, 11])
-    q = run(spark, tmp_path / "src", tmp_path / "ckpt", bootstrap, topic)
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", listener.bootstrap, topic,
+            extra=listener.spark_options())
     assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None, q.exception()
-    got = consume(bootstrap, topic)
+    got = consume(listener, topic)
     assert sorted(int(v[1:]) for _, _, v in got) == list(range(811))  # each once
     # the partition Kafka's own default partitioner picks for each key
     for part, key, _ in got:
         assert key is not None
         assert part == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 4
-    assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
+    assert open_transactions(listener, prefix_of(tmp_path / "ckpt")) == []
 
 
 def test_headers_topic_and_partition_columns(spark, services, tmp_path):
@@ -138,12 +152,14 @@ def test_headers_topic_and_partition_columns(spark, services, tmp_path):
     assert all(m.headers == [("h", m.value[1:])] for m in msgs)
 
 
-def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(spark, services, tmp_path):
+@SECURED
+def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(spark, services, tmp_path,
+                                                                               listener):
     """A task fails after producing some records (the broker refuses its last row, larger
     than message.max.bytes): read_committed sees none of the batch, read_uncommitted sees the aborted
     records; the restart (row fixed) writes the batch once."""
-    bootstrap = services.kafka_bootstrap
-    topic = create_topic(bootstrap, 3, "tf")
+    bootstrap = listener.bootstrap
+    topic = create_topic(services.kafka_bootstrap, 3, "tf")
     write_json_files(tmp_path / "src", [50, 3000])
     flag = tmp_path / "fail"
     flag.write_text("1")
@@ -158,10 +174,13 @@ def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(s
             str(tmp_path / "src"))
         out = df.repartition(1).select(F.col("id").cast("string").alias("key"),
                                        value("id", "v").alias("value"))
-        return (out.writeStream.format("hzsink").option("connector", "kafka")
-                .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-                .option("kafka.batch.size", "4096")  # many small batches: some reach the broker first
-                .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        w = (out.writeStream.format("hzsink").option("connector", "kafka")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+             .option("kafka.batch.size", "4096")  # many small batches: some reach the broker first
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True))
+        for k, v in listener.spark_options().items():
+            w = w.option(k, v)
+        return w.start()
 
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")  # records flow before the failure
     try:
@@ -170,34 +189,38 @@ def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(s
             assert q.awaitTermination(180), "still running after 180 s"
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert sorted(int(v[1:]) for _, _, v in consume(bootstrap, topic)) == list(range(50))
-    uncommitted = consume(bootstrap, topic, committed=False)
+    assert sorted(int(v[1:]) for _, _, v in consume(listener, topic)) == list(range(50))
+    uncommitted = consume(listener, topic, committed=False)
     assert len(uncommitted) > 50, "the failed task's records reached the broker, in an aborted transaction"
-    assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
+    assert open_transactions(listener, prefix_of(tmp_path / "ckpt")) == []
     flag.unlink()
     q = start()
     assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None
-    assert sorted(int(v[1:]) for _, _, v in consume(bootstrap, topic)) == list(range(3050))
-    assert open_transactions(bootstrap, prefix_of(tmp_path / "ckpt")) == []
+    assert sorted(int(v[1:]) for _, _, v in consume(listener, topic)) == list(range(3050))
+    assert open_transactions(listener, prefix_of(tmp_path / "ckpt")) == []
 
 
-@pytest.mark.parametrize("point", ["kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
-                                   "kafka.mid_commit"])
-def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, point):
+@pytest.mark.parametrize("point,listener", [
+    ("kafka.before_decision", "plaintext"), ("kafka.mid_decision", "plaintext"),
+    ("kafka.after_decision", "plaintext"), ("kafka.mid_commit", "plaintext"),
+    ("kafka.after_decision", "sasl_ssl"),
+], indirect=["listener"])
+def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, point, listener):
     """The driver dies in batch 1, after batch 0 committed, so a restart that rewrote a
     committed batch would show duplicates, not only a loss."""
-    bootstrap = services.kafka_bootstrap
-    topic = create_topic(bootstrap, 3, "k9")
+    bootstrap = listener.bootstrap
+    topic = create_topic(services.kafka_bootstrap, 3, "k9")
     write_json_files(tmp_path / "src", [40, 40, 40])
     argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src"),
             str(tmp_path / "ckpt"), bootstrap, topic]
-    crashed = subprocess.run([*argv, f"{point}@1"], start_new_session=True, capture_output=True, text=True,
-                             timeout=300)
+    options = [f"{k}={v}" for k, v in listener.spark_options().items()]
+    crashed = subprocess.run([*argv, f"{point}@1", *options], start_new_session=True, capture_output=True,
+                             text=True, timeout=300)
     assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the failpoint
     prefix = prefix_of(tmp_path / "ckpt")
-    assert open_transactions(bootstrap, prefix), "the crash should leave transactions open"
-    visible = sorted(int(v) for _, _, v in consume(bootstrap, topic))
+    assert open_transactions(listener, prefix), "the crash should leave transactions open"
+    visible = sorted(int(v) for _, _, v in consume(listener, topic))
     if point == "kafka.mid_commit":
         # batch 0, and whatever of batch 1's first winner lies below the last stable offsets
         # (the still-open winners hold them back): never more than batch 1, never twice
@@ -205,11 +228,11 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
         assert len(set(visible)) == len(visible) and max(visible) < 80
     else:
         assert visible == list(range(40))  # batch 0 only
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*argv, "-", *options], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    values = sorted(int(v) for _, _, v in consume(bootstrap, topic))
+    values = sorted(int(v) for _, _, v in consume(listener, topic))
     assert values == list(range(120))  # nothing lost, nothing twice
-    assert open_transactions(bootstrap, prefix) == []  # recovery resolved every open transaction
+    assert open_transactions(listener, prefix) == []  # recovery resolved every open transaction
 
 
 def test_at_least_once_loses_nothing_when_the_driver_dies_after_a_batch_was_written(services, tmp_path):
@@ -325,12 +348,12 @@ def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_
     assert open_transactions(bootstrap, prefix) == []
 
 
-def _plan(bootstrap: str, topic: str, prefix: str, **opts: str):
+def _plan(bootstrap: str, topic: str, prefix: str, *, listener: Listener | None = None, **opts: str):
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
     o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix,
-                 **opts}, "hzsink")
+                 **(listener.spark_options() if listener else {}), **opts}, "hzsink")
     return KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
 
 
@@ -342,15 +365,17 @@ def _prepare(plan, batch: int, rows: list[str], partition: int = 0, attempt: int
     return writer.write(iter([data]), task)
 
 
-def test_zombie_run_is_fenced(services):
+@SECURED
+def test_zombie_run_is_fenced(services, listener):
     """Run A prepares batch 0; run B of the same sink starts; A can no longer commit or
     produce, its open transaction is aborted, and nothing of A appears."""
-    bootstrap = services.kafka_bootstrap
-    topic = create_topic(bootstrap, 2, "zb")
+    bootstrap = listener.bootstrap
+    topic = create_topic(services.kafka_bootstrap, 2, "zb")
     prefix = f"zombie-{topic}"
-    plan_a = _plan(bootstrap, topic, prefix)
+    plan_a = _plan(bootstrap, topic, prefix, listener=listener)
     msg_a = _prepare(plan_a, 0, ["a1", "a2"])
-    plan_b = _plan(bootstrap, topic, prefix)  # B takes over: fences A's commit id, aborts A's transaction
+    # B takes over: fences A's commit id, aborts A's transaction
+    plan_b = _plan(bootstrap, topic, prefix, listener=listener)
     with pytest.raises(FencedError):
         plan_a.new_committer().commit([msg_a], 0)
     msg_b = _prepare(plan_b, 0, ["b1"])
@@ -359,10 +384,10 @@ def test_zombie_run_is_fenced(services):
     stale = _prepare(plan_b, 1, ["s1"])
     fresh = _prepare(plan_b, 1, ["s2"])
     with pytest.raises(FencedError):
-        KafkaTxnClient(bootstrap).end_txn(stale.producer, commit=True)
+        KafkaTxnClient(bootstrap, security=listener.security()).end_txn(stale.producer, commit=True)
     plan_b.new_committer().commit([fresh], 1)
-    assert sorted(v for _, _, v in consume(bootstrap, topic)) == [b"b1", b"s2"]
-    assert open_transactions(bootstrap, prefix) == []
+    assert sorted(v for _, _, v in consume(listener, topic)) == [b"b1", b"s2"]
+    assert open_transactions(listener, prefix) == []
 
 
 def test_abort_also_ends_the_transactions_of_attempts_whose_message_never_arrived(services):
