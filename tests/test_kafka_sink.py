@@ -348,12 +348,13 @@ def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_
     assert open_transactions(bootstrap, prefix) == []
 
 
-def _plan(bootstrap: str, topic: str, prefix: str, *, listener: Listener | None = None, **opts: str):
+def _plan(bootstrap: str, topic: str, prefix: str, listener: Listener | None = None,
+          opts: dict[str, str] | None = None):
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
     o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix,
-                 **(listener.spark_options() if listener else {}), **opts}, "hzsink")
+                 **(listener.spark_options() if listener else {}), **(opts or {})}, "hzsink")
     return KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
 
 
@@ -410,7 +411,7 @@ def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 1, "to")
     prefix = f"timeout-{topic}"
-    plan = _plan(bootstrap, topic, prefix, **{"kafka.transaction.timeout.ms": "1000"})
+    plan = _plan(bootstrap, topic, prefix, opts={"kafka.transaction.timeout.ms": "1000"})
     msg = _prepare(plan, 0, ["x"])
     client = KafkaTxnClient(bootstrap)
     deadline = time.monotonic() + 30
