@@ -100,7 +100,13 @@ def _kafka_settings() -> list[str]:
         got = {k: client.broker_config(k) for k in EXPECTED}
     finally:
         client.close()
-    return [f"{k}={got[k]} (want {v})" for k, v in EXPECTED.items() if got[k] != v]
+    wrong = [f"{k}={got[k]} (want {v})" for k, v in EXPECTED.items() if got[k] != v]
+    try:
+        secured_ready(str(TLS_DIR / "ca.pem"))
+    except Exception as e:  # noqa: BLE001 - any failure: the secured listeners are not as expected
+        wrong.append(f"SASL_SSL {KAFKA_SASL_SSL_PORT} / SASL_PLAINTEXT {KAFKA_SASL_PLAINTEXT_PORT} listeners "
+                     f"({type(e).__name__}: {e})")
+    return wrong
 
 
 def kafka_up() -> None:

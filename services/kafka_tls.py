@@ -29,14 +29,9 @@ def keytool() -> str:
     return str(Path(_java()).resolve().parent / "keytool")
 
 
-def make_certificates(tls: Path) -> Path:
-    """``ca.pem`` (for clients) and ``broker.p12`` (key + chain for the broker). Idempotent."""
-    ca_pem, store = tls / "ca.pem", tls / "broker.p12"
-    if ca_pem.exists() and store.exists():
-        return ca_pem
-    tls.mkdir(parents=True, exist_ok=True)
-    for f in tls.iterdir():
-        f.unlink()
+def keytool_steps() -> list[list[str]]:
+    """keytool's arguments, step by step, run in the TLS directory (docker-compose.yml's
+    ``kafka-tls`` service runs the same steps; a test keeps the two in step)."""
     pw = KAFKA_TLS_STORE_PASSWORD
     common = ["-storepass", pw, "-keypass", pw, "-noprompt"]
     steps = [
@@ -51,8 +46,19 @@ def make_certificates(tls: Path) -> Path:
         ["-importcert", "-keystore", "broker.p12", "-alias", "ca", "-file", "ca.pem"],
         ["-importcert", "-keystore", "broker.p12", "-alias", "broker", "-file", "broker.pem"],
     ]
-    for step in steps:
-        res = subprocess.run([keytool(), *step, *common], cwd=tls, capture_output=True, text=True)
+    return [[*step, *common] for step in steps]
+
+
+def make_certificates(tls: Path) -> Path:
+    """``ca.pem`` (for clients) and ``broker.p12`` (key + chain for the broker). Idempotent."""
+    ca_pem, store = tls / "ca.pem", tls / "broker.p12"
+    if ca_pem.exists() and store.exists():
+        return ca_pem
+    tls.mkdir(parents=True, exist_ok=True)
+    for f in tls.iterdir():
+        f.unlink()
+    for step in keytool_steps():
+        res = subprocess.run([keytool(), *step], cwd=tls, capture_output=True, text=True)
         if res.returncode != 0:
             raise ServiceError(f"keytool {step[0]} failed:\n{res.stdout}\n{res.stderr}")
     (tls / "ca.p12").unlink()  # the CA key is not needed again; clients get ca.pem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 import uuid
 from pathlib import Path
@@ -26,13 +27,28 @@ def _host_ports(service: dict) -> set[int]:
 def test_compose_matches_local_services():
     svc = settings
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    assert set(compose) == {"kafka", "postgres", "artemis"}
+    assert set(compose) == {"kafka", "kafka-tls", "kafka-scram", "postgres", "artemis"}
 
     kafka = compose["kafka"]
     assert kafka["image"] == f"apache/kafka:{svc.KAFKA_VERSION}"
-    assert _host_ports(kafka) == {svc.KAFKA_PORT}
+    assert _host_ports(kafka) == {svc.KAFKA_PORT, svc.KAFKA_SASL_SSL_PORT, svc.KAFKA_SASL_PLAINTEXT_PORT}
     env = kafka["environment"]
-    assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{svc.HOST}:{svc.KAFKA_PORT}"
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == (
+        f"PLAINTEXT://{svc.HOST}:{svc.KAFKA_PORT},SASL_SSL://{svc.HOST}:{svc.KAFKA_SASL_SSL_PORT},"
+        f"SASL_PLAINTEXT://{svc.HOST}:{svc.KAFKA_SASL_PLAINTEXT_PORT}")
+    # the secured listeners: the same broker settings, certificate steps and SCRAM user
+    from services.kafka_tls import keytool_steps, listener_settings
+
+    for line in listener_settings(Path("/etc/kafka/secrets")):
+        name, value = line.split("=", 1)
+        key = "KAFKA_" + name.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+        assert env.get(key) == value, name
+    assert "./.local/kafka/tls:/etc/kafka/secrets" in kafka["volumes"]
+    tls_script = compose["kafka-tls"]["command"][0]
+    for step in keytool_steps():
+        assert "keytool " + shlex.join(step) in tls_script
+    scram = compose["kafka-scram"]["command"][0]
+    assert f"password={svc.KAFKA_SASL_PASSWORD}]" in scram and f"--entity-name {svc.KAFKA_SASL_USER}" in scram
     from services.kafka import EXPECTED  # what an adopted broker is checked for, too
 
     for name, value in EXPECTED.items():
@@ -57,14 +73,14 @@ def test_compose_matches_local_services():
 
 @pytest.mark.services
 def test_services_env_has_the_contract_keys(services):
-    from tests.conftest import SERVICE_KEYS
+    from tests.conftest import SECURED_KEYS, SERVICE_KEYS
 
     svc = settings
     env = (ROOT / ".local" / "services.env")
     if not env.exists():
         pytest.fail("run `make services` first")
     keys = {line.split("=", 1)[0] for line in env.read_text().splitlines() if "=" in line}
-    assert keys == set(SERVICE_KEYS)
+    assert keys == set(SERVICE_KEYS) | set(SECURED_KEYS)
     assert f"POSTGRES_URL=postgresql+psycopg2://{svc.POSTGRES_USER}:" in env.read_text()
 
 
