@@ -100,3 +100,21 @@ def test_source_with_wrong_security_fails_at_start_and_hides_the_password(spark,
     msg = str(info.value)
     assert expected in msg, msg[-3000:]
     assert WRONG_PASSWORD not in msg and str(sasl_ssl.password) not in msg
+
+
+def test_the_doctor_reads_the_secured_settings_from_a_command_config_file(services, sasl_ssl, tmp_path,
+                                                                          capsys):
+    from connectors.kafka import doctor
+    from tests.test_kafka_sink import _plan, _prepare
+
+    topic = create_topic(services.kafka_bootstrap, 1, "sec-doc")
+    prefix = f"doctor-{topic}"
+    _prepare(_plan(sasl_ssl.bootstrap, topic, prefix, listener=sasl_ssl), 0, ["x"])  # left open
+    props = tmp_path / "client.properties"
+    props.write_text("".join(f"{k[len('kafka.'):]}={v}\n" for k, v in sasl_ssl.spark_options().items()))
+    args = ["--bootstrap", sasl_ssl.bootstrap, "--prefix", prefix, "--topic", topic,
+            "--command-config", str(props)]
+    assert doctor.main(["list", *args]) == 0
+    assert "1 open transaction(s)" in capsys.readouterr().out
+    assert doctor.main(["resolve", *args, "--watch", "0.5"]) == 0
+    assert open_transactions(sasl_ssl, prefix) == []

@@ -13,7 +13,10 @@ the checkpoint location: the query's error message names it), ``COMMIT_TOPIC`` i
 names, reports the transactions the broker had aborted (their records are lost: re-send
 that input), marks the batch done and aborts every other open transaction of the sink.
 It refuses while the query is running (its transactions or its commit id move during
-``--watch`` seconds). Plain-text listeners, as the sink.
+``--watch`` seconds). On a secured cluster, pass the client settings the query uses, as
+Kafka's own tools take them: ``--command-config FILE`` with Java properties lines
+(``security.protocol=SASL_SSL``, ``sasl.mechanism=...``, ``sasl.jaas.config=...``,
+``ssl.truststore.location=...``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from connectors.kafka.client.transactions import KafkaTxnClient, TxnState
 from connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
@@ -30,8 +34,22 @@ from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 
 
-def _config(bootstrap: str, prefix: str, topic: str) -> KafkaSinkConfig:
-    opts = {"kafka.bootstrap.servers": bootstrap, "transactionalidprefix": prefix, "topic": topic}
+def _properties(path: str | None) -> dict[str, str]:
+    """``key=value`` lines of a Java properties file as ``kafka.*`` options (no escapes)."""
+    if path is None:
+        return {}
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            k, v = line.split("=", 1)
+            out["kafka." + k.strip()] = v.strip()
+    return out
+
+
+def _config(bootstrap: str, prefix: str, topic: str, command_config: str | None = None) -> KafkaSinkConfig:
+    opts = {**_properties(command_config),
+            "kafka.bootstrap.servers": bootstrap, "transactionalidprefix": prefix, "topic": topic}
     return KafkaSinkConfig.parse(Options(opts, "spark-ext doctor kafka"), Guarantee.EXACTLY_ONCE)
 
 
@@ -64,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--bootstrap", required=True, help="kafka.bootstrap.servers")
         p.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
         p.add_argument("--topic", required=True, help="the sink's commitTopic (by default its topic)")
+        p.add_argument("--command-config", help="a properties file of client security settings")
         if name == "resolve":
             p.add_argument("--watch", type=float, default=5.0,
                            help="seconds to watch for a running query first (default 5)")
     args = ap.parse_args(argv)
     try:
-        cfg = _config(args.bootstrap, args.prefix, args.topic)
+        cfg = _config(args.bootstrap, args.prefix, args.topic, args.command_config)
         if args.action == "list":
             return _list(cfg)
         return _resolve(cfg, args.watch)
