@@ -21,6 +21,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # case -> "module:function" returning a Result; imported only when the case runs.
 CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
+    "kafka_read_sasl_ssl": "bench.kafka_read:run_sasl_ssl",
     "jdbc_write": "bench.jdbc_write:run",
     "kafka_write": "bench.kafka_write:run",
     "window_sliding_1": "bench.windows:sliding_1",

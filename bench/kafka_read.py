@@ -5,6 +5,10 @@ partitions) is read into Parquet with ``Trigger.AvailableNow`` by both sources, 
 twice each; each side's best wall-clock time from ``start()`` to termination (query
 start-up included) gives its rows/s. ``equal``: the timed runs' outputs hold the same rows
 (every column, ``exceptAll`` both ways), as many as the topic holds.
+
+``kafka_read_sasl_ssl``: the same topic read through the broker's SASL_SSL listener (SCRAM,
+TLS) by both sources, configured alike with Spark's Java-style options (JAAS config, PEM
+trust store): ours through the ``wire`` fetcher, Spark's through the Java client.
 """
 
 from __future__ import annotations
@@ -56,15 +60,26 @@ def _topic(bootstrap: str, rows: int) -> str:
     return name
 
 
-def _reader(spark: Any, ours: bool, stream: bool, bootstrap: str, topic: str) -> Any:
-    r = spark.readStream if stream else spark.read
+def _reader(spark: Any, ours: bool, bootstrap: str, topic: str, security: dict[str, str]) -> Any:
+    r = spark.readStream
     r = r.format("hzsource").option("connector", "kafka") if ours else r.format("kafka")
-    return (r.option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-            .option("startingOffsets", "earliest").load())
+    r = r.option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    for k, v in security.items():
+        r = r.option(k, v)
+    return r.option("startingOffsets", "earliest").load()
 
 
-def _timed_read(spark: Any, ours: bool, bootstrap: str, topic: str, ckpt: str, out: str) -> tuple[int, float]:
-    df = _reader(spark, ours, True, bootstrap, topic)
+def _sasl_ssl(env: dict[str, str]) -> dict[str, str]:
+    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{env["KAFKA_SASL_USER"]}" password="{env["KAFKA_SASL_PASSWORD"]}";')
+    return {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": env["KAFKA_SASL_MECHANISM_SSL"],
+            "kafka.sasl.jaas.config": jaas, "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": env["KAFKA_SSL_CA_LOCATION"]}
+
+
+def _timed_read(spark: Any, ours: bool, bootstrap: str, topic: str, ckpt: str, out: str,
+                security: dict[str, str]) -> tuple[int, float]:
+    df = _reader(spark, ours, bootstrap, topic, security)
     t0 = time.monotonic()
     q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
@@ -83,10 +98,18 @@ def _same_rows(spark: Any, a: str, b: str, rows: int) -> bool:
 
 
 def run() -> Result:
-    rows = int(os.environ.get("BENCH_KAFKA_READ_ROWS", "4000000"))
     env = services_env()
-    bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]
-    topic = _topic(bootstrap, rows)
+    return _compare("kafka_read", env["KAFKA_BOOTSTRAP_SERVERS"], {})
+
+
+def run_sasl_ssl() -> Result:
+    env = services_env()
+    return _compare("kafka_read_sasl_ssl", env["KAFKA_SASL_SSL_BOOTSTRAP_SERVERS"], _sasl_ssl(env))
+
+
+def _compare(case: str, bootstrap: str, security: dict[str, str]) -> Result:
+    rows = int(os.environ.get("BENCH_KAFKA_READ_ROWS", "4000000"))
+    topic = _topic(services_env()["KAFKA_BOOTSTRAP_SERVERS"], rows)  # filled over the plain listener
     spark = spark_session()
     import tempfile
 
@@ -95,9 +118,9 @@ def run() -> Result:
         for i in range(2):
             for ours in (False, True):
                 n, dt = _timed_read(spark, ours, bootstrap, topic, f"{tmp}/ck-{ours}-{i}",
-                                    f"{tmp}/out-{ours}-{i}")
+                                    f"{tmp}/out-{ours}-{i}", security)
                 best[ours] = max(best[ours], n / dt)
-                print(f"[bench] kafka_read {'ours' if ours else 'builtin'} run {i}: {n} rows in {dt:.2f} s",
+                print(f"[bench] {case} {'ours' if ours else 'builtin'} run {i}: {n} rows in {dt:.2f} s",
                       file=sys.stderr)
         equal = all(_same_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows) for i in range(2))
-    return Result("kafka_read", best[True], best[False], equal)
+    return Result(case, best[True], best[False], equal)
