@@ -37,6 +37,7 @@ class Message:
     timestamp_ms: int
     redelivered: bool
     ack_id: str = field(compare=False, default="")
+    generation: int = field(compare=False, default=0)  # which connection delivered it
 
 
 _ARTEMIS_ID = re.compile(r"^\d+,(\d+)$")
@@ -84,6 +85,7 @@ class StompReceiver:
         self._conn: stomp.Connection12 | None = None
         self._sub = "spark-ext-source"
         self._receipt = threading.Event()
+        self.generation = 0  # connections made so far; ack ids are valid on their own only
 
     def probe(self) -> None:
         """Log in and out again: proves address and credentials without consuming anything."""
@@ -109,17 +111,24 @@ class StompReceiver:
             )
         return conn
 
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._connected
+
     def connect(self) -> None:
         """Connect and subscribe; a clear error names the broker and what it said.
 
         After a lost connection every unacknowledged message comes again with new ack
-        ids, so what the old connection received is forgotten here.
+        ids, so what the old connection received is forgotten here (the reader keeps the
+        IDs of its batches: see ``JmsStreamReader._reconnected``).
         """
         cfg = self.cfg
+        self.close()
         with self._lock:
             self._error = None
             self._queue.clear()
             self._ack_ids.clear()
+            self.generation += 1
         conn = self._login()
         ack = "auto" if cfg.guarantee is Guarantee.NONE else "client-individual"
         # The receipt proves the broker accepted the subscription (or lets its ERROR land).
@@ -131,10 +140,6 @@ class StompReceiver:
             raise ConnectorError(f"the STOMP broker did not confirm the subscription to {cfg.where}")
         if self._error:
             raise ConnectorError(f"the broker refused subscribing to {cfg.where}: {self._error}")
-
-    def ensure(self) -> None:
-        if self._conn is None or not self._connected:
-            self.connect()
 
     def _received(self, frame: stomp.utils.Frame) -> None:
         h = frame.headers
@@ -155,6 +160,7 @@ class StompReceiver:
             timestamp_ms=int(h.get("timestamp") or 0),
             redelivered=str(h.get("redelivered", "false")).lower() == "true",
             ack_id=h.get("ack", h.get("message-id", "")),
+            generation=self.generation,
         )
         with self._lock:
             self._ack_ids.setdefault(mid, []).append(msg.ack_id)
@@ -199,25 +205,38 @@ class StompReceiver:
                 del self._queue[i]
             return found
 
-    def ack(self, ids: list[str], batch: int | None = None) -> int:
-        """Acknowledge every delivery of each id; ids never received are skipped."""
-        if not ids or self._conn is None:
-            return 0
-        n = 0
+    def ack(self, ids: list[str], batch: int | None = None) -> list[str]:
+        """Acknowledge every delivery of each id on this connection. Returns the ids it
+        could not acknowledge: not received on this connection (yet), or the connection
+        failed on the way; their copies will come (again) and must be dropped then."""
+        if not ids:
+            return []
+        conn = self._conn
+        if conn is None or not self._connected:
+            return list(ids)
+        unacked: list[str] = []
         for i, mid in enumerate(ids):
             if i == len(ids) // 2:
                 failpoints.hit("jms.mid_ack", batch)
             with self._lock:
                 ack_ids = self._ack_ids.pop(mid, [])
-            for ack_id in ack_ids:
-                self._conn.ack(ack_id, self._sub)
-                n += 1
-        return n
+            if not ack_ids:
+                unacked.append(mid)
+                continue
+            try:
+                for ack_id in ack_ids:
+                    conn.ack(ack_id, self._sub)
+            except (StompException, OSError) as e:
+                log.warning("acknowledging stopped, the connection to %s failed: %s", self.cfg.where, e)
+                self._connected = False
+                return unacked + list(ids[i:])
+        return unacked
 
     def close(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.disconnect()
-            except StompException:
-                pass
+            except (StompException, OSError):
+                pass  # already gone: nothing to tell the broker
             self._conn = None
+        self._connected = False

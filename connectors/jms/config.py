@@ -12,7 +12,8 @@ from spark_ext.options import Options, OptionSpec
 SOURCE_OPTIONS = OptionSpec(
     names=frozenset({"host", "port", "user", "password", "brokerurl", "destination",
                      "maxmessagespertrigger", "messageidheader", "consumerwindowsize",
-                     "replaytimeoutms", "skipmissingmessages", "dedupwindowms", "connecttimeoutms"}),
+                     "replaytimeoutms", "skipmissingmessages", "dedupwindowms", "connecttimeoutms",
+                     "reconnecttimeoutms"}),
     required=frozenset({"destination"}),
 )
 
@@ -34,6 +35,7 @@ class JmsSourceConfig:
     skip_missing: bool
     dedup_window_s: float
     connect_timeout_s: float
+    reconnect_timeout_s: float = 120.0
 
     def __repr__(self) -> str:  # never show the password
         return f"JmsSourceConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
@@ -44,7 +46,14 @@ class JmsSourceConfig:
 
     @property
     def tracks_ids(self) -> bool:
-        """Exactly once records message IDs with the offsets; weaker guarantees do not."""
+        """Every acknowledging guarantee records a batch's message IDs with its offset, so a
+        replay reads the same messages (a sink that skips a landed batch then loses nothing)."""
+        return self.guarantee is not Guarantee.NONE
+
+    @property
+    def carries_committed(self) -> bool:
+        """Exactly once also carries IDs of committed, maybe unacknowledged batches across a
+        driver restart, so their redeliveries are dropped rather than read again."""
         return self.guarantee is Guarantee.EXACTLY_ONCE
 
     @staticmethod
@@ -79,4 +88,5 @@ class JmsSourceConfig:
             skip_missing=opts.get_bool("skipmissingmessages", False),
             dedup_window_s=(opts.get_int("dedupwindowms", 300_000, minimum=0) or 0) / 1000.0,
             connect_timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
+            reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 120_000, minimum=0) or 0) / 1000.0,
         )

@@ -26,15 +26,27 @@ What a restart finds, and what happens:
   they were first carried) until ``dedupWindowMs`` (default 5 min) passes, so the
   recorded state stays bounded: IDs of at most the batches not yet acked.
 
-``at_least_once`` acks after the commit without recording IDs (redeliveries after a
-crash are read again); ``none`` subscribes with auto-ack (a crash loses what was in
-flight). Where receiving happens, and why, is in ``client.py``.
+3. **The broker may go away.** While it is down (a restart, a network cut) ``latestOffset``
+   plans no new data and reconnects with backoff, for up to ``reconnectTimeoutMs``
+   (default 2 min), then fails naming the broker. A reconnect forgets every ack id (they
+   belong to the old connection) but not the IDs: messages of batches planned before it
+   come again and are acknowledged when their batch commits; IDs that could not be
+   acknowledged then (their copy has not arrived yet), and IDs acked in the last batches
+   on the old connection (the broker may not have processed those acks), join the
+   committed IDs whose redeliveries are dropped and acknowledged.
+
+``at_least_once`` records IDs too, so a replay reads the same messages (a sink that skips
+a batch or partition that already landed then skips exactly what it wrote), but does
+not carry committed IDs across a driver restart: a batch committed and not yet
+acknowledged when the driver died is read again. ``none`` subscribes with auto-ack (a
+crash loses what was in flight). Where receiving happens, and why, is in ``client.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +71,7 @@ from spark_ext.connector import SourceConnector
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from spark_ext.retry import Backoff
 from spark_ext.shipping import Shipped
 
 log = logging.getLogger(__name__)
@@ -78,6 +91,8 @@ _ARROW = pa.schema([
     ("timestamp", pa.timestamp("us", tz="UTC")), ("redelivered", pa.bool_()),
 ])
 _CHUNK = 5_000  # messages per Spark task
+_RECENT = 16  # batches whose acks a lost connection may have swallowed
+_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # between reconnect attempts while the broker is away
 
 
 @dataclass(frozen=True)
@@ -119,16 +134,70 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         self._batches: dict[int, list[Message]] = {}  # planned, not yet acked
         self._committed: dict[str, float] = {}  # committed ids whose redelivery must be dropped
         self._acked_seqs: set[int] = set()  # batches this process planned and acknowledged
+        self._recent: deque[list[str]] = deque(maxlen=_RECENT)  # ids of the last acked batches
+        self._generation = 0  # the receiver's connection these structures were built on
+        self._down_since: float | None = None
+        self._next_try = 0.0
+        self._delays = _BACKOFF.delays()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"cfg": self.cfg, "_rx": None, "_batches": {}, "_committed": {}, "_acked_seqs": set()}
+        return {"cfg": self.cfg}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        JmsStreamReader.__init__(self, state["cfg"])
 
     @property
     def rx(self) -> StompReceiver:
+        """The connected receiver; ``ConnectorError`` if the broker cannot be reached now."""
         if self._rx is None:
             self._rx = StompReceiver(self.cfg)
-        self._rx.ensure()
+        if not self._rx.connected:
+            self._rx.connect()
+        if self._rx.generation != self._generation:
+            self._reconnected()
         return self._rx
+
+    def _reconnected(self) -> None:
+        """A new connection: acks sent on the old one may not have reached the broker, and
+        copies of every unacknowledged message will come again. Keep their IDs."""
+        assert self._rx is not None
+        if self._generation and self.cfg.tracks_ids:
+            now = time.time()
+            for ids in self._recent:
+                for mid in ids:
+                    self._committed.setdefault(mid, now)
+            log.warning("reconnected to %s: %d message ID(s) of recently acknowledged batches are "
+                        "dropped if redelivered", self.cfg.where, sum(len(i) for i in self._recent))
+        self._recent.clear()
+        self._generation = self._rx.generation
+
+    def _available(self) -> StompReceiver | None:
+        """Driver: the receiver, or ``None`` while the broker is away (reconnect attempts
+        spaced by a backoff) until ``reconnectTimeoutMs`` has passed; then the error."""
+        now = time.monotonic()
+        if self._down_since is not None and now < self._next_try:
+            return None
+        try:
+            rx = self.rx
+        except ConnectorError as e:
+            if self._down_since is None:
+                self._down_since = now
+                log.warning("the STOMP broker at %s is away (%s); planning no new data while reconnecting "
+                            "(up to reconnectTimeoutMs=%d)", self.cfg.where, e,
+                            self.cfg.reconnect_timeout_s * 1000)
+            if now - self._down_since >= self.cfg.reconnect_timeout_s:
+                raise ConnectorError(
+                    f"the STOMP broker at {self.cfg.where} has been unreachable for "
+                    f"{now - self._down_since:.0f} s ({e}); check the broker, or raise option "
+                    "reconnectTimeoutMs"
+                ) from None
+            self._next_try = now + next(self._delays)
+            return None
+        if self._down_since is not None:
+            log.warning("the STOMP broker at %s is back after %.1f s", self.cfg.where, now - self._down_since)
+        self._down_since = None
+        self._delays = _BACKOFF.delays()
+        return rx
 
     def check_reachable(self) -> None:
         """Driver, at ``streamReader`` time: the broker accepts the login.
@@ -145,7 +214,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.cfg.max_per_trigger)
 
-    def _absorb(self, start: dict) -> None:
+    def _absorb(self, rx: StompReceiver, start: dict) -> None:
         """IDs in ``start`` belong to committed batches: drop and ack their redeliveries."""
         if not self.cfg.tracks_ids:
             return
@@ -157,10 +226,10 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
                 self._committed.setdefault(mid, now)
         for mid, since in start.get("carry", []):
             self._committed.setdefault(mid, since)
-        dupes = self.rx.drop(set(self._committed))
+        dupes = rx.drop(set(self._committed))
         if dupes:
             log.warning("dropped %d redelivered message(s) of committed batches: %s", len(dupes), dupes[:5])
-            self.rx.ack(dupes)  # kept in _committed: this ack may be lost as well
+            rx.ack(dupes)  # kept in _committed: this ack may be lost as well
         horizon = now - self.cfg.dedup_window_s
         self._committed = {m: t for m, t in self._committed.items() if t >= horizon}
 
@@ -172,21 +241,29 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         own ``commit(end)`` comes only once a *later* batch has data, which would leave
         the last batch unacknowledged while the queue is idle.
         """
-        self._ack_through(int(start["seq"]))
-        self._absorb(start)
+        rx = self._available()
+        if rx is None:
+            return start  # the broker is away: no new data until it is back
+        self._ack_through(rx, int(start["seq"]))
+        self._absorb(rx, start)
         n = limit.max_rows if isinstance(limit, ReadMaxRows) else self.cfg.max_per_trigger
         if isinstance(limit, ReadAllAvailable):
             n = 1 << 30
         inflight = {m.message_id for b in self._batches.values() for m in b}
-        msgs = self.rx.take(n, exclude=inflight | set(self._committed))
+        try:
+            msgs = rx.take(n, exclude=inflight | set(self._committed))
+        except ConnectorError:
+            if rx.connected:
+                raise
+            return start  # the broker's goodbye (an ERROR frame on shutdown): reconnect next time
         if not msgs:
             return start
         seq = int(start["seq"]) + 1
         self._batches[seq] = msgs
         if not self.cfg.tracks_ids:
             return {"seq": seq, "n": len(msgs)}
-        return {"seq": seq, "ids": [m.message_id for m in msgs],
-                "carry": sorted([m, t] for m, t in self._committed.items())}
+        carry = sorted([m, t] for m, t in self._committed.items()) if self.cfg.carries_committed else []
+        return {"seq": seq, "ids": [m.message_id for m in msgs], "carry": carry}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: batch ``end.seq``'s messages; after a restart, the recorded ones again."""
@@ -202,11 +279,10 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
     def _replay(self, start: dict, end: dict) -> list[Message]:
         seq = int(end["seq"])
         if not self.cfg.tracks_ids:
-            # No IDs recorded: the batch is whatever the broker redelivers first.
+            # none: no IDs recorded (and nothing acknowledged): whatever the broker has first.
             return self.rx.take(int(end.get("n", 0)) or self.cfg.max_per_trigger, exclude=set())
-        self._absorb(start)
         ids = list(end["ids"])
-        have, missing = self.rx.wait_for(ids, self.cfg.replay_timeout_s)
+        have, missing = self._redelivered(start, ids)
         if missing:
             text = (f"replaying batch {seq} needs {len(missing)} recorded message(s) the broker at "
                     f"{self.cfg.where} did not redeliver within {self.cfg.replay_timeout_s:.0f} s, e.g. "
@@ -219,16 +295,39 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         log.info("replaying batch %s with %d redelivered message(s)", seq, len(have))
         return [have[i] for i in ids if i in have]
 
+    def _redelivered(self, start: dict, ids: list[str]) -> tuple[dict[str, Message], list[str]]:
+        """Wait up to ``replayTimeoutMs`` for the recorded messages, riding through broker
+        outages (for up to ``reconnectTimeoutMs``) on the way."""
+        deadline = time.monotonic() + self.cfg.replay_timeout_s
+        have: dict[str, Message] = {}
+        missing = ids
+        absorbed = False
+        while True:
+            rx = self._available()
+            if rx is not None:
+                if not absorbed:
+                    self._absorb(rx, start)
+                    absorbed = True
+                got, missing = rx.wait_for(missing, min(1.0, max(deadline - time.monotonic(), 0.0)))
+                have.update(got)
+            if not missing or time.monotonic() >= deadline:
+                return have, missing
+            if rx is None:
+                time.sleep(0.2)
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the partition's messages as one Arrow batch."""
         assert isinstance(partition, MessagesPartition)
         yield from pa.ipc.open_stream(partition.arrow_ipc)
 
     def commit(self, end: dict) -> None:
-        """Driver, after Spark committed the batch ending at ``end``: acknowledge it now."""
-        self._ack_through(int(end["seq"]))
+        """Driver, after Spark committed the batch ending at ``end``: acknowledge it now
+        (or, while the broker is away, once it is back)."""
+        rx = self._available()
+        if rx is not None:
+            self._ack_through(rx, int(end["seq"]))
 
-    def _ack_through(self, seq: int) -> None:
+    def _ack_through(self, rx: StompReceiver, seq: int) -> None:
         """Acknowledge every planned batch up to ``seq``: Spark has committed them."""
         done = sorted(s for s in self._batches if s <= seq)
         if not done:
@@ -236,9 +335,17 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         ids = [m.message_id for s in done for m in self._batches[s]]
         if self.cfg.guarantee is not Guarantee.NONE:  # none: the subscription auto-acks
             failpoints.hit("jms.before_ack", seq, len(ids))  # @N: the source's batch seq N
-            self.rx.ack(ids, batch=seq)
-            # A copy redelivered while the batch was in flight (reconnect) must not be read again.
-            self.rx.drop(set(ids))
+            unacked = rx.ack(ids, batch=seq)
+            # A copy redelivered while the batch was in flight (reconnect) must not be read again,
+            # nor one still to come for an id this connection could not acknowledge.
+            rx.drop(set(ids))
+            now = time.time()
+            for mid in unacked:
+                self._committed.setdefault(mid, now)
+            if unacked:
+                log.warning("%d message(s) of committed batches could not be acknowledged on this "
+                            "connection; their redeliveries will be dropped and acknowledged", len(unacked))
+            self._recent.append(ids)
         for s in done:
             del self._batches[s]
         self._acked_seqs = {s for s in self._acked_seqs if s > seq - 16} | set(done)

@@ -1,0 +1,132 @@
+"""The queue source when its broker fails: an Artemis restart under a running query, a
+reconnect while a batch is in flight, a replay whose redelivery order differs, and
+acknowledgement of an idle query. Each against the real local Artemis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from connectors.jdbc.config import checkpoint_sink_id
+from tests.pg_util import execute, prepared, query, table_name
+from tests.stomp_util import drain, queue_name, send
+from tests.test_jms_source import jms, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+
+def restart_artemis() -> None:
+    """Stop the local Artemis (by its pid file) and start it again; persistent messages stay."""
+    for action in ("down", "up"):
+        done = subprocess.run([sys.executable, "-m", "services", action, "artemis"], capture_output=True,
+                              text=True, timeout=180)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def to_jdbc(df, services, table: str, ckpt, trigger: str = "200 milliseconds"):
+    return (df.selectExpr("message_id", "body_text AS body").writeStream.format("hzsink")
+            .option("connector", "jdbc").option("url", services.postgres_url).option("dbtable", table)
+            .option("checkpointLocation", str(ckpt)).trigger(processingTime=trigger).start())
+
+
+def count(url: str, table: str) -> int:
+    return int(query(url, f"SELECT count(*) FROM {table}")[0][0])
+
+
+def idle_after(q, seen: int) -> bool:
+    """A trigger after the first ``seen`` ran without input: planning acked what committed."""
+    return any(p["numInputRows"] == 0 for p in q.recentProgress[seen:])
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path, guarantee):
+    dest, table = queue_name("restart"), table_name("jmsrs")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"r{i}" for i in range(2000)])
+    q = to_jdbc(jms(spark, services, dest, maxMessagesPerTrigger="200", guarantee=guarantee), services,
+                table, tmp_path / "c")
+    try:
+        wait_for(lambda: count(url, table) >= 400, "two batches written before the restart")
+        restart_artemis()
+        wait_for(lambda: count(url, table) >= 2000 or not q.isActive, "every message after the restart")
+        assert q.exception() is None, q.exception()
+        seen = len(q.recentProgress)
+        wait_for(lambda: idle_after(q, seen), "an idle trigger")
+    finally:
+        q.stop()
+    rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
+    assert sorted(b for b, _ in rows) == sorted(f"r{i}" for i in range(2000))  # nothing lost
+    if guarantee == "exactly_once":
+        assert all(n == 1 for _, n in rows), [r for r in rows if r[1] > 1][:5]
+    assert drain(services, dest) == []
+
+
+def test_a_reconnect_while_a_batch_is_in_flight_reads_nothing_twice(spark, services, tmp_path):
+    """The broker restarts while batch 3 runs (held by a UDF until the restart is over): its
+    messages come again on the new connection, some after the batch was acknowledged, and
+    must be dropped, not read into a later batch."""
+    from pyspark.sql import functions as F
+
+    dest, table = queue_name("inflight"), table_name("jmsif")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"m{i}" for i in range(500)])
+    hold, holding = str(tmp_path / "hold"), str(tmp_path / "holding")
+    open(hold, "w").close()
+
+    @F.udf("string")
+    def gate(body: str) -> str:
+        if body == "m250" and os.path.exists(hold):
+            open(holding, "w").close()
+            deadline = time.monotonic() + 120
+            while os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return body
+
+    df = jms(spark, services, dest, maxMessagesPerTrigger="100").withColumn("body_text", gate("body_text"))
+    q = to_jdbc(df, services, table, tmp_path / "c")
+    try:
+        wait_for(lambda: os.path.exists(holding), "the batch holding m250 to start")
+        restart_artemis()
+        os.remove(hold)
+        wait_for(lambda: count(url, table) >= 500 or not q.isActive, "every message")
+        assert q.exception() is None, q.exception()
+        seen = len(q.recentProgress)
+        wait_for(lambda: idle_after(q, seen), "an idle trigger")
+    finally:
+        q.stop()
+    rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
+    assert sorted(b for b, _ in rows) == sorted(f"m{i}" for i in range(500))
+    assert all(n == 1 for _, n in rows), [r for r in rows if r[1] > 1][:5]
+    assert drain(services, dest) == []
+
+
+def test_at_least_once_replay_reads_the_recorded_messages_when_redelivery_order_differs(services, tmp_path):
+    """The driver dies after the sink committed batch 2, before Spark recorded it. While it is
+    down, high-priority messages arrive: the broker redelivers them first. The replayed
+    batch must be the recorded one (the sink skips it as landed), or the priority messages
+    would be acknowledged without ever being written."""
+    dest, table = queue_name("alo"), table_name("jmsalo")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"p{i}" for i in range(200)])
+    base = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
+            services.stomp_user, services.stomp_password, dest, str(tmp_path / "ckpt"), url, table]
+    crashed = subprocess.run([*base, "200", "jdbc.after_decision@2", "guarantee=at_least_once"],
+                             start_new_session=True, capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert count(url, table) > 0  # batches landed before the crash, batch 2 among them
+    send(services, dest, [f"hi{i}" for i in range(20)], headers={"priority": "9"})
+    done = subprocess.run([*base, "220", "-", "guarantee=at_least_once"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    bodies = {b for (b,) in query(url, f"SELECT body FROM {table}")}
+    expected = {f"p{i}" for i in range(200)} | {f"hi{i}" for i in range(20)}
+    assert expected - bodies == set(), sorted(expected - bodies)[:10]  # nothing lost
+    assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
+    assert drain(services, dest) == []
