@@ -130,3 +130,37 @@ def test_at_least_once_replay_reads_the_recorded_messages_when_redelivery_order_
     assert expected - bodies == set(), sorted(expected - bodies)[:10]  # nothing lost
     assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
     assert drain(services, dest) == []
+
+
+def queue_counts(dest: str) -> tuple[int, int]:
+    """(messages on the queue, of which delivered and not yet acknowledged), from the
+    broker's own management (Artemis CLI ``queue stat``)."""
+    from services.common import ARTEMIS_CORE_PORT, HOST, LOCAL, STOMP_PASSWORD, STOMP_USER
+
+    name = dest.removeprefix("/queue/")
+    out = subprocess.run(
+        [str(LOCAL / "artemis" / "broker" / "bin" / "artemis"), "queue", "stat", "--user", STOMP_USER,
+         "--password", STOMP_PASSWORD, "--url", f"tcp://{HOST}:{ARTEMIS_CORE_PORT}", "--queueName", name],
+        capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == name:
+            return int(cells[3]), int(cells[5])
+    raise AssertionError(f"queue {name} not in `artemis queue stat`:\n{out}")
+
+
+def test_an_idle_query_acknowledges_what_committed_within_a_trigger(spark, services, tmp_path):
+    dest, table = queue_name("idle"), table_name("jmsidle")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"i{i}" for i in range(3000)])
+    q = to_jdbc(jms(spark, services, dest, maxMessagesPerTrigger="500"), services, table, tmp_path / "c",
+                trigger="1 second")
+    try:
+        wait_for(lambda: count(url, table) >= 3000, "every message written")
+        seen = len(q.recentProgress)
+        wait_for(lambda: idle_after(q, seen), "the next, idle trigger")
+        assert queue_counts(dest) == (0, 0)  # nothing left, nothing held unacknowledged
+    finally:
+        q.stop()
+    assert count(url, table) == 3000
