@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import tarfile
 import time
@@ -83,18 +82,20 @@ def _artemis_settings() -> list[str]:
             "(anycastPrefix=/queue/ and multicastPrefix=/topic/ missing)"]
 
 
-def _stomp_prefixes(broker_xml: Path) -> None:
+#: Broker properties both the local instance and docker-compose.yml's Artemis load.
+BROKER_PROPERTIES = Path(__file__).resolve().parent / "artemis-broker.properties"
+
+
+def _stomp_prefixes(etc: Path) -> None:
     """STOMP's /queue/ and /topic/ conventions (ActiveMQ classic, JMS over STOMP).
 
-    Without these prefixes Artemis takes "/queue/x" as a literal address name and, by
-    default, auto-creates it MULTICAST on the first SEND, with no queue yet: messages sent
-    before the first subscriber are dropped. With them, /queue/x is an anycast queue.
+    Without the acceptor's prefixes Artemis takes "/queue/x" as a literal address name
+    and, by default, auto-creates it MULTICAST on the first SEND, with no queue yet:
+    messages sent before the first subscriber are dropped. With them, /queue/x is an
+    anycast queue. Set through ``broker.properties`` (read after broker.xml), the same
+    file docker-compose.yml mounts.
     """
-    text = broker_xml.read_text()
-    if "anycastPrefix=/queue/" not in text:
-        text = re.sub(r'(<acceptor name="stomp">[^<]*?)(</acceptor>)',
-                      r"\1;anycastPrefix=/queue/;multicastPrefix=/topic/\2", text)
-        broker_xml.write_text(text)
+    (etc / "broker.properties").write_text(BROKER_PROPERTIES.read_text())
 
 
 def artemis_up() -> None:
@@ -112,7 +113,7 @@ def artemis_up() -> None:
         )
         if res.returncode != 0:
             raise ServiceError(f"artemis create failed:\n{res.stdout}\n{res.stderr}")
-    _stomp_prefixes(instance / "etc" / "broker.xml")
+    _stomp_prefixes(instance / "etc")
     pid = _spawn("artemis", [str(instance / "bin" / "artemis"), "run"])
     log(f"starting artemis (pid {pid})")
     _wait("artemis", _stomp_ready, pid, LOCAL / "logs" / "artemis.log")

@@ -69,6 +69,12 @@ def test_compose_matches_local_services():
     assert artemis["image"] == f"apache/activemq-artemis:{svc.ARTEMIS_VERSION}"
     assert svc.STOMP_PORT in _host_ports(artemis)
     assert artemis["environment"] == {"ARTEMIS_USER": svc.STOMP_USER, "ARTEMIS_PASSWORD": svc.STOMP_PASSWORD}
+    # the same broker properties (the STOMP acceptor's /queue/ and /topic/ prefixes)
+    assert ("./services/artemis-broker.properties:/var/lib/artemis-instance/etc-override/broker.properties:ro"
+            in artemis["volumes"])
+    from services.artemis import BROKER_PROPERTIES
+
+    assert "anycastPrefix=/queue/" in BROKER_PROPERTIES.read_text()
 
 
 @pytest.mark.services
