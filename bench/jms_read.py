@@ -1,0 +1,130 @@
+"""Bench case ``jms_read``: our queue source vs a bare stomp.py client, same messages, same run.
+
+``BENCH_JMS_READ_MESSAGES`` persistent messages (default 60k, ~100-byte bodies) are sent to
+a fresh queue, then consumed by the baseline: one stomp.py connection subscribing with
+client-individual acknowledgement that acks every message as it arrives, timed from
+subscribe to the last message's arrival. The same messages are sent again to a second
+queue and read by ours: ``hzsource`` connector ``jms``, ``exactly_once``, into the
+``noop`` sink, timed from ``start()`` until the progress has counted every message.
+``equal``: both read every message once (ours: the input rows equal the messages sent
+and, after the query stopped, nothing is left on its queue, acknowledged or not).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import stomp
+
+from bench.common import BenchError, Result, services_env, spark_session
+
+
+def _conn(env: dict[str, str]) -> stomp.Connection12:
+    c = stomp.Connection12([(env["STOMP_HOST"], int(env["STOMP_PORT"]))], heartbeats=(0, 0))
+    c.connect(env["STOMP_USER"], env["STOMP_PASSWORD"], wait=True)
+    return c
+
+
+def _fill(env: dict[str, str], dest: str, n: int) -> None:
+    c = _conn(env)
+    pad = "x" * 88
+    try:
+        for i in range(n):
+            c.send(dest, f"{pad}{i:012d}", headers={"persistent": "true"})
+    finally:
+        c.disconnect()  # waits for the receipt: the broker holds every message
+
+
+def _baseline(env: dict[str, str], dest: str, n: int) -> tuple[float, bool]:
+    seen: set[str] = set()
+    done = threading.Event()
+    c = _conn(env)
+
+    class Acker(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            c.ack(frame.headers["ack"], "bench")
+            seen.add(frame.body)
+            if len(seen) == n:
+                done.set()
+
+    c.set_listener("bench", Acker())
+    t0 = time.monotonic()
+    c.subscribe(dest, id="bench", ack="client-individual")
+    if not done.wait(600):
+        raise BenchError(f"jms_read baseline received {len(seen)} of {n} messages in 600 s")
+    dt = time.monotonic() - t0
+    c.disconnect()
+    return n / dt, len(seen) == n
+
+
+def _left(env: dict[str, str], dest: str) -> int:
+    """Messages still on ``dest``: received up to a sentinel by an auto-ack consumer."""
+    sentinel = f"sentinel-{uuid.uuid4().hex}"
+    c = _conn(env)
+    c.send(dest, sentinel)
+    got: list[str] = []
+    done = threading.Event()
+
+    class L(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            (done.set() if frame.body == sentinel else got.append(frame.body))
+
+    c.set_listener("left", L())
+    c.subscribe(dest, id="left", ack="auto")
+    done.wait(60)
+    c.disconnect()
+    return len(got)
+
+
+def _ours(spark: Any, env: dict[str, str], dest: str, n: int, ckpt: str) -> tuple[float, bool]:
+    df = (spark.readStream.format("hzsource").option("connector", "jms")
+          .option("host", env["STOMP_HOST"]).option("port", env["STOMP_PORT"])
+          .option("user", env["STOMP_USER"]).option("password", env["STOMP_PASSWORD"])
+          .option("destination", dest).option("maxMessagesPerTrigger", "20000").load())
+    t0 = time.monotonic()
+    q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
+         .trigger(processingTime="0 seconds").start())
+    deadline = t0 + 600
+    rows = 0
+    while time.monotonic() < deadline and q.isActive:
+        rows = sum(p["numInputRows"] for p in q.recentProgress)
+        if rows >= n:
+            break
+        time.sleep(0.05)
+    dt = time.monotonic() - t0
+    # one more trigger acknowledges the last batch
+    seen = len(q.recentProgress)
+    while q.isActive and time.monotonic() < deadline and not any(
+            p["numInputRows"] == 0 for p in q.recentProgress[seen:]):
+        time.sleep(0.05)
+    failed = q.exception()
+    q.stop()
+    if failed is not None:
+        raise BenchError(f"jms_read query failed: {failed}")
+    return n / dt, rows == n and _left(env, dest) == 0
+
+
+def run() -> Result:
+    n = int(os.environ.get("BENCH_JMS_READ_MESSAGES", "60000"))
+    env = services_env()
+    run_id = uuid.uuid4().hex[:8]
+    base_q, ours_q = f"/queue/bench-jms-base-{run_id}", f"/queue/bench-jms-ours-{run_id}"
+    t0 = time.monotonic()
+    _fill(env, base_q, n)
+    _fill(env, ours_q, n)
+    print(f"[bench] jms_read: sent {n} messages to each of two queues in {time.monotonic() - t0:.1f} s",
+          file=sys.stderr)
+    base_rate, base_ok = _baseline(env, base_q, n)
+    print(f"[bench] jms_read baseline: {base_rate:.0f} msg/s", file=sys.stderr)
+    spark = spark_session()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ours_rate, ours_ok = _ours(spark, env, ours_q, n, f"{tmp}/ck")
+    print(f"[bench] jms_read ours: {ours_rate:.0f} msg/s", file=sys.stderr)
+    return Result("jms_read", ours_rate, base_rate, base_ok and ours_ok)
