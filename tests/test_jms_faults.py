@@ -164,3 +164,44 @@ def test_an_idle_query_acknowledges_what_committed_within_a_trigger(spark, servi
     finally:
         q.stop()
     assert count(url, table) == 3000
+
+
+def test_a_poison_message_fails_every_start_and_is_never_acknowledged(spark, services, tmp_path):
+    """What README promises: a message whose batch always fails (here the first message,
+    so it is in the first batch however the rest is split) fails the query; nothing of
+    the batch is written or acknowledged, and every restart meets the message again,
+    redelivered, until the query tolerates it."""
+    from pyspark.sql import functions as F
+
+    dest, table = queue_name("poison"), table_name("jmspoison")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, ["poison"] + [f"g{i}" for i in range(20)])
+
+    @F.udf("string")
+    def strict(body: str) -> str:
+        if body == "poison":
+            raise ValueError("cannot parse message body 'poison'")
+        return body
+
+    @F.udf("string")
+    def tolerant(body: str) -> str:
+        return "unparsed" if body == "poison" else body
+
+    def run(parse) -> str | None:
+        q = to_jdbc(jms(spark, services, dest).withColumn("body_text", parse("body_text")), services, table,
+                    tmp_path / "c")
+        try:
+            wait_for(lambda: not q.isActive or count(url, table) >= 21, "the query to fail or finish")
+            return None if q.exception() is None else str(q.exception())
+        finally:
+            q.stop()
+
+    for _ in range(3):
+        error = run(strict)
+        assert error is not None and "cannot parse message body 'poison'" in error
+        assert count(url, table) == 0  # the failed batch wrote nothing
+        assert queue_counts(dest) == (21, 0)  # and acknowledged nothing: every message is back
+    assert run(tolerant) is None  # the fixed query writes the batch once
+    bodies = sorted(b for (b,) in query(url, f"SELECT body FROM {table}"))
+    assert bodies == sorted(["unparsed"] + [f"g{i}" for i in range(20)])
