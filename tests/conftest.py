@@ -40,15 +40,21 @@ class Services:
     stomp_password: str
 
 
-@pytest.fixture(scope="session")
-def services() -> Services:
+def _service_env(keys: tuple[str, ...], what: str) -> dict[str, str]:
+    """The services env, failing (never skipping) when it or one of ``keys`` is missing."""
     try:
         v = load_env()
     except ServicesEnvError as e:
         pytest.fail(str(e))
-    missing = [k for k in SERVICE_KEYS if k not in v]
+    missing = [k for k in keys if k not in v]
     if missing:
-        pytest.fail(f"service addresses {missing} missing from the services env: run `make services` first")
+        pytest.fail(f"{what} {missing} missing from the services env: run `make services` first")
+    return v
+
+
+@pytest.fixture(scope="session")
+def services() -> Services:
+    v = _service_env(SERVICE_KEYS, "service addresses")
     return Services(v["KAFKA_BOOTSTRAP_SERVERS"], v["POSTGRES_URL"], v["STOMP_HOST"],
                     int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"])
 
@@ -98,14 +104,7 @@ class Listener:
 
 
 def _listeners() -> dict[str, Listener]:
-    try:
-        v = load_env()
-    except ServicesEnvError as e:
-        pytest.fail(str(e))
-    missing = [k for k in SECURED_KEYS if k not in v]
-    if missing:
-        pytest.fail(f"secured Kafka listener settings {missing} missing from the services env: run "
-                    "`make services` first")
+    v = _service_env(SECURED_KEYS, "secured Kafka listener settings")
     cred = {"user": v["KAFKA_SASL_USER"], "password": v["KAFKA_SASL_PASSWORD"]}
     return {
         "plaintext": Listener("plaintext", v["KAFKA_BOOTSTRAP_SERVERS"]),

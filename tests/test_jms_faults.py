@@ -14,7 +14,7 @@ import pytest
 from connectors.jdbc.config import checkpoint_sink_id
 from tests.pg_util import execute, prepared, query, table_name
 from tests.stomp_util import drain, queue_name, send
-from tests.test_jms_source import jms, wait_for
+from tests.test_jms_source import driver_argv, jms, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -37,9 +37,13 @@ def count(url: str, table: str) -> int:
     return int(query(url, f"SELECT count(*) FROM {table}")[0][0])
 
 
-def idle_after(q, seen: int) -> bool:
-    """A trigger after the first ``seen`` ran without input: planning acked what committed."""
-    return any(p["numInputRows"] == 0 for p in q.recentProgress[seen:])
+def run_until_written(q, url: str, table: str, rows: int) -> None:
+    """Wait until ``table`` holds ``rows`` (the query must not have failed), then for the
+    next trigger without input: its planning acknowledged what committed."""
+    wait_for(lambda: count(url, table) >= rows or not q.isActive, f"{rows} rows written")
+    assert q.exception() is None, q.exception()
+    seen = len(q.recentProgress)
+    wait_for(lambda: any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]), "an idle trigger")
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
@@ -53,10 +57,7 @@ def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path, gua
     try:
         wait_for(lambda: count(url, table) >= 400, "two batches written before the restart")
         restart_artemis()
-        wait_for(lambda: count(url, table) >= 2000 or not q.isActive, "every message after the restart")
-        assert q.exception() is None, q.exception()
-        seen = len(q.recentProgress)
-        wait_for(lambda: idle_after(q, seen), "an idle trigger")
+        run_until_written(q, url, table, 2000)
     finally:
         q.stop()
     rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
@@ -94,10 +95,7 @@ def test_a_reconnect_while_a_batch_is_in_flight_reads_nothing_twice(spark, servi
         wait_for(lambda: os.path.exists(holding), "the batch holding m250 to start")
         restart_artemis()
         os.remove(hold)
-        wait_for(lambda: count(url, table) >= 500 or not q.isActive, "every message")
-        assert q.exception() is None, q.exception()
-        seen = len(q.recentProgress)
-        wait_for(lambda: idle_after(q, seen), "an idle trigger")
+        run_until_written(q, url, table, 500)
     finally:
         q.stop()
     rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
@@ -115,8 +113,7 @@ def test_at_least_once_replay_reads_the_recorded_messages_when_redelivery_order_
     url = services.postgres_url
     execute(url, f"CREATE TABLE {table} (message_id text, body text)")
     send(services, dest, [f"p{i}" for i in range(200)])
-    base = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
-            services.stomp_user, services.stomp_password, dest, str(tmp_path / "ckpt"), url, table]
+    base = driver_argv(services, dest, tmp_path / "ckpt", table)
     crashed = subprocess.run([*base, "200", "jdbc.after_decision@2", "guarantee=at_least_once"],
                              start_new_session=True, capture_output=True, text=True, timeout=300)
     assert crashed.returncode == -9, crashed.stderr[-2000:]
@@ -157,9 +154,7 @@ def test_an_idle_query_acknowledges_what_committed_within_a_trigger(spark, servi
     q = to_jdbc(jms(spark, services, dest, maxMessagesPerTrigger="500"), services, table, tmp_path / "c",
                 trigger="1 second")
     try:
-        wait_for(lambda: count(url, table) >= 3000, "every message written")
-        seen = len(q.recentProgress)
-        wait_for(lambda: idle_after(q, seen), "the next, idle trigger")
+        run_until_written(q, url, table, 3000)
         assert queue_counts(dest) == (0, 0)  # nothing left, nothing held unacknowledged
     finally:
         q.stop()

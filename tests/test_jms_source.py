@@ -34,6 +34,12 @@ def wait_for(cond, what: str, timeout: float = 120.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def driver_argv(services, dest: str, ckpt, table: str) -> list[str]:
+    """``tests.drivers.jms_to_jdbc`` up to its EXPECTED argument."""
+    return [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
+            services.stomp_user, services.stomp_password, dest, str(ckpt), services.postgres_url, table]
+
+
 def test_every_message_read_once_and_all_acknowledged(spark, services, tmp_path):
     dest = queue_name("once")
     send(services, dest, [f"m{i}" for i in range(300)], headers={"kind": "test"})
@@ -64,8 +70,7 @@ def test_kill_9_then_restart_every_message_exactly_once_in_postgres(services, tm
     url = services.postgres_url
     execute(url, f"CREATE TABLE {table} (message_id text, body text)")
     send(services, dest, [f"p{i}" for i in range(200)])
-    base = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
-            services.stomp_user, services.stomp_password, dest, str(tmp_path / "ckpt"), url, table, "200"]
+    base = [*driver_argv(services, dest, tmp_path / "ckpt", table), "200"]
     crashed = subprocess.run([*base, point], start_new_session=True, capture_output=True, text=True,
                              timeout=300)
     assert crashed.returncode == -9, crashed.stderr[-2000:]
@@ -87,8 +92,7 @@ def test_recorded_message_that_never_returns_fails_clearly_or_is_skipped(service
     url = services.postgres_url
     execute(url, f"CREATE TABLE {table} (message_id text, body text)")
     send(services, dest, [f"g{i}" for i in range(100)])
-    base = [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
-            services.stomp_user, services.stomp_password, dest, str(tmp_path / "ckpt"), url, table]
+    base = driver_argv(services, dest, tmp_path / "ckpt", table)
     crashed = subprocess.run([*base, "100", "jdbc.before_decision"], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
     assert crashed.returncode == -9

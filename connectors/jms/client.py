@@ -37,7 +37,6 @@ class Message:
     timestamp_ms: int
     redelivered: bool
     ack_id: str = field(compare=False, default="")
-    generation: int = field(compare=False, default=0)  # which connection delivered it
 
 
 _ARTEMIS_ID = re.compile(r"^\d+,(\d+)$")
@@ -160,7 +159,6 @@ class StompReceiver:
             timestamp_ms=int(h.get("timestamp") or 0),
             redelivered=str(h.get("redelivered", "false")).lower() == "true",
             ack_id=h.get("ack", h.get("message-id", "")),
-            generation=self.generation,
         )
         with self._lock:
             self._ack_ids.setdefault(mid, []).append(msg.ack_id)
