@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 
 from tests import kafka_util, pg_util
 from tests.drivers import kafka_to_jdbc_app
+from tests.processes import stop_group
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -63,12 +63,7 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 time.sleep(0.5)
         yield f"sc://127.0.0.1:{port}"
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)
 
 
 def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, services, tmp_path: Path) -> None:

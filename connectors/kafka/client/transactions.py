@@ -26,7 +26,12 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
-from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
+from kafka.protocol.consumer.group import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnRequest,
@@ -50,6 +55,7 @@ T = TypeVar("T")
 
 PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 90, 47, 48
 INVALID_PRODUCER_ID_MAPPING = 49
+TRANSACTIONAL_ID_NOT_FOUND = 105
 _FENCED = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING})
 # Coordinator moving or loading, a previous transaction's markers still being written,
 # pending transactional offsets: each resolves itself within seconds.
@@ -71,7 +77,8 @@ class TxnState:
     """One row of DescribeTransactions."""
 
     transactional_id: str
-    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead
+    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead,
+    #            NotFound (the id expired)
     producer_id: int
     epoch: int
     start_ms: int
@@ -225,6 +232,29 @@ class KafkaTxnClient:
                    f"committing offsets of group {group!r}")
         self._retry(f"committing offsets of group {group!r}", call, (group, 0))
 
+    def keep_offsets(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]],
+                     retention_ms: int) -> None:
+        """Commit consumer-group offsets outside any transaction, kept ``retention_ms``.
+
+        OffsetCommit v4 is the last version with a per-commit retention: the broker
+        stores an expiry time with the offset and ignores ``offsets.retention.minutes``
+        for it (KIP-211 kept this "old expiration semantics" for such commits)."""
+        P_ = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, part), (off, meta) in offsets.items():
+            by_topic.setdefault(topic, []).append(
+                P_(partition_index=part, committed_offset=off, committed_metadata=meta))
+        req = OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=retention_ms,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()])
+
+        def call() -> None:
+            r = self.coordinator(group, 0).request(req, 4, OffsetCommitResponse)
+            _check(max((q.error_code for t in r.topics for q in t.partitions), default=0),
+                   f"keeping offsets of group {group!r}")
+        self._retry(f"keeping offsets of group {group!r}", call, (group, 0))
+
     def fetch_offsets(self, group: str, topic: str, parts: list[int],
                       stable: bool = True) -> dict[int, tuple[int, str]]:
         """Committed (offset, metadata) per partition; -1 where none. ``stable``: wait out
@@ -270,9 +300,13 @@ class KafkaTxnClient:
                 r = self.coordinator(tid, 1).request(
                     DescribeTransactionsRequest(transactional_ids=[tid]), 0, DescribeTransactionsResponse)
                 s = r.transaction_states[0]
-                _check(s.error_code, f"describing transaction {tid!r}")
+                if s.error_code != TRANSACTIONAL_ID_NOT_FOUND:
+                    _check(s.error_code, f"describing transaction {tid!r}")
                 return s
             s = self._retry(f"describing transaction {tid!r}", call, (tid, 1))
+            if s.error_code == TRANSACTIONAL_ID_NOT_FOUND:  # expired: transactional.id.expiration.ms
+                out[tid] = TxnState(tid, "NotFound", -1, -1, 0, 0)
+                continue
             parts = tuple(sorted((t.topic, p) for t in (s.topics or []) for p in t.partitions))
             out[tid] = TxnState(tid, s.transaction_state, s.producer_id, s.producer_epoch,
                                 s.transaction_start_time_ms, s.transaction_timeout_ms, parts)

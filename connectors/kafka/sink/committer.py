@@ -8,7 +8,14 @@ sink's own commit id ``<prefix>-commit``:
 - group ``<prefix>.batches``, partition 0 of ``commitTopic``: offset N+1, metadata
   naming the query, the checkpoint and the winners (partition, attempt, producer id,
   epoch) — "batch N decided, commit these";
-- group ``<prefix>.batches.done``: offset N+1 once every winner is committed.
+- group ``<prefix>.batches.done``: offset N+1 once every winner is committed;
+- group ``<prefix>.batches.kept``: a copy of the last decision and whether it is done,
+  committed outside the transaction with an explicit retention (OffsetCommit v4) so the
+  broker never expires it. The broker deletes the two groups above after
+  ``offsets.retention.minutes`` (7 days) without a commit; a query down that long, or
+  one whose batches carried no rows, then still knows what it decided. It is written
+  after the decision and before any winner is committed, so no committed record is ever
+  without a decision that outlives the broker's retention.
 
 How the steps of ``spark_ext.commit`` are carried out here (marked ``# step N``):
 
@@ -48,6 +55,7 @@ log = logging.getLogger(__name__)
 
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 _META_LIMIT = 3900  # the broker's default offset.metadata.max.bytes is 4096
+KEEP_MS = 100 * 365 * 86_400_000  # the kept copy's retention: for as long as the sink exists
 
 
 class TransactionTimedOutError(FatalCommitError):
@@ -111,7 +119,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             # Refuse a second query before fencing anything of the first one. Read the last
             # *committed* decision: one pending in a crashed driver's open transaction would
             # block a stable read until the broker times it out; fencing below aborts it.
-            decision = self._decision(stable=False)
+            decision, _ = self._recorded(stable=False)
             if decision and decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
                 raise PrefixInUseError(
                     f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by another query (a "
@@ -119,9 +127,9 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                     "would abort the first's transactions). Choose another prefix"
                 )
             commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)  # fence
-            decision = self._decision()  # again, now that no older driver can write one
+            decision, done = self._recorded()  # again, now that no older driver can write one
             committed, lost = 0, []
-            if decision is not None and not self._done(decision):
+            if decision is not None and not done:
                 log.warning("finishing batch %s, decided before a crash", decision.batch_id)
                 lost = self._commit_winners(decision, abandon_lost)
                 self._mark_done(commit_producer, decision)
@@ -135,10 +143,37 @@ class KafkaCommitter(Committer[KafkaCommittable]):
     def recorded(self) -> tuple[Decision | None, bool]:
         """The last recorded decision and whether it was finished (for the operator tool)."""
         try:
-            decision = self._decision()
-            return decision, decision is not None and self._done(decision)
+            return self._recorded()
         finally:
             self.client.close()
+
+    def _recorded(self, stable: bool = True) -> tuple[Decision | None, bool]:
+        """The last decision and whether it was finished. From the transactional records
+        while the broker keeps them, else from the kept copy (they expired)."""
+        decision = self._decision(stable)
+        kept, kept_done = self._kept()
+        if decision is None:
+            if kept is not None:
+                log.warning("the decision records of %s expired (the broker's offsets.retention.minutes); "
+                            "using the kept copy: batch %s, %s", self.cfg.txn_prefix, kept.batch_id,
+                            "done" if kept_done else "decided, not finished")
+            return kept, kept_done
+        same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
+        return decision, self._done(decision) or (same and kept_done)
+
+    def _kept(self) -> tuple[Decision | None, bool]:
+        off, meta = self.client.fetch_offsets(self.cfg.group + ".kept", self._anchor(), [0]).get(0, (-1, ""))
+        if off < 0 or not meta:
+            return None, False
+        state, _, encoded = meta.partition("|")
+        return Decision.decode(encoded), state == "done"
+
+    def _keep(self, decision: Decision, done: bool) -> None:
+        """Write the kept copy (see the module docstring). Not fenced: it runs only right
+        after a fenced step of this run succeeded."""
+        meta = ("done|" if done else "decided|") + decision.encode()
+        offsets = {(self._anchor(), 0): (decision.batch_id + 1, meta)}
+        self.client.keep_offsets(self.cfg.group + ".kept", offsets, KEEP_MS)
 
     def _decision(self, stable: bool = True) -> Decision | None:
         got = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0], stable=stable)
@@ -179,8 +214,10 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                 self.client.end_txn(commit_producer, commit=True)
                 failpoints.hit("kafka.after_decision", batch_id)
             assert decision is not None
+            self._keep(decision, done=False)  # before any winner commits (also on a retry)
             self._commit_winners(decision)                              # step 4c
             self._mark_done(commit_producer, decision)
+            failpoints.hit("kafka.after_done", batch_id)  # all committed; Spark's commit log not yet
             self._abort_open(keep=tuple(w.transactional_id for w in winners))  # step 4d
             log.info("batch %s committed: %s records in %s transactions", batch_id,
                      sum(c.rows for c in winners), len(winners))
@@ -296,6 +333,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
     def _mark_done(self, commit_producer: Producer, decision: Decision) -> None:
         self.client.commit_offsets(commit_producer, self.cfg.group + ".done",
                                    {(self._anchor(), 0): (decision.batch_id + 1, decision.query_id)})
+        self._keep(decision, done=True)
 
     def _abort_open(self, keep: tuple[str, ...]) -> int:
         """Abort every open transaction of this sink except ``keep`` (fences their owners);
