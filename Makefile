@@ -62,7 +62,7 @@ bench: $(STAMP) services
 	$(PY) -m bench $(CASES)
 
 faults: $(STAMP) services
-	$(PY) -m bench.faults $(PIPELINES)
+	$(PY) -m bench.faults $(if $(SEED),--seed $(SEED)) $(if $(FAULTS_CRASHES),--crashes $(FAULTS_CRASHES)) $(PIPELINES)
 
 clean: services-down
 	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info

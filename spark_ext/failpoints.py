@@ -9,6 +9,10 @@ Python workers inherit both through the JVM. When a worker reaches an armed step
 sends SIGKILL to that group, as ``kill -9`` of the driver would (PySpark's worker daemon
 runs in a group of its own, hence the variable).
 
+A name prefixed ``task:`` (``task:jdbc.after_prepare@3``) kills only the Python worker
+running the task, and only in the task's first attempt: Spark sees a failed task and
+retries it, as when an executor dies after the task prepared its transaction.
+
 Failpoints only observe: ``hit`` returns or kills, it never changes what the caller does.
 Unset, ``hit`` is one dictionary lookup. Test-only: never set it in production.
 """
@@ -39,7 +43,15 @@ def hit(name: str, batch: int | None = None, rows: int | None = None) -> None:
     """Kill the driver's process group here if ``name`` is armed for this hit. Callers pass
     what they know (the batch, the rows at stake); ``hit`` never changes what they do."""
     spec = os.environ.get(ENV)
-    if spec and armed(name, batch, rows, spec):
+    if not spec:
+        return
+    if armed(name, batch, rows, spec):
         os.killpg(int(os.environ.get(PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
         # This worker may sit in the worker daemon's group and would run on, orphaned.
         os.kill(os.getpid(), signal.SIGKILL)
+    if armed(f"task:{name}", batch, rows, spec):
+        from spark_ext import compat
+
+        ident = compat.task_identity()
+        if ident is not None and ident.attempt == 0:
+            os.kill(os.getpid(), signal.SIGKILL)

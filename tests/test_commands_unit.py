@@ -23,11 +23,11 @@ def test_bench_exits_non_zero_when_the_output_differs(monkeypatch, tmp_path, cap
 @pytest.mark.parametrize(("lost", "duplicated", "in_doubt", "code"),
                          [(0, 0, 0, 0), (1, 0, 0, 1), (0, 2, 0, 1), (0, 0, 1, 1)])
 def test_faults_exits_non_zero_when_exactly_once_broke(monkeypatch, capsys, lost, duplicated, in_doubt, code):
-    def pipeline(tmp: Path) -> faults.Outcome:
+    def pipeline(tmp: Path, seed: int, crashes: int) -> faults.Outcome:
         return faults.Outcome("fake", 4, 100, 100 - lost + duplicated, lost, duplicated, in_doubt)
 
     monkeypatch.setattr(faults, "PIPELINES", {"fake": pipeline})
-    assert faults.main(["fake"]) == code
+    assert faults.main(["--seed", "7", "fake"]) == code
     assert (f"FAULTS pipeline=fake guarantee=exactly_once crashes=4 expected=100 "
             f"committed={100 - lost + duplicated} lost={lost} duplicated={duplicated} in_doubt={in_doubt}"
             ) in capsys.readouterr().out

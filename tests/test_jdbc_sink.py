@@ -460,13 +460,20 @@ def test_null_key_fails_the_batch_and_leaves_nothing(spark, services, tmp_path):
 
 
 def test_unreachable_database_and_wrong_password(spark, services, tmp_path):
+    """A refused connection is waited out for reconnectTimeoutMs (a restarting server),
+    then named; a wrong password fails at once (no waiting can fix it)."""
     write_json_files(tmp_path / "src", [5])
+    t0 = time.monotonic()
     msg = run(spark, tmp_path / "src", tmp_path / "c1", "postgresql+psycopg2://u:pw@127.0.0.1:1/db", "t",
-              fail=True)
+              fail=True, reconnectTimeoutMs="3000")
+    assert time.monotonic() - t0 >= 3
     assert "cannot use PostgreSQL at postgresql+psycopg2://u:***@127.0.0.1:1/db" in msg
+    assert "Connection refused" in msg
     bad = services.postgres_url.replace(":postgres@", ":wrong-Secret-42@")
     assert bad != services.postgres_url
+    t0 = time.monotonic()
     msg = run(spark, tmp_path / "src", tmp_path / "c2", bad, "t", fail=True)
+    assert time.monotonic() - t0 < 30  # not the 60 s reconnect wait
     assert "password authentication failed" in msg
     assert "wrong-Secret-42" not in msg
 

@@ -22,7 +22,7 @@ from spark_ext.options import Options, OptionSpec, checkpoint_identity
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "upsertorderby", "createtable",
-                     "sinkid", "locktimeoutms"}),
+                     "sinkid", "locktimeoutms", "reconnecttimeoutms"}),
     required=frozenset({"url", "dbtable"}),
 )
 
@@ -76,6 +76,7 @@ class JdbcSinkConfig:
     sink_id: str
     lock_timeout_ms: int
     guarantee: Guarantee
+    reconnect_timeout_s: float = 60.0  # how long a restarting server is waited for
 
     def __repr__(self) -> str:
         return f"JdbcSinkConfig({self.safe_url}, {self.qualified}, sink_id={self.sink_id!r})"
@@ -109,6 +110,7 @@ class JdbcSinkConfig:
             sink_id=_sink_id(opts, guarantee, url, dbtable),
             lock_timeout_ms=opts.get_int("locktimeoutms", 60_000, minimum=1) or 60_000,
             guarantee=guarantee,
+            reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 60_000, minimum=0) or 0) / 1000.0,
         )
 
 

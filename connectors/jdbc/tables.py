@@ -37,6 +37,7 @@ from pyspark.sql.types import (
 from sqlalchemy.dialects import postgresql as pg
 
 from connectors.jdbc.config import JdbcSinkConfig
+from connectors.jdbc.transactions import connect
 from spark_ext.errors import ConnectorError, InvalidOptionError
 
 SINKS_TABLE = "spark_ext_sinks"
@@ -120,7 +121,9 @@ class JdbcSinkSetup:
 
 
 def engine(cfg: JdbcSinkConfig) -> sa.Engine:
-    return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool)
+    """Connections that wait out a restarting server, as every connection of the sink does."""
+    return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool,
+                            creator=lambda: connect(cfg.url, cfg.reconnect_timeout_s))
 
 
 def connect_error(cfg: JdbcSinkConfig, e: Exception) -> ConnectorError:

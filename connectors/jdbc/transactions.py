@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.commit import Committable
 from spark_ext.errors import RetriableCommitError
+from spark_ext.retry import Backoff, retry
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,41 @@ def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
     return sink, int(epoch), int(batch), int(part), int(attempt)
 
 
-def connect(url: URL) -> Any:
-    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``)."""
+# libpq's words for a server that is not there *yet*: restarting, failing over, starting.
+# Anything else (credentials, a missing database, pg_hba) fails at once.
+_TRANSIENT = ("connection refused", "the database system is starting up", "the database system is shutting "
+              "down", "server closed the connection", "could not connect", "connection reset",
+              "timeout expired", "terminating connection", "no such file or directory")
+
+
+class _Unreachable(Exception):
+    """A connection attempt that may succeed later; wraps libpq's error."""
+
+
+def connect(url: URL, reconnect_timeout_s: float = 0.0) -> Any:
+    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``).
+
+    A server that refuses or drops the connection (restarting, failing over) is tried
+    again with backoff for up to ``reconnect_timeout_s`` (``reconnectTimeoutMs``); then,
+    or at once for any other error, libpq's error is raised.
+    """
     kw: dict[str, Any] = {k: v for k, v in url.query.items()}
-    return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
-                            password=url.password, dbname=url.database, **kw)
+
+    def once() -> Any:
+        try:
+            return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
+                                    password=url.password, dbname=url.database, **kw)
+        except psycopg2.OperationalError as e:
+            if any(t in str(e).lower() for t in _TRANSIENT):
+                raise _Unreachable(e) from None
+            raise
+
+    def give_up(e: BaseException) -> BaseException:
+        return e.args[0] if isinstance(e, _Unreachable) else e
+
+    return retry(once, what=f"connecting to PostgreSQL at {url.host}:{url.port or 5432}",
+                 retry_on=_Unreachable, timeout_s=reconnect_timeout_s, backoff=Backoff(0.1, 2.0),
+                 give_up=give_up)
 
 
 class Db:
@@ -52,7 +83,7 @@ class Db:
 
     def __init__(self, cfg: JdbcSinkConfig) -> None:
         try:
-            self.conn = connect(cfg.url)
+            self.conn = connect(cfg.url, cfg.reconnect_timeout_s)
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(
                 f"cannot reach PostgreSQL at {cfg.safe_url}: {str(e).strip()}"

@@ -64,7 +64,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
         exactly = cfg.guarantee is Guarantee.EXACTLY_ONCE
         gid = gid_for(cfg.sink_id, self.epoch, task.batch_id, task.partition_id, task.attempt)
         try:
-            conn = connect(cfg.url)
+            conn = connect(cfg.url, cfg.reconnect_timeout_s)
         except psycopg2.Error as e:
             raise ConnectorError(f"cannot connect to PostgreSQL at {cfg.safe_url}: {e}".strip()) from None
         try:
@@ -88,6 +88,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
             if exactly and not skip:
                 failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
                 conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
+                failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
                 return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
                                        task.query_id)
             if exactly:
@@ -130,7 +131,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
         """A retried task: roll back what its earlier attempts prepared, which would hold
         this attempt's row and unique-index locks. None of them can be a winner: the batch
         is not decided (checked under the share lock this transaction holds)."""
-        conn = connect(self.cfg.url)
+        conn = connect(self.cfg.url, self.cfg.reconnect_timeout_s)
         conn.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
         try:
             for gid in prepared_gids(conn, self.cfg.sink_id):

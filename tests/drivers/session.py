@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def driver_session(name: str, failpoint: str = "") -> Any:
-    """A local[2] session on loopback; with ``failpoint`` the driver kills itself there.
+def driver_session(name: str, failpoint: str = "", master: str = "local[2]") -> Any:
+    """A ``master`` (local[2]) session on loopback; with ``failpoint`` the driver kills
+    itself there.
 
     The driver runs in its own process group (the test starts it with
     ``start_new_session``); the failpoint kills that group, workers included.
@@ -20,7 +21,7 @@ def driver_session(name: str, failpoint: str = "") -> Any:
         os.environ["SPARK_EXT_FAILPOINT_PGID"] = str(os.getpgid(0))
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(name)
+    spark = (SparkSession.builder.master(master).appName(name)
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

@@ -1,0 +1,5 @@
+import sys
+
+from bench.faults import main
+
+sys.exit(main(sys.argv[1:]))

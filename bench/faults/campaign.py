@@ -1,0 +1,176 @@
+"""A seeded fault campaign against one pipeline: the plan, and each fault carried out.
+
+Every fault is an *episode*: a driver process is started from the pipeline's checkpoint,
+the fault is injected once the run has committed ``after`` batches of its own (so a
+crash can catch duplicates, not only loss), and the episode ends with every driver of
+it gone. The seed fixes the sequence of faults and their ``after``; the moment within a
+batch at which a kill lands is the machine's.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.common import ROOT
+from bench.faults.pipelines import Pipeline, PipelineRun
+
+EPISODE_TIMEOUT_S = 300
+RUSH = 2000  # records per batch for a run that only has to read the rest of its input
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: ``kind`` is kill | failpoint | task | restart | zombie | reset; ``target``
+    names the failpoint or service; ``after``: batches the run commits first."""
+
+    kind: str
+    target: str = ""
+    after: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.kind}{':' + self.target if self.target else ''}+{self.after}"
+
+
+def plan(p: Pipeline, seed: int, crashes: int) -> list[Fault]:
+    """Every failpoint of the pipeline once, then seeded random faults up to ``crashes``
+    in all, in a seeded order (a reset never first: it needs a run to finish)."""
+    rng = random.Random(f"{seed}/{p.name}")
+    faults = [Fault("failpoint", fp, rng.randint(1, 2)) for fp in p.points]
+    menu = [Fault("kill"), Fault("kill"), Fault("task", p.task_point), Fault("zombie"),
+            *(Fault("restart", s) for s in p.services)]
+    if p.resets:
+        menu.append(Fault("reset"))
+    while len(faults) < crashes:
+        f = rng.choice(menu)
+        faults.append(Fault(f.kind, f.target, rng.randint(1, 3)))
+    rng.shuffle(faults)
+    return faults
+
+
+class CampaignError(Exception):
+    """An episode could not be carried out (a driver hung, a service did not come back)."""
+
+
+class Episodes:
+    """Carries out faults against one pipeline; counts the faults actually injected."""
+
+    def __init__(self, run: PipelineRun, say: Callable[[str], None]) -> None:
+        self.run = run
+        self.say = say
+        self.injected = 0
+        self.failures: list[str] = []  # drivers that ended in an error (fault effects, for the log)
+
+    def start(self, failpoint: str = "-", per_trigger: int | None = None) -> subprocess.Popen:
+        return subprocess.Popen(self.run.argv(failpoint, per_trigger), cwd=ROOT, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def wait_batches(self, procs: list[subprocess.Popen], n: int,
+                     timeout_s: float = EPISODE_TIMEOUT_S) -> bool:
+        """Until ``n`` more batches are in Spark's commit log (True), or every driver ended."""
+        target = self.run.last_batch() + n
+        deadline = time.monotonic() + timeout_s
+        while self.run.last_batch() < target:
+            if all(p.poll() is not None for p in procs):
+                return False
+            if time.monotonic() > deadline:
+                raise CampaignError(f"{self.run.p.name}: no progress in {timeout_s:.0f} s")
+            time.sleep(0.1)
+        return True
+
+    def end(self, procs: list[subprocess.Popen], kill: bool) -> None:
+        """Kill (``kill -9`` of the process group) or wait for every driver of the episode."""
+        for p in procs:
+            if kill and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                self.injected += 1
+            try:
+                _, err = p.communicate(timeout=EPISODE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+                raise CampaignError(f"{self.run.p.name}: a driver did not end within {EPISODE_TIMEOUT_S} s"
+                                    ) from None
+            if p.returncode not in (0, -9, 3):
+                self.failures.append(f"exit {p.returncode}: {_cause(err or '')}")
+
+    def __call__(self, f: Fault) -> None:
+        getattr(self, f"_{f.kind}")(f)
+
+    def _kill(self, f: Fault) -> None:
+        p = self.start()
+        self.end([p], kill=self.wait_batches([p], f.after))
+
+    def _failpoint(self, f: Fault) -> None:
+        # A batch-numbered point where the batch id is Spark's; a queue's ack points count
+        # the source's own batches, so they fire at the first hit with data instead.
+        at = "" if f.target.startswith("jms.") else f"@{self.run.last_batch() + 1 + f.after}"
+        p = self.start(f.target + at)
+        self.end([p], kill=False)
+        if p.returncode == -9:
+            self.injected += 1
+
+    def _task(self, f: Fault) -> None:
+        p = self.start(f"{f.target}@{self.run.last_batch() + 1 + f.after}")
+        alive = self.wait_batches([p], f.after + 2)  # past the batch whose task died and was retried
+        self.injected += 1 if alive else 0
+        self.end([p], kill=alive)
+
+    def _restart(self, f: Fault) -> None:
+        p = self.start()
+        if not self.wait_batches([p], f.after):
+            self.end([p], kill=False)
+            return
+        self.say(f"restarting {f.target} under the running query")
+        for verb in ("down", "up"):
+            r = subprocess.run([sys.executable, "-m", "services", verb, f.target], cwd=ROOT,
+                               capture_output=True, text=True, timeout=EPISODE_TIMEOUT_S)
+            if r.returncode != 0:
+                raise CampaignError(f"`services {verb} {f.target}` failed: "
+                                    f"{r.stdout[-1500:]}{r.stderr[-1500:]}")
+        self.injected += 1
+        self.end([p], kill=self.wait_batches([p], 2))
+
+    def _zombie(self, f: Fault) -> None:
+        first = self.start()
+        if not self.wait_batches([first], f.after):
+            self.end([first], kill=False)
+            return
+        second = self.start()  # the same query, same checkpoint, while the first runs
+        self.injected += 1
+        self.end([first, second], kill=self.wait_batches([first, second], 2))
+
+    def _reset(self, f: Fault) -> None:
+        p = self.start(per_trigger=RUSH)
+        self.end([p], kill=False)  # the query reads its input to the end and stops
+        self.run.reset_checkpoint()
+        self.run.new_input()
+        self.injected += 1
+
+    def final(self) -> None:
+        """A last clean run to the end of the input; retried twice if a fault's effect
+        still makes it fail (each failure is reported). A queue's driver that went idle
+        before the sink held every id (exit 3) ended too: the count shows what is missing."""
+        self.run.close_input()
+        for _ in range(3):
+            p = self.start(per_trigger=RUSH)
+            self.end([p], kill=False)
+            if p.returncode in (0, 3):
+                return
+        raise CampaignError(f"{self.run.p.name}: the final run failed three times: {self.failures[-3:]}")
+
+
+_ERROR = re.compile(r"([A-Za-z_.]*(Error|Exception)\b:? .*)")
+
+
+def _cause(stderr: str) -> str:
+    """The most telling line of a failed driver's stderr: the last error message in it."""
+    found = [m.group(1) for m in _ERROR.finditer(stderr)]
+    return (found[-1] if found else stderr.strip()[-300:])[:400]

@@ -1,0 +1,255 @@
+"""The campaign's pipelines: their input of unique ids, what their sink holds, what it left
+in doubt. Each runs as ``tests.drivers.campaign`` in its own process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import run_sql, services_env
+from connectors.jdbc.config import checkpoint_sink_id
+
+KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
+                     "kafka.mid_commit", "kafka.after_done")
+JDBC_SINK_POINTS = ("jdbc.before_prepare", "jdbc.after_prepare", "jdbc.before_decision",
+                    "jdbc.after_decision", "jdbc.mid_commit")
+OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What a pipeline is made of and which faults apply to it."""
+
+    name: str
+    source: str  # kafka | jms
+    sink: str  # kafka | jdbc
+    guarantee: str
+    points: tuple[str, ...]  # driver crash points of its source and sink, each crashed once
+    task_point: str  # where a task dies after preparing (Spark retries it)
+    services: tuple[str, ...]  # what a restart fault may restart under the running query
+    resets: bool = False  # a checkpoint deleted and the query restarted on new input
+    options: dict[str, str] = field(default_factory=dict)
+    windows: bool = False  # sliding windows of the events (spark_ext.windows) instead of the ids
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == "exactly_once"
+
+
+PIPELINES = {p.name: p for p in [
+    Pipeline("kafka_to_kafka", "kafka", "kafka", "exactly_once", ("kafka.read", *KAFKA_SINK_POINTS),
+             "task:kafka.after_write", ("kafka",), resets=True),
+    Pipeline("kafka_to_jdbc", "kafka", "jdbc", "exactly_once", ("kafka.read", *JDBC_SINK_POINTS),
+             "task:jdbc.after_prepare", ("kafka", "postgres"), resets=True),
+    Pipeline("kafka_to_jdbc_upsert", "kafka", "jdbc", "at_least_once", ("jdbc.after_write",),
+             "task:jdbc.after_write", ("kafka", "postgres"), options={"upsertKeys": "id"}),
+    Pipeline("kafka_windows_to_jdbc", "kafka", "jdbc", "exactly_once",
+             ("kafka.read", "windows.stage2", *JDBC_SINK_POINTS), "task:jdbc.after_prepare",
+             ("kafka", "postgres"), windows=True),
+    Pipeline("jms_to_jdbc", "jms", "jdbc", "exactly_once",
+             ("jms.before_ack", "jms.mid_ack", *JDBC_SINK_POINTS), "task:jdbc.after_prepare",
+             ("artemis", "postgres")),
+    Pipeline("kafka_to_kafka_alo", "kafka", "kafka", "at_least_once", ("kafka.read", "kafka.after_write"),
+             "task:kafka.after_write", ("kafka",)),
+]}
+
+
+class PipelineRun:
+    """One campaign's live state of a pipeline: its checkpoint, inputs and sink."""
+
+    def __init__(self, p: Pipeline, tmp: Path, ids_per_input: int, per_trigger: int) -> None:
+        self.p, self.tmp = p, tmp
+        self.env = services_env()
+        self.checkpoint = tmp / "ckpt"
+        self.ids_per_input, self.per_trigger = ids_per_input, per_trigger
+        self.expected: set[str] = set()
+        self.tag = uuid.uuid4().hex[:8]
+        self.out = f"faults_{p.name}_{self.tag}"
+        self.input = ""
+        self._next_id = 0
+        if p.sink == "kafka":
+            self._create_topic(self.out, 3)
+        self.new_input()
+
+    # --- input ------------------------------------------------------------------------
+
+    def new_input(self) -> None:
+        """A fresh input (topic or queue) of ``ids_per_input`` new unique ids."""
+        ids = [str(i) for i in range(self._next_id, self._next_id + self.ids_per_input)]
+        self._next_id += self.ids_per_input
+        self.input = f"faults-in-{self.tag}-{self._next_id}"
+        if self.p.source == "kafka":
+            from kafka import KafkaProducer
+
+            self._create_topic(self.input, 3)
+            prod = KafkaProducer(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all",
+                                 linger_ms=5)
+            for i in ids:
+                value = ",".join(map(str, event(int(i)))) if self.p.windows else f"v{i}"
+                prod.send(self.input, key=i.encode(), value=value.encode())
+            prod.flush()
+            prod.close()
+        else:
+            import stomp
+
+            conn = stomp.Connection12([(self.env["STOMP_HOST"], int(self.env["STOMP_PORT"]))],
+                                      heartbeats=(0, 0))
+            conn.connect(self.env["STOMP_USER"], self.env["STOMP_PASSWORD"], wait=True)
+            for i in ids:
+                conn.send(f"/queue/{self.input}", i, headers={"persistent": "true"})
+            conn.disconnect()  # the DISCONNECT receipt: the broker has every message
+        self.expected |= expected_windows([int(i) for i in ids]) if self.p.windows else set(ids)
+
+    def close_input(self) -> None:
+        """Windows: a far-future event on every partition, so the watermark passes every
+        window of the real events before the last run ends."""
+        if not self.p.windows:
+            return
+        from kafka import KafkaProducer
+
+        prod = KafkaProducer(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+        far = T0 + 10 * self._next_id + 100_000
+        for part in range(3):
+            prod.send(self.input, key=b"flush", value=f"~flush,{far},0".encode(), partition=part)
+        prod.flush()
+        prod.close()
+
+    def reset_checkpoint(self) -> None:
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+    def _create_topic(self, name: str, partitions: int) -> None:
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"])
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])
+        finally:
+            admin.close()
+
+    # --- the driver ---------------------------------------------------------------------
+
+    def argv(self, failpoint: str = "-", per_trigger: int | None = None) -> list[str]:
+        """The driver's command line; ``per_trigger`` overrides the batch size (a run
+        meant to read the rest of the input quickly)."""
+        e = self.env
+        spec: dict[str, Any] = {
+            "name": self.p.name, "source": self.p.source, "sink": self.p.sink,
+            "checkpoint": str(self.checkpoint), "per_trigger": per_trigger or self.per_trigger,
+            "bootstrap": e["KAFKA_BOOTSTRAP_SERVERS"], "topic": self.input, "queue": f"/queue/{self.input}",
+            "stomp_host": e["STOMP_HOST"], "stomp_port": e["STOMP_PORT"], "stomp_user": e["STOMP_USER"],
+            "stomp_password": e["STOMP_PASSWORD"], "url": e["POSTGRES_URL"], "out": self.out,
+            "expected": len(self.expected), "idle_s": 45, "windows": self.p.windows,
+            "options": {"guarantee": self.p.guarantee, **self.p.options,
+                        **({"createTable": "true"} if self.p.sink == "jdbc" else {})},
+        }
+        return [sys.executable, "-m", "tests.drivers.campaign", json.dumps(spec), failpoint]
+
+    def last_batch(self) -> int:
+        """The newest batch Spark's commit log holds (-1: none)."""
+        commits = self.checkpoint / "commits"
+        ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.is_dir() else []
+        return max(ids, default=-1)
+
+    # --- what the sink holds ------------------------------------------------------------
+
+    def committed(self) -> list[str]:
+        """Every id the sink made visible (read_committed for Kafka), with repeats."""
+        if self.p.windows:
+            rows = run_sql(self.env["POSTGRES_URL"],
+                           "SELECT account, extract(epoch FROM window_start)::bigint, "
+                           f"extract(epoch FROM window_end)::bigint, n, total, top FROM {self.out} "
+                           "WHERE account <> '~flush'")
+            return ["|".join(map(str, r)) for r in rows]
+        if self.p.sink == "jdbc":
+            rows = run_sql(self.env["POSTGRES_URL"], f"SELECT id, v FROM {self.out}")
+            return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
+        return _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out)
+
+    def in_doubt(self) -> int:
+        """Prepared PostgreSQL transactions or open Kafka transactions of the sink."""
+        if self.p.sink == "jdbc":
+            sink = checkpoint_sink_id(str(self.checkpoint))
+            return int(run_sql(self.env["POSTGRES_URL"],
+                               f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0])
+        from connectors.kafka.client.transactions import KafkaTxnClient
+        from connectors.kafka.sink.config import KafkaSinkConfig
+        from spark_ext.guarantees import Guarantee
+        from spark_ext.options import Options
+
+        o = Options({"kafka.bootstrap.servers": "x:1", "topic": "t",
+                     "checkpointlocation": str(self.checkpoint)}, "hzsink")
+        prefix = KafkaSinkConfig.parse(o, Guarantee.EXACTLY_ONCE).txn_prefix
+        client = KafkaTxnClient(self.env["KAFKA_BOOTSTRAP_SERVERS"])
+        try:
+            return len(client.list_transactions(prefix.replace(".", r"\.") + "-.*", OPEN_STATES))
+        finally:
+            client.close()
+
+    def cleanup(self) -> None:
+        if self.p.sink == "jdbc":
+            run_sql(self.env["POSTGRES_URL"], f"DROP TABLE IF EXISTS {self.out}")
+
+
+T0 = 1_700_000_000  # the first event's time (seconds), on a window boundary
+
+
+def event(i: int) -> tuple[str, float, int]:
+    """Event ``i`` of a windows pipeline: (account, time in seconds, amount), in time order."""
+    return f"a{i % 7}", T0 + i * 0.25, i % 100
+
+
+def expected_windows(ids: list[int]) -> set[str]:
+    """The 30 s / 10 s sliding windows a batch computation gives for events ``ids``, as
+    ``account|start|end|n|total|top`` (what ``PipelineRun.committed`` reads back)."""
+    acc: dict[tuple[str, int], list[int]] = {}
+    for i in ids:
+        account, ts, amount = event(i)
+        first = int(ts // 10) * 10
+        for start in (first - 20, first - 10, first):
+            a = acc.setdefault((account, start), [0, 0, -1])
+            a[0], a[1], a[2] = a[0] + 1, a[1] + amount, max(a[2], amount)
+    return {f"{k}|{s}|{s + 30}|{n}|{t}|{m}" for (k, s), (n, t, m) in acc.items()}
+
+
+def count(items: list[str], expected: set[str]) -> tuple[int, int]:
+    """(lost, duplicated) of ``items`` against ``expected``; an item is an id, or a window
+    whose first three fields (key, start, end) identify it."""
+    seen = Counter(_identity(x) for x in items)
+    present = set(items)
+    return len(expected - present), sum(n - 1 for n in seen.values() if n > 1)
+
+
+def _identity(item: str) -> str:
+    return "|".join(item.split("|")[:3])
+
+
+def _read_committed(bootstrap: str, topic: str) -> list[str]:
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                      isolation_level="read_committed")
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        end = c.end_offsets(tps)  # last stable offsets
+        out: list[str] = []
+        deadline = time.monotonic() + 120
+        while any(c.position(tp) < end[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} to its end {end}")
+            for tp, recs in c.poll(timeout_ms=500).items():
+                out += [r.value.decode() for r in recs if r.offset < end[tp]]
+        return out
+    finally:
+        c.close()
+
+

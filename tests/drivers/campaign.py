@@ -1,0 +1,113 @@
+"""One fault-campaign pipeline (``make faults``) as its own driver process.
+
+Usage: python -m tests.drivers.campaign SPEC_JSON [FAILPOINT|-]
+
+SPEC_JSON names the source (``kafka``: a topic of records keyed by a unique id; ``jms``:
+a queue whose message bodies are the ids), the sink (``kafka`` topic or ``jdbc`` table,
+its guarantee and options) and the checkpoint. The query runs on ``local[2,3]`` so a
+failed task is retried, as on a cluster. A Kafka source is read to its end
+(``Trigger.AvailableNow``); a queue has no end, so the query stops once the sink holds
+``expected`` rows, or after ``idle_s`` seconds without a batch with rows (exit 3).
+Exit 0: the query ended cleanly; 1: it failed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from tests.drivers.session import driver_session
+
+
+def _source(spark: Any, spec: dict[str, Any]) -> Any:
+    if spec["source"] == "kafka":
+        df = (spark.readStream.format("hzsource").option("connector", "kafka")
+              .option("kafka.bootstrap.servers", spec["bootstrap"]).option("subscribe", spec["topic"])
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(spec["per_trigger"])).load())
+        if spec.get("windows"):
+            return _windows(df)
+        return df.selectExpr("CAST(key AS STRING) AS id", "CAST(value AS STRING) AS v").repartition(2, "id")
+    return (spark.readStream.format("hzsource").option("connector", "jms").option("host", spec["stomp_host"])
+            .option("port", spec["stomp_port"]).option("user", spec["stomp_user"])
+            .option("password", spec["stomp_password"]).option("destination", spec["queue"])
+            .option("maxMessagesPerTrigger", str(spec["per_trigger"])).load()
+            .selectExpr("body_text AS id", "concat('v', body_text) AS v").repartition(2, "id"))
+
+
+def _windows(df: Any) -> Any:
+    """Values ``account,ts_seconds,amount`` -> 30 s windows sliding by 10 s per account,
+    the watermark coalesced over the topic's partitions."""
+    from spark_ext import aggregate as agg
+    from spark_ext import windows
+
+    parts = df.selectExpr("partition", "split(CAST(value AS STRING), ',') AS f")
+    events = parts.selectExpr("partition", "f[0] AS account", "CAST(CAST(f[1] AS DOUBLE) AS TIMESTAMP) AS ts",
+                              "CAST(f[2] AS BIGINT) AS amount")
+    return windows.sliding(events, ["account"], "ts", "30 seconds", "10 seconds",
+                           {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")},
+                           partition_column="partition")
+
+
+def _sink(df: Any, spec: dict[str, Any]) -> Any:
+    w = df.writeStream.format("hzsink").option("checkpointLocation", spec["checkpoint"])
+    if spec["sink"] == "kafka":
+        w = (df.selectExpr("id AS key", "id AS value").writeStream.format("hzsink")
+             .option("checkpointLocation", spec["checkpoint"]).option("connector", "kafka")
+             .option("kafka.bootstrap.servers", spec["bootstrap"]).option("topic", spec["out"]))
+    else:
+        w = w.option("connector", "jdbc").option("url", spec["url"]).option("dbtable", spec["out"])
+    for k, v in spec.get("options", {}).items():
+        w = w.option(k, v)
+    return w
+
+
+def _count(spec: dict[str, Any]) -> int:
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(spec["url"], poolclass=sa.pool.NullPool)
+    try:
+        with eng.connect() as c:
+            return int(c.execute(sa.text(f"SELECT count(*) FROM {spec['out']}")).scalar_one())
+    finally:
+        eng.dispose()
+
+
+def main(spec_json: str, failpoint: str = "-") -> int:
+    spec = json.loads(spec_json)
+    spark = driver_session(f"faults-{spec['name']}", failpoint, master="local[2,3]")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    df = _source(spark, spec)
+    w = _sink(df, spec)
+    if spec["source"] == "kafka":
+        q = w.trigger(availableNow=True).start()
+        q.awaitTermination()
+        return 0 if q.exception() is None else 1
+    q = w.trigger(processingTime="300 milliseconds").start()
+    last_rows = time.monotonic()
+    seen = 0
+    while q.isActive:
+        q.awaitTermination(1)
+        progress = q.recentProgress
+        if any(p["numInputRows"] > 0 for p in progress[seen:]):
+            last_rows = time.monotonic()
+        seen = len(progress)
+        if _count(spec) >= int(spec["expected"]):
+            # The last batch is acknowledged when the next trigger plans: wait for an idle one.
+            while q.isActive and not any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]):
+                q.awaitTermination(1)
+            break
+        if time.monotonic() - last_rows > float(spec.get("idle_s", 60)):
+            q.stop()
+            return 3
+    failed = q.exception() is not None
+    if failed:
+        print(f"query failed: {q.exception()}", file=sys.stderr)
+    q.stop()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
