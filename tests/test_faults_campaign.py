@@ -3,10 +3,18 @@ kept as regression tests, and a short seeded campaign over every pipeline."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from bench.faults.campaign import Episodes, Fault
 from bench.faults.pipelines import PIPELINES, PipelineRun, count
+from connectors.kafka import KafkaSink
+from spark_ext.commit import TaskInfo
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from tests.kafka_util import create_topic
+from tests.test_kafka_sink import consume
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -32,3 +40,33 @@ def test_a_postgres_restart_under_a_running_query_is_ridden_out(services, tmp_pa
     assert ep.injected == 2  # the restart, then the kill that ends the episode: it was still running
     assert ep.failures == []
     _assert_exactly_once(ep)
+
+
+@pytest.mark.parametrize("guarantee", [Guarantee.EXACTLY_ONCE, Guarantee.AT_LEAST_ONCE])
+def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
+    """The broker restarts between two parts of one task's rows, with produce requests in
+    flight: the task resends what was not acknowledged (same producer id and sequence
+    numbers, so nothing twice) instead of failing. It used to fail with "Kafka refused
+    ... NotLeaderOrFollower" or a reset connection, and Spark's few task retries all fell
+    inside the restart, failing the query."""
+    import subprocess
+    import sys
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "krestart")
+    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                 "transactionalidprefix": f"rs-{topic}", "kafka.batch.size": "1024"}, "hzsink")
+    plan = KafkaSink().plan(o, StructType([StructField("key", StringType()), StructField("value", StringType())]),
+                            guarantee)
+    rows = [str(i) for i in range(4000)]
+
+    def parts():
+        yield pa.record_batch([pa.array(rows[:2000])] * 2, names=["key", "value"])
+        for verb in ("down", "up"):
+            subprocess.run([sys.executable, "-m", "services", verb, "kafka"], check=True, capture_output=True)
+        yield pa.record_batch([pa.array(rows[2000:])] * 2, names=["key", "value"])
+
+    task = TaskInfo(query_id="q", batch_id=0, partition_id=0, attempt=0, task_attempt_id=0)
+    msg = plan.new_writer().write(parts(), task)
+    plan.new_committer().commit([msg], 0)
+    assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.common import ROOT
 from bench.faults.pipelines import Pipeline, PipelineRun
@@ -67,10 +68,19 @@ class Episodes:
         self.say = say
         self.injected = 0
         self.failures: list[str] = []  # drivers that ended in an error (fault effects, for the log)
+        self._live: dict[int, tuple[subprocess.Popen, Path]] = {}
+        self._started = 0
 
     def start(self, failpoint: str = "-", per_trigger: int | None = None) -> subprocess.Popen:
-        return subprocess.Popen(self.run.argv(failpoint, per_trigger), cwd=ROOT, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        """A driver of the pipeline's query; its stderr goes to ``driver-<n>.log`` beside
+        the checkpoint (kept when the campaign finds a broken guarantee)."""
+        self._started += 1
+        log = self.run.tmp / f"driver-{self._started}.log"
+        with open(log, "w") as err:
+            p = subprocess.Popen(self.run.argv(failpoint, per_trigger), cwd=ROOT, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+        self._live[p.pid] = (p, log)
+        return p
 
     def wait_batches(self, procs: list[subprocess.Popen], n: int,
                      timeout_s: float = EPISODE_TIMEOUT_S) -> bool:
@@ -92,17 +102,29 @@ class Episodes:
                 os.killpg(p.pid, signal.SIGKILL)
                 self.injected += 1
             try:
-                _, err = p.communicate(timeout=EPISODE_TIMEOUT_S)
+                p.wait(timeout=EPISODE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
                 raise CampaignError(f"{self.run.p.name}: a driver did not end within {EPISODE_TIMEOUT_S} s"
                                     ) from None
+            _, log = self._live.pop(p.pid)
             if p.returncode not in (0, -9, 3):
-                self.failures.append(f"exit {p.returncode}: {_cause(err or '')}")
+                self.failures.append(f"exit {p.returncode}: {_cause(log.read_text(errors='replace'))} "
+                                     f"({log.name})")
+
+    def kill_all(self) -> None:
+        """Kill every driver still running (after a broken-off episode)."""
+        for p, _ in self._live.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self._live.clear()
 
     def __call__(self, f: Fault) -> None:
-        getattr(self, f"_{f.kind}")(f)
+        try:
+            getattr(self, f"_{f.kind}")(f)
+        except CampaignError:
+            self.kill_all()
+            raise
 
     def _kill(self, f: Fault) -> None:
         p = self.start()
@@ -118,7 +140,7 @@ class Episodes:
             self.injected += 1
 
     def _task(self, f: Fault) -> None:
-        p = self.start(f"{f.target}@{self.run.last_batch() + 1 + f.after}")
+        p = self.start(f"task:{f.target}@{self.run.last_batch() + 1 + f.after}")
         alive = self.wait_batches([p], f.after + 2)  # past the batch whose task died and was retried
         self.injected += 1 if alive else 0
         self.end([p], kill=alive)
@@ -161,7 +183,11 @@ class Episodes:
         self.run.close_input()
         for _ in range(3):
             p = self.start(per_trigger=RUSH)
-            self.end([p], kill=False)
+            try:
+                self.end([p], kill=False)
+            except CampaignError:
+                self.kill_all()
+                raise
             if p.returncode in (0, 3):
                 return
         raise CampaignError(f"{self.run.p.name}: the final run failed three times: {self.failures[-3:]}")

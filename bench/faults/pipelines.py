@@ -31,7 +31,7 @@ class Pipeline:
     sink: str  # kafka | jdbc
     guarantee: str
     points: tuple[str, ...]  # driver crash points of its source and sink, each crashed once
-    task_point: str  # where a task dies after preparing (Spark retries it)
+    task_point: str  # where a task dies after preparing (Spark retries it): a failpoint name
     services: tuple[str, ...]  # what a restart fault may restart under the running query
     resets: bool = False  # a checkpoint deleted and the query restarted on new input
     options: dict[str, str] = field(default_factory=dict)
@@ -44,19 +44,19 @@ class Pipeline:
 
 PIPELINES = {p.name: p for p in [
     Pipeline("kafka_to_kafka", "kafka", "kafka", "exactly_once", ("kafka.read", *KAFKA_SINK_POINTS),
-             "task:kafka.after_write", ("kafka",), resets=True),
+             "kafka.after_write", ("kafka",), resets=True),
     Pipeline("kafka_to_jdbc", "kafka", "jdbc", "exactly_once", ("kafka.read", *JDBC_SINK_POINTS),
-             "task:jdbc.after_prepare", ("kafka", "postgres"), resets=True),
+             "jdbc.after_prepare", ("kafka", "postgres"), resets=True),
     Pipeline("kafka_to_jdbc_upsert", "kafka", "jdbc", "at_least_once", ("jdbc.after_write",),
-             "task:jdbc.after_write", ("kafka", "postgres"), options={"upsertKeys": "id"}),
+             "jdbc.after_write", ("kafka", "postgres"), options={"upsertKeys": "id"}),
     Pipeline("kafka_windows_to_jdbc", "kafka", "jdbc", "exactly_once",
-             ("kafka.read", "windows.stage2", *JDBC_SINK_POINTS), "task:jdbc.after_prepare",
+             ("kafka.read", "windows.stage2", *JDBC_SINK_POINTS), "jdbc.after_prepare",
              ("kafka", "postgres"), windows=True),
     Pipeline("jms_to_jdbc", "jms", "jdbc", "exactly_once",
-             ("jms.before_ack", "jms.mid_ack", *JDBC_SINK_POINTS), "task:jdbc.after_prepare",
+             ("jms.before_ack", "jms.mid_ack", *JDBC_SINK_POINTS), "jdbc.after_prepare",
              ("artemis", "postgres")),
     Pipeline("kafka_to_kafka_alo", "kafka", "kafka", "at_least_once", ("kafka.read", "kafka.after_write"),
-             "task:kafka.after_write", ("kafka",)),
+             "kafka.after_write", ("kafka",)),
 ]}
 
 

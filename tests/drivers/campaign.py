@@ -71,6 +71,10 @@ def _count(spec: dict[str, Any]) -> int:
     try:
         with eng.connect() as c:
             return int(c.execute(sa.text(f"SELECT count(*) FROM {spec['out']}")).scalar_one())
+    except sa.exc.ProgrammingError:
+        return 0  # the sink creates the table with its first batch
+    except sa.exc.OperationalError:
+        return 0  # the database is restarting (a fault of the campaign)
     finally:
         eng.dispose()
 

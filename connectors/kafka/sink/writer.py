@@ -18,21 +18,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
-from connectors.kafka.client.connection import Conn, metadata
-from connectors.kafka.client.transactions import KafkaTxnClient, Producer, error_name
+from connectors.kafka.client.transactions import KafkaTxnClient, Producer
 from connectors.kafka.sink.config import KafkaSinkConfig
 from connectors.kafka.sink.records import Batcher, Partitioner, column_lists
+from connectors.kafka.sink.sender import Sender
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
-from spark_ext.errors import ConnectorError, SparkExtError
+from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 
 log = logging.getLogger(__name__)
 
-PRODUCE_VERSION = 9  # below 12, where transaction protocol 2 begins
-MAX_IN_FLIGHT = 5  # Kafka keeps idempotent ordering for up to 5 unacknowledged requests
 
 
 @dataclass(frozen=True)
@@ -53,65 +50,6 @@ class KafkaCommittable(Committable):
         return Producer(self.transactional_id, self.producer_id, self.epoch)
 
 
-class _Sender:
-    """Pipelined Produce requests to partition leaders; raises on any refused batch."""
-
-    def __init__(self, cfg: KafkaSinkConfig, tid: str | None, acks: int) -> None:
-        self.cfg, self.tid, self.acks = cfg, tid, acks
-        self._leaders: dict[tuple[str, int], int] = {}
-        self._brokers: dict[int, tuple[str, int]] = {}
-        self._conns: dict[int, Conn] = {}
-        self._pending: dict[int, list[tuple[tuple[str, int], int]]] = {}
-        self.counts: dict[str, int] = {}
-
-    def load(self, topics: list[str]) -> None:
-        md = metadata(self.cfg.bootstrap, topics, self.cfg.timeout_s, self.cfg.security)
-        self._brokers.update({b.node_id: (b.host, b.port) for b in md.brokers})
-        for t in md.topics:
-            if t.error_code == 0:
-                self.counts[t.name] = len(t.partitions)
-                for p in t.partitions:
-                    self._leaders[(t.name, p.partition_index)] = p.leader_id
-
-    def send(self, tp: tuple[str, int], records: bytes, count: int) -> None:
-        leader = self._leaders[tp]
-        conn = self._conns.get(leader)
-        if conn is None:
-            conn = self._conns[leader] = Conn(*self._brokers[leader], self.cfg.timeout_s, self.cfg.security)
-        pending = self._pending.setdefault(leader, [])
-        while len(pending) >= MAX_IN_FLIGHT:
-            self._receive(leader)
-        Part = ProduceRequest.TopicProduceData.PartitionProduceData
-        part = Part(index=tp[1], records=records)
-        data = ProduceRequest.TopicProduceData(name=tp[0], partition_data=[part])
-        req = ProduceRequest(transactional_id=self.tid, acks=self.acks,
-                             timeout_ms=int(self.cfg.timeout_s * 1000), topic_data=[data])
-        conn.send(req, PRODUCE_VERSION)
-        if self.acks != 0:
-            pending.append((tp, count))
-
-    def _receive(self, leader: int) -> None:
-        _tp, count = self._pending[leader].pop(0)
-        r = self._conns[leader].receive(ProduceResponse, PRODUCE_VERSION)
-        for t in r.responses:
-            for p in t.partition_responses:
-                if p.error_code:
-                    raise ConnectorError(
-                        f"Kafka refused {count} records for {t.name}-{p.index}: {error_name(p.error_code)}"
-                        f"{' (' + p.error_message + ')' if p.error_message else ''}; the task fails and "
-                        "Spark retries it in a new transaction"
-                    )
-
-    def flush(self) -> None:
-        for leader, pending in self._pending.items():
-            while pending:
-                self._receive(leader)
-
-    def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-
-
 class KafkaWriter(SinkWriter[KafkaCommittable]):
     """Writes one task's rows; prepares (exactly-once) or flushes (weaker guarantees)."""
 
@@ -130,7 +68,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
         started = int(time.time() * 1000)
         tid = cfg.txn_id(task.partition_id, task.attempt) if exactly else None
-        sender = _Sender(cfg, tid, 0 if cfg.guarantee is Guarantee.NONE else -1)
+        sender = Sender(cfg, tid, 0 if cfg.guarantee is Guarantee.NONE else -1)
         producer = Producer("", -1, -1)
         try:
             if cfg.guarantee is not Guarantee.NONE:
@@ -148,7 +86,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         return self._message(task, producer, tuple(sorted(touched)), rows, started_ms=started)
 
     def _produce(self, batches: Iterator[pa.RecordBatch], task: TaskInfo, producer: Producer,
-                 sender: _Sender, client: KafkaTxnClient, exactly: bool) -> tuple[int, set[tuple[str, int]]]:
+                 sender: Sender, client: KafkaTxnClient, exactly: bool) -> tuple[int, set[tuple[str, int]]]:
         cfg = self.cfg
         if cfg.topic:
             sender.load([cfg.topic])
