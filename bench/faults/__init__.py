@@ -67,9 +67,12 @@ def say(msg: str) -> None:
     print(f"[faults] {msg}", file=sys.stderr, flush=True)
 
 
-def campaign(p: Pipeline, tmp: Path, seed: int, crashes: int, per_trigger: int = 40) -> Outcome:
-    """Run ``p``'s seeded campaign; at least ``crashes`` faults when the input allows."""
-    faults, reserve = plan(p, seed, crashes), plan(p, seed + 1_000_003, crashes)
+def campaign(p: Pipeline, tmp: Path, seed: int, crashes: int, per_trigger: int = 40,
+             every_point: bool = True) -> Outcome:
+    """Run ``p``'s seeded campaign; at least ``crashes`` faults when the input allows.
+    ``every_point``: crash at each of the pipeline's failpoints too (``make faults``)."""
+    faults = plan(p, seed, crashes, every_point)
+    reserve = plan(p, seed + 1_000_003, crashes, every_point=False)
     # Input for every episode (each commits at most after + 3 batches) and some to spare.
     run = PipelineRun(p, tmp, per_trigger * (sum(f.after + 3 for f in faults + reserve) + 5), per_trigger)
     say(f"{p.name}: seed={seed} plan: {' '.join(map(str, faults))}")
