@@ -10,11 +10,15 @@ endif
 ifeq ($(origin PYTEST_ARGS),environment)
 PYTEST_ARGS :=
 endif
+ifeq ($(origin TEST_WORKERS),environment)
+TEST_WORKERS := 2
+endif
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 CASES ?=
 PIPELINES ?=
 
@@ -48,8 +52,13 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest -m "not spark and not services" $(PYTEST_ARGS)
 
+# Two pytest workers (most tests wait on brokers and JVMs more than they compute); tests
+# that stop and start a shared service (marker restarts_services) then run alone. Exit
+# status 5 is "no test selected", for a PYTEST_ARGS="-k ..." that selects from one part only.
 test: $(STAMP) lint services
-	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services" --durations=25 \
+	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m restarts_services --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 demo: $(STAMP) services
 	$(PY) -m examples.payments.demo

@@ -19,3 +19,20 @@ from spark_ext.failpoints import armed
 ])
 def test_armed(spec, batch, rows, fires):
     assert armed("jdbc.after_decision", batch, rows, spec) is fires
+
+
+def test_the_short_campaign_crashes_at_every_failpoint_in_the_code():
+    """A failpoint added to the code without a pipeline that reaches it would never be
+    crashed by ``make test``'s campaign: list it in a pipeline of bench/faults/pipelines.py."""
+    import re
+    from pathlib import Path
+
+    from bench.faults.campaign import short_plan
+    from bench.faults.pipelines import PIPELINES
+
+    root = Path(__file__).resolve().parent.parent
+    in_code = {m for d in ("spark_ext", "connectors") for f in (root / d).rglob("*.py")
+               for m in re.findall(r"""\bhit\(\s*["']([\w.]+)["']""", f.read_text())}
+    planned = {f.target for faults in short_plan(list(PIPELINES.values())).values() for f in faults
+               if f.kind in ("failpoint", "task")}
+    assert len(in_code) >= 16 and in_code <= planned, sorted(in_code - planned)

@@ -1,5 +1,5 @@
 """The fault campaign (``make faults``) on the real services: single faults found by it,
-kept as regression tests, and a short seeded campaign over every pipeline."""
+kept as regression tests, and a short campaign over every pipeline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
-from bench.faults.campaign import Episodes, Fault
+from bench.faults import Outcome, run_faults
+from bench.faults.campaign import Episodes, Fault, short_plan
 from bench.faults.pipelines import PIPELINES, PipelineRun, count
 from connectors.kafka import KafkaSink
 from spark_ext.commit import TaskInfo
@@ -31,6 +32,7 @@ def _assert_exactly_once(ep: Episodes) -> None:
     ep.run.cleanup()
 
 
+@pytest.mark.restarts_services
 def test_a_postgres_restart_under_a_running_query_is_ridden_out(services, tmp_path):
     """PostgreSQL restarts while Kafka -> PostgreSQL (2PC) runs, after the run committed
     two batches: the query reconnects and goes on (it used to fail at the next batch's
@@ -42,6 +44,7 @@ def test_a_postgres_restart_under_a_running_query_is_ridden_out(services, tmp_pa
     _assert_exactly_once(ep)
 
 
+@pytest.mark.restarts_services
 @pytest.mark.parametrize("guarantee", [Guarantee.EXACTLY_ONCE, Guarantee.AT_LEAST_ONCE])
 def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
     """The broker restarts between two parts of one task's rows, with produce requests in
@@ -72,17 +75,29 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
 
 
-@pytest.mark.parametrize("name", list(PIPELINES))
-def test_a_short_seeded_campaign_keeps_every_guarantee(tmp_path, services, name, capsys):
-    """What ``make faults`` does, short: one seeded fault per pipeline, a clean last run,
-    then the count. The seed is fixed so CI runs the same faults; 334 gives a different
-    kind to each pipeline (a Kafka restart, a zombie run, a kill, a PostgreSQL restart,
-    an Artemis restart, a task killed after it wrote)."""
-    from bench.faults import campaign
+SHORT = short_plan(list(PIPELINES.values()))
 
-    outcome = campaign(PIPELINES[name], tmp_path, seed=334, crashes=1, every_point=False)
+
+def _assert_held(outcome: Outcome) -> None:
     print(outcome.line())
-    assert outcome.crashes >= 1 and not outcome.error, outcome
+    assert not outcome.error and not outcome.missed, outcome
     assert outcome.lost == 0, outcome
-    if PIPELINES[name].exactly_once:
+    if PIPELINES[outcome.name].exactly_once:
         assert (outcome.duplicated, outcome.in_doubt) == (0, 0), outcome
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_a_short_campaign_crashes_every_failpoint_once_and_keeps_every_guarantee(tmp_path, services, name):
+    """What ``make faults`` does, short: across the six pipelines every failpoint once
+    (a task killed at each task point), a kill -9, a zombie run and a checkpoint reset
+    (``short_plan``), then a clean last run and the count. Every fault must strike."""
+    _assert_held(run_faults(PIPELINES[name], tmp_path, SHORT[name]))
+
+
+@pytest.mark.restarts_services
+@pytest.mark.parametrize(("name", "service"), [
+    ("kafka_to_kafka", "kafka"), ("kafka_windows_to_jdbc", "postgres"), ("jms_to_jdbc", "artemis")])
+def test_a_service_restart_under_a_running_pipeline_keeps_every_guarantee(tmp_path, services, name, service):
+    """Kafka, PostgreSQL and Artemis each restarted under a running exactly_once pipeline
+    after it committed a batch: the query rides it out, then the count."""
+    _assert_held(run_faults(PIPELINES[name], tmp_path, [Fault("restart", service, 1)]))

@@ -46,6 +46,7 @@ def run_until_written(q, url: str, table: str, rows: int) -> None:
     wait_for(lambda: any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]), "an idle trigger")
 
 
+@pytest.mark.restarts_services
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path, guarantee):
     dest, table = queue_name("restart"), table_name("jmsrs")
@@ -67,6 +68,7 @@ def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path, gua
     assert drain(services, dest) == []
 
 
+@pytest.mark.restarts_services
 def test_a_reconnect_while_a_batch_is_in_flight_reads_nothing_twice(spark, services, tmp_path):
     """The broker restarts while batch 3 runs (held by a UDF until the restart is over): its
     messages come again on the new connection, some after the batch was acknowledged, and

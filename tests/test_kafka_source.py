@@ -281,6 +281,7 @@ def test_kill_9_of_the_driver_mid_batch_then_restart_reads_every_record_once(spa
     assert sorted(r.value.decode() for r in rows) == sorted(f"v-{i}" for i in range(3600))
 
 
+@pytest.mark.restarts_services
 def test_broker_restart_mid_query_loses_and_repeats_nothing(spark, services, tmp_path):
     """Runs last in this file: it stops and restarts the local broker (only one we started)."""
     import services as local_services

@@ -25,11 +25,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.faults.campaign import CampaignError, Episodes, plan
+from bench.faults.campaign import CampaignError, Episodes, Fault, plan
 from bench.faults.pipelines import PIPELINES as SPECS
 from bench.faults.pipelines import Pipeline, PipelineRun, count
 
@@ -47,6 +47,7 @@ class Outcome:
     in_doubt: int
     guarantee: str = "exactly_once"
     error: str = ""  # the campaign was broken off (a driver hung, a last run kept failing)
+    missed: tuple[str, ...] = ()  # faults whose episode ended before they could strike
 
     @property
     def held(self) -> bool:
@@ -71,21 +72,35 @@ def campaign(p: Pipeline, tmp: Path, seed: int, crashes: int, per_trigger: int =
              every_point: bool = True) -> Outcome:
     """Run ``p``'s seeded campaign; at least ``crashes`` faults when the input allows.
     ``every_point``: crash at each of the pipeline's failpoints too (``make faults``)."""
-    faults = plan(p, seed, crashes, every_point)
-    reserve = plan(p, seed + 1_000_003, crashes, every_point=False)
+    say(f"{p.name}: seed={seed}")
+    return run_faults(p, tmp, plan(p, seed, crashes, every_point), crashes, per_trigger,
+                      reserve=plan(p, seed + 1_000_003, crashes, every_point=False),
+                      replay=f"make faults SEED={seed} FAULTS_CRASHES={crashes} PIPELINES={p.name}")
+
+
+def run_faults(p: Pipeline, tmp: Path, faults: Sequence[Fault], crashes: int | None = None,
+               per_trigger: int = 40, reserve: Sequence[Fault] = (), replay: str = "") -> Outcome:
+    """Carry out ``faults`` in order against a fresh run of ``p``, then faults from
+    ``reserve`` until ``crashes`` (default: one per fault) were injected, a last clean run,
+    and the count. A fault whose episode ended before it could strike is listed in
+    ``Outcome.missed``."""
+    crashes = len(faults) if crashes is None else crashes
     # Input for every episode (each commits at most after + 3 batches) and some to spare.
-    run = PipelineRun(p, tmp, per_trigger * (sum(f.after + 3 for f in faults + reserve) + 5), per_trigger)
-    say(f"{p.name}: seed={seed} plan: {' '.join(map(str, faults))}")
+    run = PipelineRun(p, tmp, per_trigger * (sum(f.after + 3 for f in [*faults, *reserve]) + 5), per_trigger)
+    say(f"{p.name}: plan: {' '.join(map(str, faults))}")
     ep = Episodes(run, say)
     done: list[str] = []
+    missed: list[str] = []
     error = ""
     try:
-        for f in faults + reserve:
+        for f in [*faults, *reserve]:
             if len(done) >= len(faults) and ep.injected >= crashes:
                 break
-            t0 = time.monotonic()
+            t0, before = time.monotonic(), ep.injected
             ep(f)
             done.append(str(f))
+            if ep.injected == before:
+                missed.append(str(f))
             say(f"{p.name}: {f} done in {time.monotonic() - t0:.0f} s; {ep.injected} faults injected")
         ep.final()
     except CampaignError as e:
@@ -94,14 +109,14 @@ def campaign(p: Pipeline, tmp: Path, seed: int, crashes: int, per_trigger: int =
     ids = run.committed()
     lost, duplicated = count(ids, run.expected)
     outcome = Outcome(p.name, ep.injected, len(run.expected), len(ids), lost, duplicated, run.in_doubt(),
-                      p.guarantee, error)
+                      p.guarantee, error, tuple(missed))
     for failure in ep.failures:
         say(f"{p.name}: a run ended in an error (a fault's effect): {failure}")
     if outcome.held:
         run.cleanup()
     else:
-        say(f"{p.name}: BROKEN; replay with `make faults SEED={seed} FAULTS_CRASHES={crashes} "
-            f"PIPELINES={p.name}`; faults: {' '.join(done)}; sink {run.out}, checkpoint {run.checkpoint}")
+        say(f"{p.name}: BROKEN; replay with `{replay or 'the same faults'}`; faults: {' '.join(done)}; "
+            f"sink {run.out}, checkpoint {run.checkpoint}")
     return outcome
 
 

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +53,29 @@ def plan(p: Pipeline, seed: int, crashes: int, every_point: bool = True) -> list
         f = rng.choice(menu)
         faults.append(Fault(f.kind, f.target, rng.randint(1, 3)))
     rng.shuffle(faults)
+    return faults
+
+
+def short_plan(pipelines: Sequence[Pipeline]) -> dict[str, list[Fault]]:
+    """The short campaign ``make test`` runs: every failpoint of any pipeline crashed once
+    (each driver point, and each task point as a killed task), one driver kill, one zombie
+    run (on an exactly_once pipeline) and one checkpoint reset, each given to the pipeline
+    that has the fewest faults so far among those it applies to. No service restarts: those
+    run alone (tests marked ``restarts_services``). Fixed, so CI runs the same faults every time."""
+    faults: dict[str, list[Fault]] = {p.name: [] for p in pipelines}
+
+    def give(kind: str, target: str, where: list[Pipeline]) -> None:
+        faults[min(where, key=lambda p: len(faults[p.name])).name].append(Fault(kind, target, 1))
+
+    points = dict.fromkeys(fp for p in pipelines for fp in p.points)
+    # The points fewest pipelines have go first, so a widely shared one fills the gaps.
+    for fp in sorted(points, key=lambda fp: sum(fp in p.points for p in pipelines)):
+        give("failpoint", fp, [p for p in pipelines if fp in p.points])
+    for tp in dict.fromkeys(p.task_point for p in pipelines):
+        give("task", tp, [p for p in pipelines if p.task_point == tp])
+    give("reset", "", [p for p in pipelines if p.resets])
+    give("zombie", "", [p for p in pipelines if p.exactly_once])  # where a duplicate is a failure
+    give("kill", "", list(pipelines))
     return faults
 
 
