@@ -22,7 +22,8 @@ partitions that are not idle, of each partition's latest event time, minus ``lat
 A lagging Kafka partition therefore holds the watermark back instead of having its
 events dropped as late, as Spark's global ``max - delay`` would. A partition with no
 events for ``idle_timeout`` (processing time) stops holding it back. Late events (every
-window they belong to already emitted) are dropped and counted in the log. Windows are
+window they belong to already emitted) are dropped, logged, and counted per batch in the
+query's progress (observed metrics ``windows.late_events``, see ``sliding``). Windows are
 emitted when a batch with data arrives (as with Spark's append mode, output waits for
 later input); the number of buckets must stay the same across restarts (checked).
 Idleness is measured in the batches' processing time from Spark's offset log, so a
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUCKET, KIND, PART, MAXTS, PAYLOAD = "__bucket", "__kind", "__part", "__maxts", "__payload"
+LATE = "__late"
 # What stage 1 sends to stage 2: never null, so pandas keeps every column's type. Each
 # row carries one bucket's partial frames as Arrow IPC (kind 0) or one source partition's
 # latest event time (kind 1).
@@ -100,6 +102,13 @@ class _Spec:
     stage1_schema: pa.Schema  # partial frames / sessions: keys, bucket, bounds, states
     out_schema: pa.Schema
     streaming: bool
+    metrics: str = "windows"  # the observed metrics' name in the query's progress
+
+    @property
+    def stream_schema(self) -> pa.Schema:
+        """What streaming stage 2 returns: the windows, nullable, plus the late count (null
+        on a window; set on the one row per call that carries late events)."""
+        return pa.schema([*(f.with_nullable(True) for f in self.out_schema), pa.field(LATE, pa.int64())])
 
     @property
     def group(self) -> list[str]:
@@ -115,16 +124,19 @@ def tumbling(df: DataFrame, keys: Sequence[str], timestamp: str, size: str,
 def sliding(df: DataFrame, keys: Sequence[str], timestamp: str, size: str, slide: str,
             aggs: Mapping[str, AggregateOperation], *, lateness: str = "0 seconds",
             partition_column: str | None = None, idle_timeout: str | None = "60 seconds",
-            buckets: int | None = None) -> DataFrame:
+            buckets: int | None = None, metrics: str = "windows") -> DataFrame:
     """Windows of ``size`` every ``slide`` (size a multiple of slide), per key. Driver.
 
     ``lateness``: how far behind the coalesced watermark an event may be. ``partition_column``:
     the source partition of each row (Kafka: ``partition``), coalesced over as in Jet;
-    ``None`` treats the input as one stream. Bad arguments raise ``WindowError`` here.
+    ``None`` treats the input as one stream. ``metrics``: in streaming, the name of the
+    observed metrics in the query's progress, ``late_events`` being the events dropped as
+    late in that batch (``lastProgress["observedMetrics"]["windows"]["late_events"]``); give
+    each windowed aggregation of one query its own. Bad arguments raise ``WindowError`` here.
     """
     size_us, slide_us = duration_us(size, "size"), duration_us(slide, "slide")
     spec = _spec(df, "sliding", keys, timestamp, aggs, slide_us, fr.frames_per_window(size_us, slide_us), 0,
-                 lateness, partition_column, idle_timeout, buckets)
+                 lateness, partition_column, idle_timeout, buckets, metrics)
     return _build(df, spec)
 
 
@@ -137,7 +149,7 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
         raise WindowError("timeout must be positive, e.g. '30 seconds'")
     spec = _spec(df, "session", keys, timestamp, aggs, 0, 0, gap_us, kw.pop("lateness", "0 seconds"),
                  kw.pop("partition_column", None), kw.pop("idle_timeout", "60 seconds"),
-                 kw.pop("buckets", None))
+                 kw.pop("buckets", None), kw.pop("metrics", "windows"))
     if kw:
         raise WindowError(f"unknown argument(s) {sorted(kw)}")
     return _build(df, spec)
@@ -145,7 +157,7 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
 
 def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[str, AggregateOperation],
           slide_us: int, k: int, gap_us: int, lateness: str, part_col: str | None, idle: str | None,
-          buckets: int | None) -> _Spec:
+          buckets: int | None, metrics: str) -> _Spec:
     from pyspark.sql.types import TimestampNTZType, TimestampType
 
     cols = {f.name: f.dataType for f in df.schema.fields}
@@ -188,7 +200,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     out = pa.schema([*key_fields, *bounds_out, *results])
     return _Spec(kind, tuple(keys), ts, slide_us, k, gap_us, duration_us(lateness, "lateness"),
                  duration_us(idle, "idle_timeout") if idle else None, part_col, buckets, ops, stage1, out,
-                 df.isStreaming)
+                 df.isStreaming, metrics)
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -207,11 +219,15 @@ def _build(df: DataFrame, spec: _Spec) -> DataFrame:
     grouped = partial.groupBy(BUCKET)
     if not df.isStreaming:
         return grouped.applyInArrow(_batch_stage2(spec), _spark_schema(spec.out_schema))
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    return grouped.applyInPandasWithState(
-        _stream_stage2(spec), _spark_schema(spec.out_schema), "frames binary, meta string", "append",
+    out = grouped.applyInPandasWithState(
+        _stream_stage2(spec), _spark_schema(spec.stream_schema), "frames binary, meta string", "append",
         GroupStateTimeout.NoTimeout)
+    # Late events reach the query's progress as an observed metric, per batch.
+    late = F.coalesce(F.sum(LATE), F.lit(0)).alias("late_events")
+    return out.observe(spec.metrics, late).where(F.col(LATE).isNull()).drop(LATE)
 
 
 # --- stage 1: executor, per input partition ----------------------------------------------------
@@ -347,9 +363,21 @@ def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], 
         out, keep = _emit(spec, state_table, wm_before, wm)
         meta["wm"] = wm
         state.update((_ipc(keep), json.dumps(meta)))
-        if out.num_rows:
-            yield out.to_pandas(integer_object_nulls=True)
+        if out.num_rows or late:
+            yield _with_late(spec, out, late).to_pandas(integer_object_nulls=True)
     return run
+
+
+def _with_late(spec: _Spec, out: pa.Table, late: int) -> pa.Table:
+    """The windows (late count null) and, when events were dropped, one row carrying the count."""
+    schema = spec.stream_schema
+    fields = list(schema)[:-1]
+    windows = out.cast(pa.schema(fields)).append_column(LATE, pa.nulls(out.num_rows, pa.int64()))
+    if not late:
+        return windows
+    marker = pa.table({f.name: pa.nulls(1, f.type) for f in fields} | {LATE: pa.array([late], pa.int64())},
+                      schema=schema)
+    return pa.concat_tables([windows, marker])
 
 
 def _failpoint() -> None:

@@ -194,6 +194,30 @@ def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind
     assert got["ours"] and got["ours"] == got["ref"]
 
 
+def test_late_events_are_counted_in_the_query_progress(spark, tmp_path):
+    """Events whose every window was already emitted are dropped; the query's progress says
+    how many, per batch (observed metric ``late_events``), not only the log."""
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    on_time = [{"account": "a", "ts": float(t), "amount": 1} for t in range(0, 100)]
+    later = [{"account": "a", "ts": float(t), "amount": 1} for t in range(200, 300)]
+    late = [{"account": "b", "ts": 10.0 + t, "amount": 1} for t in range(7)]  # windows 0-40 s emitted
+    _write_files(tmp_path / "src", [on_time, later, [*late, {"account": "a", "ts": 300.0, "amount": 1}]])
+    df = (spark.readStream.schema("account string, ts double, amount long").option("maxFilesPerTrigger", 1)
+          .json(str(tmp_path / "src")).withColumn("ts", F.col("ts").cast("timestamp")))
+    ours = windows.sliding(df, ["account"], "ts", "30 seconds", "10 seconds", {"n": agg.count()},
+                           lateness="5 seconds", metrics="pay_windows")
+    q = (ours.writeStream.format("memory").queryName("w_late").outputMode("append")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    assert q.awaitTermination(300), "still running after 300 s"
+    assert q.exception() is None
+    per_batch = [p["observedMetrics"]["pay_windows"]["late_events"] for p in q.recentProgress
+                 if p["numInputRows"]]
+    assert per_batch == [0, 0, 7]
+    assert spark.table("w_late").where("account = 'b'").count() == 0  # dropped, not emitted
+
+
 @pytest.mark.services
 def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_path):
     """Partition 1 lags 900 s behind partition 0. Spark's global watermark (max - delay)
