@@ -89,3 +89,37 @@ def timed_parquet_stream(spark: Any, case: str, src: str, ckpt: str, sink: Any) 
     if q.exception() is not None:
         raise BenchError(f"{case} query failed: {q.exception()}")
     return sum(p["numInputRows"] for p in q.recentProgress), dt
+
+
+def read_to_end(consumer: Any, topic: str, timeout_s: float = 120) -> list[Any]:
+    """Every record of ``topic`` up to its end offsets (the last stable offsets when
+    ``consumer`` reads ``read_committed``), read until each position reaches its end: never
+    "stop after some silence". ``consumer``: an unassigned kafka-python ``KafkaConsumer``."""
+    from kafka import TopicPartition
+
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        raise LookupError(f"no metadata for topic {topic}")
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    end = consumer.end_offsets(tps)
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while any(consumer.position(tp) < end[tp] for tp in tps):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"could not read {topic} to its end {end}")
+        for tp, recs in consumer.poll(timeout_ms=500).items():
+            out.extend(r for r in recs if r.offset < end[tp])
+    return out
+
+
+def kafka_sink_prefix(checkpoint: object) -> str:
+    """The transactional-id prefix the Kafka sink derives from ``checkpoint`` by default."""
+    from connectors.kafka.sink.config import KafkaSinkConfig
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    o = Options({"kafka.bootstrap.servers": "x:1", "topic": "t", "checkpointlocation": str(checkpoint)},
+                "hzsink")
+    return KafkaSinkConfig.parse(o, Guarantee.EXACTLY_ONCE).txn_prefix

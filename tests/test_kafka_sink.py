@@ -13,10 +13,10 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+from bench.common import kafka_sink_prefix, read_to_end
 from connectors.kafka import KafkaSink
 from connectors.kafka.client.transactions import KafkaTxnClient
 from connectors.kafka.sink.committer import TransactionTimedOutError
-from connectors.kafka.sink.config import KafkaSinkConfig
 from connectors.kafka.sink.writer import KafkaWriter
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
@@ -39,24 +39,10 @@ def read_all(where: str | Listener, topic: str, committed: bool = True) -> list:
     """Every record of ``topic`` up to its end (for read_committed: the last stable offset),
     read until the position reaches it: never "stop after some silence". ``where``: a
     plain-text bootstrap, or a listener whose credentials the reader uses."""
-    from kafka import TopicPartition
-
     c = KafkaConsumer(**_listener(where).kafka_python(), enable_auto_commit=False,
                       isolation_level="read_committed" if committed else "read_uncommitted")
     try:
-        parts = c.partitions_for_topic(topic)
-        assert parts, f"no metadata for topic {topic}"
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        end = c.end_offsets(tps)  # the last stable offsets under read_committed
-        out: list = []
-        deadline = time.monotonic() + 60
-        while any(c.position(tp) < end[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"could not read {topic} to its end {end}"
-            for recs in c.poll(timeout_ms=500).values():
-                out.extend(r for r in recs if r.offset < end[TopicPartition(r.topic, r.partition)])
-        return out
+        return read_to_end(c, topic, timeout_s=60)
     finally:
         c.close()
 
@@ -91,8 +77,7 @@ def open_transactions(where: str | Listener, prefix: str) -> list[tuple[str, int
 
 
 def prefix_of(ckpt: object) -> str:
-    o = Options({"kafka.bootstrap.servers": "x:1", "topic": "t", "checkpointlocation": str(ckpt)}, "hzsink")
-    return KafkaSinkConfig.parse(o, Guarantee.EXACTLY_ONCE).txn_prefix
+    return kafka_sink_prefix(ckpt)
 
 
 def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | None = None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import run_sql, services_env
+from bench.common import kafka_sink_prefix, read_to_end, run_sql, services_env
 from connectors.jdbc.config import checkpoint_sink_id
 
 KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
@@ -178,13 +178,8 @@ class PipelineRun:
             return int(run_sql(self.env["POSTGRES_URL"],
                                f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0])
         from connectors.kafka.client.transactions import KafkaTxnClient
-        from connectors.kafka.sink.config import KafkaSinkConfig
-        from spark_ext.guarantees import Guarantee
-        from spark_ext.options import Options
 
-        o = Options({"kafka.bootstrap.servers": "x:1", "topic": "t",
-                     "checkpointlocation": str(self.checkpoint)}, "hzsink")
-        prefix = KafkaSinkConfig.parse(o, Guarantee.EXACTLY_ONCE).txn_prefix
+        prefix = kafka_sink_prefix(self.checkpoint)
         client = KafkaTxnClient(self.env["KAFKA_BOOTSTRAP_SERVERS"])
         try:
             return len(client.list_transactions(prefix.replace(".", r"\.") + "-.*", OPEN_STATES))
@@ -230,25 +225,11 @@ def _identity(item: str) -> str:
 
 
 def _read_committed(bootstrap: str, topic: str) -> list[str]:
-    import time
+    from kafka import KafkaConsumer
 
-    from kafka import KafkaConsumer, TopicPartition
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                      isolation_level="read_committed")
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        end = c.end_offsets(tps)  # last stable offsets
-        out: list[str] = []
-        deadline = time.monotonic() + 120
-        while any(c.position(tp) < end[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {topic} to its end {end}")
-            for tp, recs in c.poll(timeout_ms=500).items():
-                out += [r.value.decode() for r in recs if r.offset < end[tp]]
-        return out
+        return [r.value.decode() for r in read_to_end(c, topic)]
     finally:
         c.close()
 

@@ -52,11 +52,12 @@ def _windows(df: Any) -> Any:
 
 
 def _sink(df: Any, spec: dict[str, Any]) -> Any:
+    if spec["sink"] == "kafka":
+        df = df.selectExpr("id AS key", "id AS value")
     w = df.writeStream.format("hzsink").option("checkpointLocation", spec["checkpoint"])
     if spec["sink"] == "kafka":
-        w = (df.selectExpr("id AS key", "id AS value").writeStream.format("hzsink")
-             .option("checkpointLocation", spec["checkpoint"]).option("connector", "kafka")
-             .option("kafka.bootstrap.servers", spec["bootstrap"]).option("topic", spec["out"]))
+        w = (w.option("connector", "kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
+             .option("topic", spec["out"]))
     else:
         w = w.option("connector", "jdbc").option("url", spec["url"]).option("dbtable", spec["out"])
     for k, v in spec.get("options", {}).items():
