@@ -24,10 +24,10 @@ events dropped as late, as Spark's global ``max - delay`` would. A partition wit
 events for ``idle_timeout`` (processing time) stops holding it back. Late events (every
 window they belong to already emitted) are dropped, logged, and counted per batch in the
 query's progress (observed metrics ``windows.late_events``, see ``sliding``). Windows are
-emitted when a batch with data arrives (as with Spark's append mode, output waits for
-later input); the number of buckets must stay the same across restarts (checked).
-Idleness is measured in the batches' processing time from Spark's offset log, so a
-replayed batch decides the same, and time the query was down counts for no partition.
+emitted when a batch with data arrives, and with ``emit_when_idle`` also when partitions
+go idle without new input (Spark's processing-time timeouts wake the buckets); the
+number of buckets must stay the same across restarts (checked). The clock (watermark and
+idleness) is ``spark_ext.clock``.
 
 Sessions are merged per input partition before the shuffle, so the late rule applies to
 a partial session as a whole (dropped only when it ends at or before the watermark), as
@@ -53,6 +53,7 @@ from spark_ext import aggregate as agg
 from spark_ext import compat, failpoints
 from spark_ext import frames as fr
 from spark_ext.aggregate import AggregateOperation
+from spark_ext.clock import MIN, Clock
 from spark_ext.frames import WindowError
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ LATE = "__late"
 WIRE = pa.schema([pa.field(BUCKET, pa.int64()), pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()),
                   pa.field(MAXTS, pa.int64()), pa.field(PAYLOAD, pa.binary())])
 _COUNT = "hzn"  # hidden event count: emptiness and late-event accounting
-_MIN = -(2**62)
+_MIN = MIN
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
           "hour": 3600 * 10**6, "day": 86400 * 10**6}
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
@@ -103,6 +104,7 @@ class _Spec:
     out_schema: pa.Schema
     streaming: bool
     metrics: str = "windows"  # the observed metrics' name in the query's progress
+    emit_when_idle: bool = False  # wake idle buckets (Spark's processing-time timeouts)
 
     @property
     def stream_schema(self) -> pa.Schema:
@@ -124,7 +126,7 @@ def tumbling(df: DataFrame, keys: Sequence[str], timestamp: str, size: str,
 def sliding(df: DataFrame, keys: Sequence[str], timestamp: str, size: str, slide: str,
             aggs: Mapping[str, AggregateOperation], *, lateness: str = "0 seconds",
             partition_column: str | None = None, idle_timeout: str | None = "60 seconds",
-            buckets: int | None = None, metrics: str = "windows") -> DataFrame:
+            buckets: int | None = None, metrics: str = "windows", emit_when_idle: bool = False) -> DataFrame:
     """Windows of ``size`` every ``slide`` (size a multiple of slide), per key. Driver.
 
     ``lateness``: how far behind the coalesced watermark an event may be. ``partition_column``:
@@ -132,11 +134,16 @@ def sliding(df: DataFrame, keys: Sequence[str], timestamp: str, size: str, slide
     ``None`` treats the input as one stream. ``metrics``: in streaming, the name of the
     observed metrics in the query's progress, ``late_events`` being the events dropped as
     late in that batch (``lastProgress["observedMetrics"]["windows"]["late_events"]``); give
-    each windowed aggregation of one query its own. Bad arguments raise ``WindowError`` here.
+    each windowed aggregation of one query its own. ``emit_when_idle``: in streaming, emit
+    the windows the watermark passes while no input arrives (a partition going idle, or the
+    input stopping), within about one trigger interval; it needs a ``processingTime``
+    trigger (Spark then runs a batch every trigger, and would never end an ``availableNow``
+    query) and an ``idle_timeout`` of at least twice the trigger interval. Bad arguments
+    raise ``WindowError`` here.
     """
     size_us, slide_us = duration_us(size, "size"), duration_us(slide, "slide")
     spec = _spec(df, "sliding", keys, timestamp, aggs, slide_us, fr.frames_per_window(size_us, slide_us), 0,
-                 lateness, partition_column, idle_timeout, buckets, metrics)
+                 lateness, partition_column, idle_timeout, buckets, metrics, emit_when_idle)
     return _build(df, spec)
 
 
@@ -149,7 +156,7 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
         raise WindowError("timeout must be positive, e.g. '30 seconds'")
     spec = _spec(df, "session", keys, timestamp, aggs, 0, 0, gap_us, kw.pop("lateness", "0 seconds"),
                  kw.pop("partition_column", None), kw.pop("idle_timeout", "60 seconds"),
-                 kw.pop("buckets", None), kw.pop("metrics", "windows"))
+                 kw.pop("buckets", None), kw.pop("metrics", "windows"), kw.pop("emit_when_idle", False))
     if kw:
         raise WindowError(f"unknown argument(s) {sorted(kw)}")
     return _build(df, spec)
@@ -157,7 +164,7 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
 
 def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[str, AggregateOperation],
           slide_us: int, k: int, gap_us: int, lateness: str, part_col: str | None, idle: str | None,
-          buckets: int | None, metrics: str) -> _Spec:
+          buckets: int | None, metrics: str, emit_when_idle: bool) -> _Spec:
     from pyspark.sql.types import TimestampNTZType, TimestampType
 
     cols = {f.name: f.dataType for f in df.schema.fields}
@@ -171,6 +178,9 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
                           "integer source partition (the Kafka source's 'partition' column)")
     if not isinstance(cols[ts], TimestampType | TimestampNTZType):
         raise WindowError(f"timestamp column {ts!r} has type {cols[ts].simpleString()}; cast it to timestamp")
+    if emit_when_idle and not idle:
+        raise WindowError("emit_when_idle needs an idle_timeout (e.g. '60 seconds'): without one no "
+                          "partition ever goes idle")
     if not aggs:
         raise WindowError("aggs is empty; give at least one, e.g. {'n': aggregate.count()}")
     ops: dict[str, AggregateOperation] = {**aggs, _COUNT: agg.count()}
@@ -200,7 +210,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     out = pa.schema([*key_fields, *bounds_out, *results])
     return _Spec(kind, tuple(keys), ts, slide_us, k, gap_us, duration_us(lateness, "lateness"),
                  duration_us(idle, "idle_timeout") if idle else None, part_col, buckets, ops, stage1, out,
-                 df.isStreaming, metrics)
+                 df.isStreaming, metrics, emit_when_idle)
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -224,7 +234,7 @@ def _build(df: DataFrame, spec: _Spec) -> DataFrame:
 
     out = grouped.applyInPandasWithState(
         _stream_stage2(spec), _spark_schema(spec.stream_schema), "frames binary, meta string", "append",
-        GroupStateTimeout.NoTimeout)
+        GroupStateTimeout.ProcessingTimeTimeout if spec.emit_when_idle else GroupStateTimeout.NoTimeout)
     # Late events reach the query's progress as an observed metric, per batch.
     late = F.coalesce(F.sum(LATE), F.lit(0)).alias("late_events")
     return out.observe(spec.metrics, late).where(F.col(LATE).isNull()).drop(LATE)
@@ -327,32 +337,23 @@ def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], 
         _failpoint()
         import pandas as pd
 
-        wire = pd.concat(list(pdfs), ignore_index=True)
+        chunks = list(pdfs)  # none when Spark wakes an idle bucket (emit_when_idle)
+        wire = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame({c: [] for c in WIRE.names})
         if state.exists:
             frames_blob, meta_text = state.get
             kept = pa.ipc.open_stream(frames_blob).read_all()
             meta = json.loads(meta_text)
         else:
-            kept, meta = None, {"wm": _MIN, "parts": {}, "late": 0, "buckets": spec.buckets}
+            kept, meta = None, {**Clock.fresh(), "late": 0, "buckets": spec.buckets}
         if meta.get("buckets", spec.buckets) != spec.buckets:
             raise WindowError(f"this checkpoint's window state was built with buckets={meta['buckets']}, "
                               f"now {spec.buckets}; pass buckets={meta['buckets']} (keys would move)")
         # The batch's processing time from the offset log: the same when a batch is replayed.
         now = float(state.getCurrentProcessingTimeMs()) * 1000
-        if spec.idle_us is not None and now - meta.get("now", now) > spec.idle_us:
-            # The query was down (or no data came at all): that is nobody's idleness.
-            gap = now - meta["now"]
-            meta["parts"] = {p: [v[0], v[1] + gap] for p, v in meta["parts"].items()}
-        meta["now"] = now
+        clock = Clock(spec.lateness_us, spec.idle_us)
         kind = wire[KIND].to_numpy()
-        for p, t in zip(wire[PART].to_numpy()[kind == 1], wire[MAXTS].to_numpy()[kind == 1], strict=True):
-            old = meta["parts"].get(str(p), [_MIN, 0])
-            meta["parts"][str(p)] = [max(old[0], int(t)), now]
-        wm_before = int(meta["wm"])
-        active = [v[0] for v in meta["parts"].values()
-                  if spec.idle_us is None or now - v[1] <= spec.idle_us] or \
-            [v[0] for v in meta["parts"].values()]
-        wm = max(wm_before, min(active) - spec.lateness_us) if active else wm_before
+        seen = zip(wire[PART].to_numpy()[kind == 1], wire[MAXTS].to_numpy()[kind == 1], strict=True)
+        wm_before, wm = clock.advance(meta, now, seen)
         new = _partials(spec, kind, wire[PAYLOAD].tolist())
         new, late = _drop_late(spec, new, wm_before)
         if late:
@@ -361,8 +362,10 @@ def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], 
                         "%s in total); raise 'lateness' to keep them", late, meta["late"])
         state_table = pa.concat_tables([t for t in (kept, new) if t is not None])
         out, keep = _emit(spec, state_table, wm_before, wm)
-        meta["wm"] = wm
         state.update((_ipc(keep), json.dumps(meta)))
+        wake = clock.wake_in(meta, now) if spec.emit_when_idle else None
+        if wake is not None:
+            state.setTimeoutDuration(int(wake // 1000))
         if out.num_rows or late:
             yield _with_late(spec, out, late).to_pandas(integer_object_nulls=True)
     return run

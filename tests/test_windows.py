@@ -276,6 +276,62 @@ def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_p
     assert spark_n == {w: n for w, n in expected.items() if w not in (130.0, 140.0, 150.0)}
 
 
+@pytest.mark.services
+def test_windows_close_when_the_input_goes_idle(spark, services, tmp_path):
+    """Partition 1's events end at 120 s, partition 0's at 160 s, then the input stops.
+    The first batch emits only what partition 1 allows (windows ending by 120 s). With
+    ``emit_when_idle``, once ``idle_timeout`` passes without input no partition holds the
+    watermark back: every window ending by 160 s is emitted, once, without another event
+    arriving, while the query keeps running."""
+    import time
+    from collections import Counter
+
+    from pyspark.sql import functions as F
+
+    from tests.kafka_util import create_topic, produce
+    from tests.test_kafka_source import wait_for
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "idle")
+    sent = {0: list(range(100, 161)), 1: list(range(100, 121))}
+    for part, secs in sent.items():
+        produce(bootstrap, topic, [(part, b"k", json.dumps({"account": "a", "s": s}).encode()) for s in secs])
+    df = (spark.readStream.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").load()
+          .select("partition",
+                  F.from_json(F.col("value").cast("string"), "account string, s long").alias("j"))
+          .select("partition", "j.account", F.timestamp_seconds("j.s").alias("ts")))
+    ours = windows.tumbling(df, ["account"], "ts", "10 seconds", {"n": agg.count()},
+                            partition_column="partition", idle_timeout="3 seconds", emit_when_idle=True)
+    q = (ours.writeStream.format("memory").queryName("w_idle").outputMode("append")
+         .option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="500 milliseconds").start())
+    latest = max(max(v) for v in sent.values())
+    expected = {float(w): n for w, n in Counter(s // 10 * 10 for v in sent.values() for s in v).items()
+                if w + 10 <= latest}
+
+    def emitted() -> dict[float, int]:
+        return {r.window_start.timestamp(): r.n for r in spark.table("w_idle").collect()}
+
+    try:
+        wait_for(lambda: any(p["numInputRows"] for p in q.recentProgress) or not q.isActive, "the data batch")
+        first = emitted()
+        assert first == {w: n for w, n in expected.items() if w + 10 <= max(sent[1])}, first
+        t0 = time.monotonic()
+        wait_for(lambda: len(emitted()) >= len(expected) or not q.isActive, "the idle windows", timeout=60)
+        waited = time.monotonic() - t0
+        seen = len(q.recentProgress)
+        wait_for(lambda: len(q.recentProgress) >= seen + 4, "four more triggers")
+        assert q.isActive, q.exception()
+        rows = spark.table("w_idle").collect()
+        assert len(rows) == len(expected) and emitted() == expected, rows  # each window once
+        assert waited < 3 + 15, f"idle windows came {waited:.1f} s after the data batch"
+    finally:
+        q.stop()
+
+
 def test_kill_9_then_restart_emits_every_window_once(spark, tmp_path):
     from pyspark.sql import functions as F
 
