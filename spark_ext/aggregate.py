@@ -37,12 +37,12 @@ import pyarrow as pa
 from spark_ext.columnar import (
     AggregateError,
     Grouping,
-    _merge,
-    _reduce,
-    _safe,
-    _to_arrow,
     column,
     group_rows,
+    merge_values,
+    nonzero_divisor,
+    reduce_by_group,
+    to_arrow_array,
     to_numpy,
 )
 
@@ -182,13 +182,13 @@ class UserAggregate(AggregateOperation):
 
     def accumulate_states(self, table: pa.Table, groups: Grouping) -> States:
         return {c.name: np.bincount(groups.ids, minlength=groups.count).astype(np.int64) if c.input is None
-                else _reduce(c.fn, *c.values(table), groups) for c in self.columns}
+                else reduce_by_group(c.fn, *c.values(table), groups) for c in self.columns}
 
     def combine_states(self, states: States, groups: Grouping) -> States:
-        return {c.name: _reduce(_COMBINE[c.fn], states[c.name], None, groups) for c in self.columns}
+        return {c.name: reduce_by_group(_COMBINE[c.fn], states[c.name], None, groups) for c in self.columns}
 
     def merge(self, a: States, b: States) -> States:
-        return {c.name: _merge(c.fn, a[c.name], b[c.name]) for c in self.columns}
+        return {c.name: merge_values(c.fn, a[c.name], b[c.name]) for c in self.columns}
 
     def deduct(self, a: States, b: States) -> States:
         if not self.can_deduct:
@@ -267,9 +267,9 @@ class _CoMoments(AggregateOperation):
             shift = np.zeros(c)
             shift[ids] = x
             d = x - shift[ids]
-            m0 = np.bincount(ids, weights=d, minlength=c) / _safe(n)
+            m0 = np.bincount(ids, weights=d, minlength=c) / nonzero_divisor(n)
             d = d - m0[ids]
-            m1 = np.bincount(ids, weights=d, minlength=c) / _safe(n)
+            m1 = np.bincount(ids, weights=d, minlength=c) / nonzero_divisor(n)
             shifts.append(shift)
             means.append(m0 + m1)
             resid.append(d - m1[ids])
@@ -286,7 +286,7 @@ class _CoMoments(AggregateOperation):
             shifts.append(shift)
         rel = self._means(states, [s[ids] for s in shifts])
         total = np.rint(np.bincount(ids, weights=n, minlength=c)).astype(np.int64)
-        means = [np.bincount(ids, weights=n * d, minlength=c) / _safe(total) for d in rel]
+        means = [np.bincount(ids, weights=n * d, minlength=c) / nonzero_divisor(total) for d in rel]
         dev = [d - m[ids] for d, m in zip(rel, means, strict=True)]
         m2 = np.bincount(ids, weights=states[self.m2] + n * dev[0] * dev[0], minlength=c)
         cxy = (np.bincount(ids, weights=states["cxy"] + n * dev[0] * dev[-1], minlength=c)
@@ -297,7 +297,7 @@ class _CoMoments(AggregateOperation):
         shifts = [a[f"shift{x}"] for x in self.axes]
         da, db = self._means(a, shifts), self._means(b, shifts)
         n = a["n"] + b["n"]
-        w = b["n"] / _safe(n)  # Spark's form mean_a + delta * n_b / n keeps equal means exact
+        w = b["n"] / nonzero_divisor(n)  # Spark's form mean_a + delta * n_b / n keeps equal means exact
         delta = [q - p for p, q in zip(da, db, strict=True)]
         means = [p + d * w for p, d in zip(da, delta, strict=True)]
         m2 = a[self.m2] + b[self.m2] + delta[0] * delta[0] * a["n"] * w
@@ -311,11 +311,11 @@ class _CoMoments(AggregateOperation):
         shifts = [a[f"shift{x}"] for x in self.axes]
         db = self._means(b, shifts)
         nr = a["n"] - b["n"]
-        ratio = b["n"] / _safe(nr)
+        ratio = b["n"] / nonzero_divisor(nr)
         means = [np.where(nr > 0, a[f"mean{x}"] + (a[f"mean{x}"] - q) * ratio, 0.0)
                  for x, q in zip(self.axes, db, strict=True)]
         delta = [q - m for q, m in zip(db, means, strict=True)]
-        f = b["n"] * nr / _safe(a["n"])
+        f = b["n"] * nr / nonzero_divisor(a["n"])
         m2 = a[self.m2] - b[self.m2] - delta[0] * delta[0] * f
         flat = (nr <= 1) | (m2 <= _DEDUCT_NOISE * a[self.m2])
         cxy = np.where(flat, 0.0, a["cxy"] - b["cxy"] - delta[0] * delta[-1] * f) if "cxy" in a else None
@@ -327,7 +327,7 @@ class _CoMoments(AggregateOperation):
             m2x = states["m2x"]
             return pa.array(states["cxy"] / np.where(m2x == 0, 1.0, m2x), mask=m2x == 0)
         samp = self.result.endswith("samp")
-        value = states["m2"] / _safe(n - 1 if samp else n)
+        value = states["m2"] / nonzero_divisor(n - 1 if samp else n)
         if self.result.startswith("stddev"):
             value = np.sqrt(value)
         return pa.array(value, mask=n < (2 if samp else 1))
@@ -357,7 +357,7 @@ def sum(c: str) -> AggregateOperation:  # shadows the builtin on purpose: Spark'
 def avg(c: str) -> AggregateOperation:
     """Spark ``avg(c)``: float64 mean of the non-null values."""
     cols = [StateColumn("n", "count", c), StateColumn("sum", "sum", c, as_float=True)]
-    return UserAggregate((c,), cols, lambda s: pa.array(s["sum"] / _safe(s["n"]), mask=s["n"] == 0),
+    return UserAggregate((c,), cols, lambda s: pa.array(s["sum"] / nonzero_divisor(s["n"]), mask=s["n"] == 0),
                          pa.float64(), f"avg({c})")
 
 
@@ -423,7 +423,7 @@ def write_states(cols: dict[str, pa.Array], prefix: str, states: States,
                  types: Mapping[str, pa.DataType]) -> None:
     """Add ``states`` to ``cols`` as columns ``{prefix}__{state}`` of the given Arrow types."""
     for name, type_ in types.items():
-        cols[f"{prefix}__{name}"] = _to_arrow(states[name], type_)
+        cols[f"{prefix}__{name}"] = to_arrow_array(states[name], type_)
 
 
 def accumulate_all(events: pa.Table, group_cols: Sequence[str],

@@ -81,12 +81,15 @@ def to_numpy(arr: pa.Array, name: str = "value") -> tuple[np.ndarray, np.ndarray
     return arr.fill_null(0).to_numpy(zero_copy_only=False), valid
 
 
-def _to_arrow(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+def to_arrow_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``type_`` (cast only when NumPy's type differs)."""
     arr = pa.array(values)
     return arr if arr.type == type_ else arr.cast(type_)
 
 
-def _reduce(fn: str, values: np.ndarray, valid: np.ndarray | None, g: Grouping) -> np.ndarray:
+def reduce_by_group(fn: str, values: np.ndarray, valid: np.ndarray | None, g: Grouping) -> np.ndarray:
+    """One ``fn`` (count, sum, min or max) per group of ``g`` over the ``valid`` values;
+    empty groups hold the function's identity."""
     ids = g.ids if valid is None else g.ids[valid]
     values = values if valid is None else values[valid]
     if fn == "count":
@@ -109,7 +112,8 @@ def _reduce(fn: str, values: np.ndarray, valid: np.ndarray | None, g: Grouping) 
     return out
 
 
-def _merge(fn: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def merge_values(fn: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two partial results of ``fn``, element-wise, combined into one."""
     if fn in ("count", "sum"):
         return a + b
     with np.errstate(invalid="ignore"):
@@ -118,5 +122,6 @@ def _merge(fn: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.maximum(a, b)
 
 
-def _safe(n: np.ndarray) -> np.ndarray:
+def nonzero_divisor(n: np.ndarray) -> np.ndarray:
+    """Counts as float divisors, 0 replaced by 1 (the caller masks those results as null)."""
     return np.where(n > 0, n, 1).astype(np.float64)

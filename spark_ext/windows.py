@@ -26,8 +26,12 @@ window they belong to already emitted) are dropped, logged, and counted per batc
 query's progress (observed metrics ``windows.late_events``, see ``sliding``). Windows are
 emitted when a batch with data arrives, and with ``emit_when_idle`` also when partitions
 go idle without new input (Spark's processing-time timeouts wake the buckets); the
-number of buckets must stay the same across restarts (checked). The clock (watermark and
-idleness) is ``spark_ext.clock``.
+number of buckets must stay the same across restarts (checked).
+
+Stage 2 is three parts, as bytewax splits clock, windower and logic: the clock (coalesced
+watermark, idleness) is ``spark_ext.clock``; the windower (which windows a partial belongs
+to, which are closed, what is late) is ``spark_ext.windower``; how partials travel and the
+state persists is ``spark_ext.window_state``. This module wires them into Spark.
 
 Sessions are merged per input partition before the shuffle, so the late rule applies to
 a partial session as a whole (dropped only when it ends at or before the watermark), as
@@ -38,23 +42,23 @@ with the default Spark drops late events one by one. In-order input (or disorder
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from spark_ext import aggregate as agg
 from spark_ext import compat, failpoints
 from spark_ext import frames as fr
+from spark_ext import window_state as ws
 from spark_ext.aggregate import AggregateOperation
 from spark_ext.clock import MIN, Clock
 from spark_ext.frames import WindowError
+from spark_ext.window_state import BUCKET, KIND, MAXTS, PART, PAYLOAD, WIRE
+from spark_ext.windower import SessionWindower, SlidingWindower, Windower, drop_late
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,15 +66,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BUCKET, KIND, PART, MAXTS, PAYLOAD = "__bucket", "__kind", "__part", "__maxts", "__payload"
 LATE = "__late"
-# What stage 1 sends to stage 2: never null, so pandas keeps every column's type. Each
-# row carries one bucket's partial frames as Arrow IPC (kind 0) or one source partition's
-# latest event time (kind 1).
-WIRE = pa.schema([pa.field(BUCKET, pa.int64()), pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()),
-                  pa.field(MAXTS, pa.int64()), pa.field(PAYLOAD, pa.binary())])
 _COUNT = "hzn"  # hidden event count: emptiness and late-event accounting
-_MIN = MIN
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
           "hour": 3600 * 10**6, "day": 86400 * 10**6}
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
@@ -115,6 +112,13 @@ class _Spec:
     @property
     def group(self) -> list[str]:
         return [*self.keys, BUCKET]
+
+    @property
+    def windower(self) -> Windower:
+        if self.kind == "sliding":
+            k = self.frames_per_window
+            return SlidingWindower(tuple(self.group), self.ts, self.ops, self.slide_us, k)
+        return SessionWindower(tuple(self.group), self.ts, self.ops, self.gap_us)
 
 
 def tumbling(df: DataFrame, keys: Sequence[str], timestamp: str, size: str,
@@ -233,7 +237,7 @@ def _build(df: DataFrame, spec: _Spec) -> DataFrame:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     out = grouped.applyInPandasWithState(
-        _stream_stage2(spec), _spark_schema(spec.stream_schema), "frames binary, meta string", "append",
+        _stream_stage2(spec), _spark_schema(spec.stream_schema), ws.STATE_SCHEMA, "append",
         GroupStateTimeout.ProcessingTimeTimeout if spec.emit_when_idle else GroupStateTimeout.NoTimeout)
     # Late events reach the query's progress as an observed metric, per batch.
     late = F.coalesce(F.sum(LATE), F.lit(0)).alias("late_events")
@@ -244,125 +248,68 @@ def _build(df: DataFrame, spec: _Spec) -> DataFrame:
 
 
 def _stage1(spec: _Spec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    windower = spec.windower
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         chunks = [b for b in batches if b.num_rows]
         if not chunks:  # Spark calls us for empty partitions too
             return
         events = pa.Table.from_batches(chunks)
-        if spec.kind == "sliding":
-            part = fr.accumulate_frames(events, spec.group, spec.ts, spec.slide_us, spec.ops)
-        else:
-            part = fr.partial_sessions(events, spec.group, spec.ts, spec.gap_us, spec.ops)
-        part = part.select(spec.stage1_schema.names).cast(spec.stage1_schema)
-        buckets = part.column(BUCKET).to_numpy()
-        order = np.argsort(buckets, kind="stable")
-        sb = buckets[order]
-        starts: list[int] = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]]).tolist() if len(order) else []
-        ends = [*starts[1:], len(order)]
-        ids = [int(buckets[order[i]]) for i in starts]
-        payloads = [_ipc(part.take(pa.array(order[i:j]))) for i, j in zip(starts, ends, strict=True)]
-        n = len(ids)
-        rows: dict[str, list[Any]] = {BUCKET: ids, KIND: [0] * n, PART: [-1] * n, MAXTS: [_MIN] * n,
-                                      PAYLOAD: payloads}
+        part = windower.fold(events).select(spec.stage1_schema.names).cast(spec.stage1_schema)
+        rows = [ws.partial_rows(part)]
         if spec.streaming:
-            wm = _watermark_rows(spec, events)
-            for k in rows:
-                rows[k] = rows[k] + wm[k]
-        yield pa.RecordBatch.from_pydict(rows, schema=WIRE)
+            parts = events.column(spec.part_col) if spec.part_col else None
+            rows.append(ws.watermark_rows(events.column(spec.ts), parts, spec.buckets))
+        yield ws.wire_batch(*rows)
     return run
-
-
-def _watermark_rows(spec: _Spec, events: pa.Table) -> dict[str, list[Any]]:
-    """One row per (bucket, source partition): the latest event time this task saw there."""
-    ts = events.column(spec.ts).cast(pa.int64())
-    t = pa.table({"p": events.column(spec.part_col).cast(pa.int64()) if spec.part_col
-                  else pa.array(np.zeros(events.num_rows, np.int64)), "ts": ts})
-    latest = t.drop_null().group_by("p").aggregate([("ts", "max")])
-    parts, maxts = latest.column("p").to_pylist(), latest.column("ts_max").to_pylist()
-    n = spec.buckets * len(parts)
-    return {BUCKET: [b for b in range(spec.buckets) for _ in parts], KIND: [1] * n,
-            PART: parts * spec.buckets, MAXTS: maxts * spec.buckets, PAYLOAD: [b""] * n}
-
-
-def _partials(spec: _Spec, kinds: np.ndarray, payloads: Sequence[bytes]) -> pa.Table:
-    tables = [pa.ipc.open_stream(p).read_all() for k, p in zip(kinds, payloads, strict=True) if k == 0]
-    return pa.concat_tables(tables) if tables else spec.stage1_schema.empty_table()
 
 
 # --- stage 2: per bucket -------------------------------------------------------------------------
 
 
 def _emit(spec: _Spec, state: pa.Table, wm_before: int, wm: int) -> tuple[pa.Table, pa.Table]:
-    """(windows to emit, state to keep) once the watermark moved from ``wm_before`` to ``wm``."""
-    ops = spec.ops
-    if spec.kind == "sliding":
-        state = fr.combine_frames(state, spec.group, ops)
-        before = None if wm_before <= _MIN else fr.frames_closed_by(wm_before, spec.slide_us)
-        upto = None if wm >= -_MIN else fr.frames_closed_by(wm, spec.slide_us)
-        if before is not None and upto is not None and upto <= before:
-            return spec.out_schema.empty_table(), state  # the watermark did not close a frame
-        out = fr.sliding(state, spec.group, ops, spec.frames_per_window, spec.slide_us,
-                         emit_from_frame=before, emit_before_frame=upto)
-        keep = state if upto is None else fr.purge_frames(state, spec.frames_per_window, upto)
-    else:
-        merged = fr.merge_sessions(state, spec.group, ops)
-        closed, keep = fr.split_sessions(merged, wm)
-        out = fr.finish_sessions(closed, ops)
-        out = out.rename_columns([{fr.SESSION_START: "window_start", fr.SESSION_END: "window_end"}.get(c, c)
-                                  for c in out.column_names])
-    return _output(spec, out), keep
-
-
-def _output(spec: _Spec, out: pa.Table) -> pa.Table:
-    return out.select(spec.out_schema.names).cast(spec.out_schema)
+    """(windows to emit, in the output schema; partials to keep) once the watermark moved."""
+    out, keep = spec.windower.emit(state, wm_before, wm)
+    if out is None:
+        return spec.out_schema.empty_table(), keep
+    return out.select(spec.out_schema.names).cast(spec.out_schema), keep
 
 
 def _batch_stage2(spec: _Spec) -> Callable[[pa.Table], pa.Table]:
     def run(table: pa.Table) -> pa.Table:
-        partial = _partials(spec, table.column(KIND).to_numpy(), table.column(PAYLOAD).to_pylist())
-        out, _ = _emit(spec, partial, _MIN, -_MIN)
+        partial = ws.read_partials(table.column(KIND).to_numpy(), table.column(PAYLOAD).to_pylist(),
+                                   spec.stage1_schema)
+        out, _ = _emit(spec, partial, MIN, -MIN)
         return out
     return run
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue()
-
-
 def _stream_stage2(spec: _Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """Per bucket and batch: the clock moves the watermark, late partials are dropped, the
+    new ones join the kept state, the windows the watermark closed are emitted."""
+    clock = Clock(spec.lateness_us, spec.idle_us)
+    windower = spec.windower
+
     def run(key: Any, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         _failpoint()
         import pandas as pd
 
         chunks = list(pdfs)  # none when Spark wakes an idle bucket (emit_when_idle)
         wire = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame({c: [] for c in WIRE.names})
-        if state.exists:
-            frames_blob, meta_text = state.get
-            kept = pa.ipc.open_stream(frames_blob).read_all()
-            meta = json.loads(meta_text)
-        else:
-            kept, meta = None, {**Clock.fresh(), "late": 0, "buckets": spec.buckets}
-        if meta.get("buckets", spec.buckets) != spec.buckets:
-            raise WindowError(f"this checkpoint's window state was built with buckets={meta['buckets']}, "
-                              f"now {spec.buckets}; pass buckets={meta['buckets']} (keys would move)")
+        kept, meta = ws.load(state, spec.buckets)
         # The batch's processing time from the offset log: the same when a batch is replayed.
         now = float(state.getCurrentProcessingTimeMs()) * 1000
-        clock = Clock(spec.lateness_us, spec.idle_us)
         kind = wire[KIND].to_numpy()
-        seen = zip(wire[PART].to_numpy()[kind == 1], wire[MAXTS].to_numpy()[kind == 1], strict=True)
+        seen = ws.read_seen(kind, wire[PART].to_numpy(), wire[MAXTS].to_numpy())
         wm_before, wm = clock.advance(meta, now, seen)
-        new = _partials(spec, kind, wire[PAYLOAD].tolist())
-        new, late = _drop_late(spec, new, wm_before)
+        new = ws.read_partials(kind, wire[PAYLOAD].tolist(), spec.stage1_schema)
+        new, late = drop_late(windower, new, wm_before, f"{_COUNT}__n")  # the hidden count op's state
         if late:
             meta["late"] += late
             log.warning("dropped %s late events (every window they belong to was already emitted; "
                         "%s in total); raise 'lateness' to keep them", late, meta["late"])
-        state_table = pa.concat_tables([t for t in (kept, new) if t is not None])
-        out, keep = _emit(spec, state_table, wm_before, wm)
-        state.update((_ipc(keep), json.dumps(meta)))
+        out, keep = _emit(spec, pa.concat_tables([t for t in (kept, new) if t is not None]), wm_before, wm)
+        ws.save(state, keep, meta)
         wake = clock.wake_in(meta, now) if spec.emit_when_idle else None
         if wake is not None:
             state.setTimeoutDuration(int(wake // 1000))
@@ -386,18 +333,3 @@ def _with_late(spec: _Spec, out: pa.Table, late: int) -> pa.Table:
 def _failpoint() -> None:
     ident = compat.task_identity()
     failpoints.hit("windows.stage2", ident.batch_id if ident is not None else None)
-
-
-def _drop_late(spec: _Spec, new: pa.Table, wm: int) -> tuple[pa.Table, int]:
-    """Partial frames / sessions whose every window closed at ``wm`` already: (kept, events dropped)."""
-    if wm <= _MIN or new.num_rows == 0:
-        return new, 0
-    if spec.kind == "sliding":
-        last_end = (new.column(fr.FRAME).to_numpy() + spec.frames_per_window) * spec.slide_us
-    else:
-        last_end = new.column(fr.SESSION_END).to_numpy()
-    late = last_end <= wm
-    if not late.any():
-        return new, 0
-    dropped = int(new.column(f"{_COUNT}__n").to_numpy()[late].sum())  # the hidden count op
-    return new.filter(pa.array(~late)), dropped
