@@ -18,7 +18,7 @@ def _conn(services) -> stomp.Connection12:
     return c
 
 
-def send(services, dest: str, bodies: list[str], headers: dict[str, str] | None = None) -> None:
+def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str, str] | None = None) -> None:
     c = _conn(services)
     try:
         for b in bodies:
