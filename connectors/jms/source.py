@@ -8,9 +8,10 @@ snapshot:
    batch (commit log N written): in ``commit(end)``, or in the next ``latestOffset``,
    whose ``start`` Spark only hands over once that batch committed.
 2. **Message IDs in the snapshot.** With ``exactly_once`` the offset of batch N, which
-   Spark writes to its offset log *before* N runs, is ``{"seq": N, "ids": [...],
+   Spark writes to its offset log *before* N runs, is ``{"seq": N, "ids": "...",
    "carry": [...]}``: the IDs of N's messages (by default the broker's ``message-id``;
-   option ``messageIdHeader`` names an application header such as a payment id).
+   option ``messageIdHeader`` names an application header such as a payment id), packed
+   into one short string (``ids.py``).
 
 What a restart finds, and what happens:
 
@@ -66,6 +67,7 @@ from pyspark.sql.types import (
 
 from connectors.jms.client import Message, StompReceiver
 from connectors.jms.config import JmsSourceConfig
+from connectors.jms.ids import pack_ids, unpack_ids
 from spark_ext import failpoints
 from spark_ext.connector import SourceConnector
 from spark_ext.errors import ConnectorError
@@ -238,7 +240,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         if int(start["seq"]) not in self._acked_seqs:
             # Committed by an earlier run of this query, maybe never acknowledged: its
             # redeliveries must be dropped, for as long as the dedup window.
-            for mid in start.get("ids", []):
+            for mid in unpack_ids(start.get("ids", [])):
                 self._committed.setdefault(mid, now)
         for mid, since in start.get("carry", []):
             self._committed.setdefault(mid, since)
@@ -279,7 +281,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         if not self.cfg.tracks_ids:
             return {"seq": seq, "n": len(msgs)}
         carry = sorted([m, t] for m, t in self._committed.items()) if self.cfg.carries_committed else []
-        return {"seq": seq, "ids": [m.message_id for m in msgs], "carry": carry}
+        return {"seq": seq, "ids": pack_ids([m.message_id for m in msgs]), "carry": carry}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: batch ``end.seq``'s messages; after a restart, the recorded ones again."""
@@ -297,8 +299,8 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         if not self.cfg.tracks_ids:
             # none: no IDs recorded (and nothing acknowledged): whatever the broker has first.
             return self.rx.take(int(end.get("n", 0)) or self.cfg.max_per_trigger, exclude=set())
-        ids = list(end["ids"])
-        have, missing = self._redelivered(start, ids)
+        recorded = unpack_ids(end["ids"])
+        have, missing = self._redelivered(start, recorded)
         if missing:
             text = (f"replaying batch {seq} needs {len(missing)} recorded message(s) the broker at "
                     f"{self.cfg.where} did not redeliver within {self.cfg.replay_timeout_s:.0f} s, e.g. "
@@ -309,7 +311,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
                                      "are logged), or raise replayTimeoutMs")
             log.error("%s; skipped (skipMissingMessages=true): %s", text, missing)
         log.info("replaying batch %s with %d redelivered message(s)", seq, len(have))
-        return [have[i] for i in ids if i in have]
+        return [have[i] for i in recorded if i in have]
 
     def _redelivered(self, start: dict, ids: list[str]) -> tuple[dict[str, Message], list[str]]:
         """Wait up to ``replayTimeoutMs`` for the recorded messages, riding through broker
