@@ -306,13 +306,13 @@ def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_
     write_json_files(tmp_path / "src", [40, 40, 40])
     argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src"),
             str(tmp_path / "ckpt"), bootstrap, topic]
-    timeout = "kafka.transaction.timeout.ms=6000"
+    timeout = "kafka.transaction.timeout.ms=15000"
     crashed = subprocess.run([*argv, "kafka.after_decision@1", timeout], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     prefix = prefix_of(tmp_path / "ckpt")
     deadline = time.monotonic() + 60
-    while open_transactions(bootstrap, prefix):  # the broker aborts them after 6 s
+    while open_transactions(bootstrap, prefix):  # the broker aborts them after 15 s
         assert time.monotonic() < deadline, "the broker never aborted the timed-out transactions"
         time.sleep(0.5)
     stuck = subprocess.run([*argv, "-", timeout], capture_output=True, text=True, timeout=300)

@@ -48,7 +48,7 @@ def test_a_restart_after_the_decision_records_expired_is_still_exactly_once(serv
     with temporary_broker(tmp_path / "broker", RETENTION) as bootstrap:
         runs = {}
         for name, point, extra in [("a", "kafka.after_done@1", []),
-                                   ("b", "kafka.mid_commit@1", ["kafka.transaction.timeout.ms=6000"])]:
+                                   ("b", "kafka.mid_commit@1", ["kafka.transaction.timeout.ms=15000"])]:
             topic = create_topic(bootstrap, 3, f"expiry{name}")
             write_json_files(tmp_path / f"src{name}", [40, 40, 40])
             argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / f"src{name}"),
@@ -68,7 +68,7 @@ def test_a_restart_after_the_decision_records_expired_is_still_exactly_once(serv
         argv, extra, topic, prefix = runs["b"]
         _wait_expired(bootstrap, topic, prefix)
         deadline = time.monotonic() + 60
-        while open_transactions(bootstrap, prefix):  # the broker aborts the other winners after 6 s
+        while open_transactions(bootstrap, prefix):  # the broker aborts the other winners after 15 s
             assert time.monotonic() < deadline, "the broker never aborted the timed-out transactions"
             time.sleep(0.5)
         stuck = subprocess.run([*argv, "-", *extra], capture_output=True, text=True, timeout=300)
