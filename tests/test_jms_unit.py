@@ -1,4 +1,4 @@
-"""The queue source's pure logic: received messages to Arrow, message IDs in offsets."""
+"""The queue source's pure logic: STOMP frames cut and decoded, to Arrow; message IDs in offsets."""
 
 from __future__ import annotations
 
@@ -6,36 +6,80 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+import stomp
 
-from connectors.jms.client import Message
+from connectors.jms import wire
+from connectors.jms.client import stable_message_id
 from connectors.jms.ids import pack_ids, unpack_ids
 from connectors.jms.source import to_arrow
 from spark_ext.errors import ConnectorError
 
 
-def msg(i: int, body: bytes, headers: dict[str, str], ts: int) -> Message:
-    return Message(f"id{i}", body, headers, "/queue/q", ts, i % 2 == 1, f"ack{i}")
+def stomp_frame(cmd: str, headers: dict[str, str], body: bytes) -> bytes:
+    """A frame as stomp.py encodes it (an independent encoder), with its NUL."""
+    frame = stomp.utils.Frame(cmd, {**headers, "content-length": str(len(body))}, body)
+    return b"".join(stomp.utils.encode(x) for x in stomp.utils.convert_frame(frame))
+
+
+def message(i: int, body: bytes, headers: dict[str, str], ts: int) -> bytes:
+    h = {"subscription": "s", "message-id": f"9,{100 + i}", "ack": f"ack{i}", "destination": "/queue/q",
+         "redelivered": "true" if i % 2 else "false", **headers}
+    if ts:
+        h["timestamp"] = str(ts)
+    return stomp_frame("MESSAGE", h, body)
+
+
+def arrow_of(frames: list[bytes]) -> list[dict]:
+    cut, used = wire.cut(b"".join(frames))
+    assert used == sum(len(f) for f in frames)
+    ids = [stable_message_id(wire.header(f, b"\nmessage-id:") or "") for f in cut]
+    return to_arrow(ids, [data for data, _ in cut], "/queue/default").to_pylist()
 
 
 def test_messages_become_one_row_each_with_their_headers_text_and_time():
-    ms = [msg(0, "héllo".encode(), {"priority": "4", "app-id": "p-1"}, 1_700_000_000_123),
-          msg(1, b"", {}, 0),
-          msg(2, b"x", {"k": "v"}, 5)]
-    rows = to_arrow(ms).to_pylist()
-    assert [r["message_id"] for r in rows] == ["id0", "id1", "id2"]
+    rows = arrow_of([message(0, "héllo".encode(), {"priority": "4", "app-id": "p-1"}, 1_700_000_000_123),
+                     message(1, b"", {}, 0),
+                     message(2, b"x", {"k": "v"}, 5)])
+    assert [r["message_id"] for r in rows] == ["100", "101", "102"]  # Artemis's stable part
     assert [r["body_text"] for r in rows] == ["héllo", "", "x"]
-    assert [r["headers"] for r in rows] == [[("priority", "4"), ("app-id", "p-1")], [], [("k", "v")]]
+    headers = [dict(r["headers"]) for r in rows]
+    assert headers[0]["priority"] == "4" and headers[0]["app-id"] == "p-1"
+    assert headers[2]["k"] == "v" and all("ack" not in h and "subscription" not in h for h in headers)
     assert rows[0]["timestamp"] == datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
     assert rows[1]["timestamp"] is None  # the broker sent no timestamp
     assert [r["redelivered"] for r in rows] == [False, True, False]
+    assert {r["destination"] for r in rows} == {"/queue/q"}
 
 
 def test_a_body_that_is_not_utf8_keeps_its_bytes_and_gets_replacement_characters_as_text():
-    ms = [msg(0, b"ok", {}, 1), msg(1, b"\xff\xfeab", {}, 1)]
-    rows = to_arrow(ms).to_pylist()
-    assert rows[1]["body"] == b"\xff\xfeab"
-    assert rows[1]["body_text"] == "\ufffd\ufffdab"
+    rows = arrow_of([message(0, b"ok", {}, 1), message(1, b"\xff\xfe\x00ab\x00", {}, 1)])
+    assert rows[1]["body"] == b"\xff\xfe\x00ab\x00"  # NUL bytes inside: content-length decides
+    assert rows[1]["body_text"] == "\ufffd\ufffd\x00ab\x00"
     assert rows[0]["body_text"] == "ok"
+
+
+def test_frames_are_cut_across_any_split_of_the_stream_heart_beats_skipped():
+    stream = (b"\n" + message(0, b"a\x00b", {}, 1) + b"\n\n" + message(1, b"second", {"x": "y"}, 2)
+              + b"RECEIPT\nreceipt-id:r1\n\n\x00")
+    whole, used = wire.cut(stream)
+    assert used == len(stream) and [wire.command(f) for f in whole] == ["MESSAGE", "MESSAGE", "RECEIPT"]
+    for split in range(1, len(stream)):
+        got, used = wire.cut(stream[:split])
+        rest, used2 = wire.cut(stream[used:])
+        assert [d for d, _ in got + rest] == [d for d, _ in whole], split
+        assert used + used2 == len(stream)
+    assert wire.header(whole[2], b"\nreceipt-id:") == "r1"
+    assert wire.parse_message(whole[1][0]) == ({"subscription": "s", "message-id": "9,101", "ack": "ack1",
+                                                "destination": "/queue/q", "redelivered": "true", "x": "y",
+                                                "timestamp": "2", "content-length": "6"}, b"second")
+
+
+def test_headers_are_unescaped_and_the_first_of_a_repeated_name_wins():
+    frame = b"MESSAGE\r\nid:a\\cb\\nc\\\\d\r\nid:second\r\nmessage-id:7\r\n\r\nbody\x00"
+    (f,), used = wire.cut(frame)
+    assert used == len(frame)
+    assert wire.header(f, b"\nid:") == "a:b\nc\\d"
+    assert wire.parse_message(f[0]) == ({"id": "a:b\nc\\d", "message-id": "7"}, b"body")
 
 
 @pytest.mark.parametrize("ids", [
@@ -62,3 +106,12 @@ def test_packed_artemis_ids_are_small_and_old_offsets_still_read():
 def test_unreadable_ids_in_an_offset_fail_with_a_clear_error(bad):
     with pytest.raises(ConnectorError, match="message IDs"):
         unpack_ids(bad)
+
+
+def test_ack_frames_are_what_stomp_py_sends_and_odd_ids_round_trip():
+    from connectors.jms.client import _ack_frame
+    for ack_id in ["1,2158433556", "x", "ID:broker-1-0:1:1:1"]:
+        sent, used = wire.cut(_ack_frame(ack_id))
+        assert wire.header(sent[0], b"\nid:") == ack_id and used == len(_ack_frame(ack_id))
+    assert _ack_frame("1,2158433556") == stomp_frame("ACK", {"id": "1,2158433556"}, b"").replace(
+        b"content-length:0\n", b"")
