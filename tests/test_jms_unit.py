@@ -115,3 +115,38 @@ def test_ack_frames_are_what_stomp_py_sends_and_odd_ids_round_trip():
         assert wire.header(sent[0], b"\nid:") == ack_id and used == len(_ack_frame(ack_id))
     assert _ack_frame("1,2158433556") == stomp_frame("ACK", {"id": "1,2158433556"}, b"").replace(
         b"content-length:0\n", b"")
+
+
+def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():
+    """A fake peer (the pure timing logic; the real broker's heart-beats keep a 45 s idle
+    connection up, checked by hand): it agrees to 200 ms heart-beats, then says nothing."""
+    import socket
+    import threading
+    import time
+
+    server = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+
+    def peer() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)  # CONNECT
+        conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:200,200\n\n\x00")
+        conn.settimeout(3)
+        try:
+            while data := conn.recv(65536):
+                got.append(data)
+        except OSError:
+            pass
+        conn.close()
+
+    threading.Thread(target=peer, daemon=True).start()
+    sock = wire.StompSocket("127.0.0.1", server.getsockname()[1], 2.0)
+    sock.login(None, None, 200, 2.0)
+    closed = threading.Event()
+    t0 = time.monotonic()
+    sock.start(lambda frames: None, lambda frame: None, closed.set)
+    assert closed.wait(5), "a silent broker was not noticed"
+    assert 0.4 <= time.monotonic() - t0 < 2.0
+    assert b"\n" in got  # our heart-beats went out meanwhile
+    sock.close()
+    server.close()
