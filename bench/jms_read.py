@@ -11,7 +11,7 @@ and, after the query stopped, nothing is left on its queue, acknowledged or not)
 Both first run once, untimed, on ``BENCH_JMS_READ_WARMUP`` messages (default 20k) of their
 own queue: the broker's delivery path, Spark's JVM and Python workers warm for both (the
 baseline, run first on a cold broker, measured at half its speed before). Ours still
-pays its query's start-up, about 4-6 s here, which at 60k messages is most of the gap.
+pays its query's start-up (about 0.75 s here before the first batch is planned).
 """
 
 from __future__ import annotations
