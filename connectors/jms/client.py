@@ -79,7 +79,7 @@ class StompReceiver:
 
     def probe(self) -> None:
         """Log in and out again: proves address and credentials without consuming anything."""
-        self._login().close()
+        self._login().close(wire.encode("DISCONNECT", {}))
 
     def _login(self) -> wire.StompSocket:
         cfg = self.cfg
