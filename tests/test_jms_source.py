@@ -10,7 +10,7 @@ import pytest
 
 from connectors.jdbc.config import checkpoint_sink_id
 from tests.pg_util import execute, prepared, query, table_name
-from tests.stomp_util import drain, queue_name, send
+from tests.stomp_util import _conn, drain, queue_name, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -78,6 +78,42 @@ def test_binary_bodies_arrive_byte_for_byte(spark, services, tmp_path):
     rows = spark.table("jms_bin").collect()
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
     assert "héllo €" in {r.body_text for r in rows}
+
+
+def test_message_id_header_names_an_application_header_in_its_own_case(spark, services, tmp_path):
+    """STOMP header names are case-sensitive: ``messageIdHeader=paymentId`` reads the header
+    the application sent as ``paymentId``, and its values are the message IDs."""
+    dest = queue_name("appid")
+    c = _conn(services)
+    try:
+        for i in range(40):
+            c.send(dest, f"b{i}", headers={"persistent": "true", "paymentId": f"pay-{i}"})
+    finally:
+        c.disconnect()
+    q = (jms(spark, services, dest, messageIdHeader="paymentId").writeStream.format("memory")
+         .queryName("jms_appid").option("checkpointLocation", str(tmp_path / "c"))
+         .trigger(processingTime="100 milliseconds").start())
+    try:
+        wait_for(lambda: q.exception() is not None or spark.table("jms_appid").count() >= 40, "40 rows")
+        assert q.exception() is None, str(q.exception())
+    finally:
+        q.stop()
+    rows = spark.table("jms_appid").collect()
+    expected = sorted((f"pay-{i}", f"b{i}") for i in range(40))
+    assert sorted((r.message_id, r.body_text) for r in rows) == expected
+    assert drain(services, dest) == []
+
+
+def test_message_without_the_id_header_stops_the_query_and_nothing_is_acked(spark, services, tmp_path):
+    dest = queue_name("noid")
+    send(services, dest, ["x0", "x1", "x2"])
+    q = (jms(spark, services, dest, messageIdHeader="paymentId").writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "c"))
+         .trigger(processingTime="100 milliseconds").start())
+    with pytest.raises(Exception) as info:
+        assert q.awaitTermination(120), "still running after 120 s"
+    assert "lacks header 'paymentId' (option messageIdHeader" in str(info.value)
+    assert sorted(drain(services, dest)) == ["x0", "x1", "x2"]  # none was acknowledged
 
 
 # Spark batch 2 (jdbc) / the source's second batch with messages (jms): always after at

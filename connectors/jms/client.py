@@ -68,7 +68,8 @@ class StompReceiver:
         self._arrived = threading.Condition(self._lock)
         self._queue: dict[str, Message] = {}  # received, in arrival order, not yet handed out
         self._ack_ids: dict[str, list[str]] = {}  # message id -> ack ids of its unacked deliveries
-        self._error: str | None = None
+        self._error: str | None = None  # the broker's ERROR frame
+        self._fatal: str | None = None  # a message this source cannot take; never cleared
         self._connected = False
         self._conn: wire.StompSocket | None = None
         self._sub = "spark-ext-source"
@@ -144,8 +145,8 @@ class StompReceiver:
             if not raw:
                 # Messages without an ID cannot be de-duplicated: stop instead of guessing.
                 broker_id = wire.header(f, _BROKER_ID)
-                self._error = (f"message {broker_id} on {self.cfg.where} lacks header {self.cfg.id_header!r} "
-                               "(option messageIdHeader); every message must carry it")
+                self._fatal = (f"message {broker_id} on {self.cfg.where} lacks header {self.cfg.id_header!r} "
+                               "(option messageIdHeader, case-sensitive); every message must carry it")
                 return
             ack_id = wire.header(f, b"\nack:") or wire.header(f, _BROKER_ID) or ""
             got.append(Message(stable_message_id(raw) if by_id else raw, f[0], ack_id))
@@ -170,6 +171,8 @@ class StompReceiver:
         self._receipt.set()
 
     def check(self) -> None:
+        if self._fatal:
+            raise ConnectorError(self._fatal)
         if self._error:
             raise ConnectorError(f"the STOMP broker at {self.cfg.where} reported: {self._error}")
 

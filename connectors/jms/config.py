@@ -82,7 +82,8 @@ class JmsSourceConfig:
             destination=dest,
             guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee.EXACTLY_ONCE),
             max_per_trigger=opts.get_int("maxmessagespertrigger", 10_000, minimum=1) or 10_000,
-            id_header=(opts.get_str("messageidheader", "message-id") or "message-id").lower(),
+            # STOMP header names are case-sensitive (an application's "paymentId")
+            id_header=opts.get_str("messageidheader", "message-id") or "message-id",
             window_bytes=opts.get_int("consumerwindowsize", 64 * 1024 * 1024, minimum=-1) or -1,
             replay_timeout_s=(opts.get_int("replaytimeoutms", 60_000, minimum=1) or 60_000) / 1000.0,
             skip_missing=opts.get_bool("skipmissingmessages", False),

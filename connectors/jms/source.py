@@ -107,7 +107,6 @@ class MessagesPartition(InputPartition):
     seq: int
     ids: list[str]
     frames: list[bytes]
-    destination: str
 
 
 def to_arrow(ids: Sequence[str], frames: Sequence[bytes], destination: str) -> pa.RecordBatch:
@@ -304,7 +303,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
             msgs = self._replay(start, end)
             self._batches[seq] = msgs
         parts = (msgs[i:i + _CHUNK] for i in range(0, len(msgs), _CHUNK))
-        return [MessagesPartition(seq, [m.message_id for m in p], [m.frame for m in p], self.cfg.destination)
+        return [MessagesPartition(seq, [m.message_id for m in p], [m.frame for m in p])
                 for p in parts]
 
     def _replay(self, start: dict, end: dict) -> list[Message]:
@@ -349,7 +348,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the partition's messages as one Arrow batch."""
         assert isinstance(partition, MessagesPartition)
-        yield to_arrow(partition.ids, partition.frames, partition.destination)
+        yield to_arrow(partition.ids, partition.frames, self.cfg.destination)
 
     def commit(self, end: dict) -> None:
         """Driver, after Spark committed the batch ending at ``end``: acknowledge it now
