@@ -18,11 +18,13 @@ def _conn(services) -> stomp.Connection12:
     return c
 
 
-def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str, str] | None = None) -> None:
+def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str, str] | None = None,
+         each: list[dict[str, str]] | None = None) -> None:
+    """``headers`` on every message; ``each``: one more dict of headers per message."""
     c = _conn(services)
     try:
-        for b in bodies:
-            c.send(dest, b, headers={"persistent": "true", **(headers or {})})
+        for i, b in enumerate(bodies):
+            c.send(dest, b, headers={"persistent": "true", **(headers or {}), **(each[i] if each else {})})
     finally:
         c.disconnect()  # waits for the DISCONNECT receipt: the broker has every frame before it
 

@@ -10,7 +10,7 @@ import pytest
 
 from connectors.jdbc.config import checkpoint_sink_id
 from tests.pg_util import execute, prepared, query, table_name
-from tests.stomp_util import _conn, drain, queue_name, send
+from tests.stomp_util import drain, queue_name, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -84,12 +84,7 @@ def test_message_id_header_names_an_application_header_in_its_own_case(spark, se
     """STOMP header names are case-sensitive: ``messageIdHeader=paymentId`` reads the header
     the application sent as ``paymentId``, and its values are the message IDs."""
     dest = queue_name("appid")
-    c = _conn(services)
-    try:
-        for i in range(40):
-            c.send(dest, f"b{i}", headers={"persistent": "true", "paymentId": f"pay-{i}"})
-    finally:
-        c.disconnect()
+    send(services, dest, [f"b{i}" for i in range(40)], each=[{"paymentId": f"pay-{i}"} for i in range(40)])
     q = (jms(spark, services, dest, messageIdHeader="paymentId").writeStream.format("memory")
          .queryName("jms_appid").option("checkpointLocation", str(tmp_path / "c"))
          .trigger(processingTime="100 milliseconds").start())
