@@ -116,7 +116,7 @@ def read_to_end(consumer: Any, topic: str, timeout_s: float = 120) -> list[Any]:
 
 def kafka_sink_prefix(checkpoint: object) -> str:
     """The transactional-id prefix the Kafka sink derives from ``checkpoint`` by default."""
-    from connectors.kafka.sink.config import KafkaSinkConfig
+    from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
     from spark_ext.guarantees import Guarantee
     from spark_ext.options import Options
 

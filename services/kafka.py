@@ -93,7 +93,9 @@ EXPECTED = {
 
 def _kafka_settings() -> list[str]:
     """What differs from ``EXPECTED`` on the broker at the Kafka port."""
-    from connectors.kafka.client.transactions import KafkaTxnClient  # DescribeConfigs, as the sink asks
+    from spark_ext.connectors.kafka.client.transactions import (
+        KafkaTxnClient,  # DescribeConfigs, as the sink asks
+    )
 
     client = KafkaTxnClient(f"{HOST}:{KAFKA_PORT}", 10.0)
     try:

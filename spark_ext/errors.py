@@ -22,6 +22,10 @@ class UnknownConnectorError(ConfigurationError):
     """Option ``connector`` names no connector of this data source."""
 
 
+class MissingExtraError(ConfigurationError):
+    """The connector's client libraries are not installed (its extra, e.g. ``spark-ext[kafka]``)."""
+
+
 class UnknownGuaranteeError(ConfigurationError):
     """Option ``guarantee`` is not one of exactly_once, at_least_once, none."""
 

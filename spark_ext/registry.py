@@ -4,7 +4,7 @@ Connectors register themselves; the core never imports them. A connector package
 declares entry points in its distribution metadata (``pyproject.toml``)::
 
     [project.entry-points."spark_ext.sinks"]
-    kafka = "connectors.kafka:KafkaSink"
+    kafka = "spark_ext.connectors.kafka:KafkaSink"
 
 Groups: ``spark_ext.sources`` (``SourceConnector`` classes), ``spark_ext.sinks``
 (``SinkConnector`` classes) and ``spark_ext.doctors`` (operator tools, a
@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from functools import cache
 from importlib.metadata import entry_points
 
-from spark_ext.errors import MissingOptionError, UnknownConnectorError
+from spark_ext.errors import MissingExtraError, MissingOptionError, UnknownConnectorError
 
 SOURCES = "spark_ext.sources"
 SINKS = "spark_ext.sinks"
 DOCTORS = "spark_ext.doctors"
+
+DISTRIBUTION = "spark-ext"
 
 _extra: dict[str, dict[str, str]] = {SOURCES: {}, SINKS: {}, DOCTORS: {}}
 
@@ -33,6 +36,13 @@ _extra: dict[str, dict[str, str]] = {SOURCES: {}, SINKS: {}, DOCTORS: {}}
 @cache
 def _installed(group: str) -> dict[str, str]:
     return {ep.name.lower(): ep.value for ep in entry_points(group=group)}
+
+
+def _target(value: str) -> tuple[str, str, list[str]]:
+    """``"module:attr [extra1,extra2]"`` -> (module, attr, extras)."""
+    ref, _, extras = value.partition("[")
+    module, _, attr = ref.strip().partition(":")
+    return module, attr.strip(), [e.strip() for e in extras.rstrip("] ").split(",") if e.strip()]
 
 
 def register(group: str, name: str, target: str) -> None:
@@ -63,5 +73,18 @@ def load(group: str, name: str | None, what: str) -> object:
         raise UnknownConnectorError(
             f"unknown connector {name!r} for {what}{hint}; valid connectors: {choices}"
         )
-    module, _, attr = known[key].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    module, attr, extras = _target(known[key])
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        # Only a missing client library is the user's to install; a missing module of our
+        # own is a broken installation and stays the error it is.
+        if not extras or (e.name or "").split(".")[0] == "spark_ext":
+            raise
+        spec = f"{DISTRIBUTION}[{','.join(extras)}]"
+        raise MissingExtraError(
+            f"{what} connector {key!r} needs the Python package {e.name!r}, which is not installed in "
+            f"this Python ({sys.executable}); install the connector's extra: pip install '{spec}' "
+            "(on a cluster, in the environment the executors run too)"
+        ) from None
+    return getattr(loaded, attr)

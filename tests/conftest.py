@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import services as local_services
-from connectors.kafka.client.security import KafkaSecurity, normalize
 from services.env import ServicesEnvError, load_env
+from spark_ext.connectors.kafka.client.security import KafkaSecurity, normalize
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from connectors.kafka.client.transactions import KafkaTxnClient
 from services.common import HOST, _java
 from services.kafka import kafka_libs
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 from tests.processes import stop_group
 
 PORT, CONTROLLER_PORT = 9096, 9097

@@ -11,7 +11,7 @@ from spark_ext import registry
 from spark_ext.commit import Claim, Committable, NoOpCommitter, ProtocolStreamWriter, SinkWriter
 from spark_ext.connector import SinkConnector
 from spark_ext.datasource import HzSink
-from spark_ext.errors import UnknownOptionError, UnsupportedGuaranteeError
+from spark_ext.errors import MissingExtraError, UnknownOptionError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
 from tests.fakes import NullWriter
@@ -99,3 +99,25 @@ def test_installed_connectors_are_found_through_entry_points():
     assert {"kafka", "jms"} <= set(registry.available(registry.SOURCES))
     assert {"kafka", "jdbc"} <= set(registry.available(registry.SINKS))
     assert "jdbc" in registry.available(registry.DOCTORS)
+
+
+def test_a_connector_whose_extra_is_missing_names_the_pip_command(monkeypatch):
+    # the connector's module imports a client library this Python lacks
+    monkeypatch.setitem(registry._extra[registry.SINKS], "queue",
+                        "spark_ext_test_absent_client:Sink [postgres]")
+    with pytest.raises(MissingExtraError) as e:
+        registry.load(registry.SINKS, "queue", "hzsink")
+    msg = str(e.value)
+    assert "'spark_ext_test_absent_client'" in msg and "pip install 'spark-ext[postgres]'" in msg
+
+
+def test_a_missing_module_of_our_own_is_not_blamed_on_an_extra(monkeypatch):
+    monkeypatch.setitem(registry._extra[registry.SINKS], "broken", "spark_ext.no_such_module:Sink [kafka]")
+    with pytest.raises(ModuleNotFoundError):
+        registry.load(registry.SINKS, "broken", "hzsink")
+
+
+def test_installed_connectors_name_their_extras():
+    targets = {**registry.available(registry.SOURCES), **registry.available(registry.SINKS)}
+    assert targets["kafka"].endswith("[kafka]") and targets["jdbc"].endswith("[postgres]")
+    assert targets["jms"].endswith("[jms]")

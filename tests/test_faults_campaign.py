@@ -10,8 +10,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from bench.faults import Outcome, run_faults
 from bench.faults.campaign import Episodes, Fault, short_plan
 from bench.faults.pipelines import PIPELINES, PipelineRun, count
-from connectors.kafka import KafkaSink
 from spark_ext.commit import TaskInfo
+from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from tests.kafka_util import create_topic

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from connectors.jdbc import JdbcSink
-from connectors.jdbc.committer import JdbcCommitter
-from connectors.jdbc.config import checkpoint_sink_id
-from connectors.jdbc.transactions import Db, JdbcCommittable
-from connectors.jdbc.writer import JdbcWriter
 from spark_ext.commit import TaskInfo
+from spark_ext.connectors.jdbc import JdbcSink
+from spark_ext.connectors.jdbc.committer import JdbcCommitter
+from spark_ext.connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.connectors.jdbc.transactions import Db, JdbcCommittable
+from spark_ext.connectors.jdbc.writer import JdbcWriter
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -343,8 +343,8 @@ def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from connectors.jdbc.config import parse_url
-    from connectors.jdbc.transactions import connect
+    from spark_ext.connectors.jdbc.config import parse_url
+    from spark_ext.connectors.jdbc.transactions import connect
 
     url, table = services.postgres_url, make_table(services.postgres_url, "race")
     schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
@@ -492,8 +492,8 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from connectors.jdbc import doctor
     from spark_ext import cli
+    from spark_ext.connectors.jdbc import doctor
 
     url, table = services.postgres_url, make_table(services.postgres_url, "dr")
     schema = StructType([StructField("id", LongType()), StructField("v", StringType())])

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.connectors.jdbc.config import checkpoint_sink_id
 from tests.pg_util import execute, prepared, query, table_name
 from tests.stomp_util import drain, queue_name, send
 from tests.test_jms_source import driver_argv, jms, wait_for

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import pytest
 import stomp
 
-from connectors.jms import wire
-from connectors.jms.client import stable_message_id
-from connectors.jms.ids import pack_ids, unpack_ids
-from connectors.jms.source import to_arrow
+from spark_ext.connectors.jms import wire
+from spark_ext.connectors.jms.client import stable_message_id
+from spark_ext.connectors.jms.ids import pack_ids, unpack_ids
+from spark_ext.connectors.jms.source import to_arrow
 from spark_ext.errors import ConnectorError
 
 
@@ -109,7 +109,7 @@ def test_unreadable_ids_in_an_offset_fail_with_a_clear_error(bad):
 
 
 def test_ack_frames_are_what_stomp_py_sends_and_odd_ids_round_trip():
-    from connectors.jms.client import _ack_frame
+    from spark_ext.connectors.jms.client import _ack_frame
     for ack_id in ["1,2158433556", "x", "ID:broker-1-0:1:1:1"]:
         sent, used = wire.cut(_ack_frame(ack_id))
         assert wire.header(sent[0], b"\nid:") == ack_id and used == len(_ack_frame(ack_id))

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from connectors.kafka.source.config import KafkaSourceConfig
+from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.options import Options
 from tests.conftest import Listener
 from tests.kafka_util import create_topic, numbered, produce
@@ -104,7 +104,7 @@ def test_source_with_wrong_security_fails_at_start_and_hides_the_password(spark,
 
 def test_the_doctor_reads_the_secured_settings_from_a_command_config_file(services, sasl_ssl, tmp_path,
                                                                           capsys):
-    from connectors.kafka import doctor
+    from spark_ext.connectors.kafka import doctor
     from tests.test_kafka_sink import _plan, _prepare
 
     topic = create_topic(services.kafka_bootstrap, 1, "sec-doc")

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from connectors.kafka.client.security import KafkaSecurity, normalize
-from connectors.kafka.sink.config import KafkaSinkConfig
-from connectors.kafka.source.config import KafkaSourceConfig
+from spark_ext.connectors.kafka.client.security import KafkaSecurity, normalize
+from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options

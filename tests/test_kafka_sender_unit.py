@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from connectors.kafka.sink.sender import _last_sequence, _producer_id
+from spark_ext.connectors.kafka.sink.sender import _last_sequence, _producer_id
 
 
 def test_producer_id_and_last_sequence_come_from_the_batch_header():

@@ -14,11 +14,11 @@ from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from bench.common import kafka_sink_prefix, read_to_end
-from connectors.kafka import KafkaSink
-from connectors.kafka.client.transactions import KafkaTxnClient
-from connectors.kafka.sink.committer import TransactionTimedOutError
-from connectors.kafka.sink.writer import KafkaWriter
 from spark_ext.commit import TaskInfo
+from spark_ext.connectors.kafka import KafkaSink
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
+from spark_ext.connectors.kafka.sink.committer import TransactionTimedOutError
+from spark_ext.connectors.kafka.sink.writer import KafkaWriter
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options

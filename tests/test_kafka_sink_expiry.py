@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from connectors.kafka.client.transactions import KafkaTxnClient
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 from tests.kafka_broker import temporary_broker
 from tests.kafka_util import create_topic
 from tests.pg_util import write_json_files

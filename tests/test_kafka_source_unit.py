@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from connectors.kafka.source.config import KafkaSourceConfig
-from connectors.kafka.source.offsets import (
+from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
+from spark_ext.connectors.kafka.source.offsets import (
     KafkaRange,
     StartingOffsets,
     from_json,
@@ -164,7 +164,7 @@ class _FakeMeta:
 
 
 def _reader(latest: dict[tuple[str, int], int], **opts: str):
-    from connectors.kafka.source import KafkaStreamReader
+    from spark_ext.connectors.kafka.source import KafkaStreamReader
 
     r = KafkaStreamReader(parse(**opts))
     r._plan._meta = _FakeMeta(latest)  # type: ignore[assignment]

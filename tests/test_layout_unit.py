@@ -19,24 +19,37 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+CONNECTORS = ROOT / "spark_ext" / "connectors"
+
+
+def _is_connector(module: str) -> bool:
+    return module == "spark_ext.connectors" or module.startswith("spark_ext.connectors.")
+
+
 def test_the_core_imports_no_connector():
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m.split(".")[0] == "connectors")
-                 for p in (ROOT / "spark_ext").rglob("*.py")}
+    core = [p for p in (ROOT / "spark_ext").rglob("*.py") if CONNECTORS not in p.parents]
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if _is_connector(m)) for p in core}
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+def test_the_only_top_level_packages_are_ours():
+    """A top-level ``connectors`` (or any other generic name) would collide in site-packages."""
+    packages = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists())
+    assert packages == ["bench", "examples", "services", "spark_ext", "tests"]
+
+
 def test_connectors_do_not_import_each_other():
-    for conn in (ROOT / "connectors").iterdir():
+    for conn in CONNECTORS.iterdir():
         if not (conn / "__init__.py").exists():
             continue
         for p in conn.rglob("*.py"):
-            others = {m.split(".")[1] for m in _imports(p)
-                      if m.startswith("connectors.") and m.split(".")[1] != conn.name}
+            others = {m.split(".")[2] for m in _imports(p)
+                      if m.startswith("spark_ext.connectors.") and m.split(".")[2] != conn.name}
             assert not others, f"{p.relative_to(ROOT)} imports connectors {sorted(others)}"
 
 
 def test_no_module_exceeds_the_size_limit():
-    dirs = ["spark_ext", "connectors", "services", "bench", "examples"]
+    dirs = ["spark_ext", "services", "bench", "examples"]
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
              for d in dirs for p in (ROOT / d).rglob("*.py")}
     assert sizes, "no modules found"

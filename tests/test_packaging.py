@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -19,13 +20,23 @@ def test_wheel_contains_entry_modules_and_packages(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     # Spark imports top-level pyspark_* modules exposing DefaultSource.
     assert {"pyspark_hzsource.py", "pyspark_hzsink.py"} <= names
-    assert {"spark_ext/commit.py", "spark_ext/datasource.py", "connectors/__init__.py",
-            "connectors/kafka/__init__.py"} <= names
-    assert not any(n.startswith(("tests/", "services/", "bench/")) for n in names)
+    assert {"spark_ext/commit.py", "spark_ext/datasource.py", "spark_ext/connectors/__init__.py",
+            "spark_ext/connectors/kafka/__init__.py"} <= names
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"spark_ext", "pyspark_hzsource.py", "pyspark_hzsink.py"}
     meta = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "Name: spark-ext" in text
     assert "Requires-Dist: pyspark==4.3.*" in text
+    assert "Requires-Python: >=3.11" in text
+    # the core's own dependencies; each connector's clients only with its extra
+    requires = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist:")]
+    core = sorted(re.split(r"[<>=!~; ]", r)[0] for r in requires if "extra ==" not in r)
+    assert core == ["mmh3", "pandas", "pyarrow", "pyspark"]
+    for extra, client in (("kafka", "kafka-python"), ("postgres", "psycopg2-binary"), ("jms", "stomp.py")):
+        assert f'{client}' in next(line for line in text.splitlines()
+                                    if line.startswith(f"Requires-Dist: {client}")
+                                    and f'extra == "{extra}"' in line)
 
 
 def test_entry_modules_expose_the_two_formats():

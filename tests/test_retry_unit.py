@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import spark_ext.retry as retry_mod
-from connectors.kafka.client.transactions import KafkaTxnClient, _Retriable
-from connectors.kafka.source.admin import KafkaMetadata
-from connectors.kafka.source.config import KafkaSourceConfig
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, _Retriable
+from spark_ext.connectors.kafka.source.admin import KafkaMetadata
+from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.errors import ConnectorError, RetriableCommitError
 from spark_ext.options import Options
 from spark_ext.retry import Backoff, Deadline, retry

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import kafka_sink_prefix, read_to_end, run_sql, services_env
-from connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.connectors.jdbc.config import checkpoint_sink_id
 
 KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
                      "kafka.mid_commit", "kafka.after_done")
@@ -177,7 +177,7 @@ class PipelineRun:
             sink = checkpoint_sink_id(str(self.checkpoint))
             return int(run_sql(self.env["POSTGRES_URL"],
                                f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0])
-        from connectors.kafka.client.transactions import KafkaTxnClient
+        from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 
         prefix = kafka_sink_prefix(self.checkpoint)
         client = KafkaTxnClient(self.env["KAFKA_BOOTSTRAP_SERVERS"])

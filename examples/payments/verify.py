@@ -127,17 +127,17 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
 
 def _prepared(url: str, checkpoint: str) -> int:
     """Prepared PostgreSQL transactions of the job's two jdbc sinks (ids from their checkpoints)."""
-    from connectors.jdbc.config import checkpoint_sink_id
-    from connectors.jdbc.doctor import list_in_doubt
+    from spark_ext.connectors.jdbc.config import checkpoint_sink_id
+    from spark_ext.connectors.jdbc.doctor import list_in_doubt
 
     return sum(len(list_in_doubt(url, "public", checkpoint_sink_id(f"{checkpoint}/{q}")))
                for q in ("ledger", "windows"))
 
 
 def _open_kafka_transactions(bootstrap: str, topic: str, checkpoint: str) -> int:
-    from connectors.kafka.doctor import open_transactions
-    from connectors.kafka.sink.config import KafkaSinkConfig
     from spark_ext import compat
+    from spark_ext.connectors.kafka.doctor import open_transactions
+    from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
     from spark_ext.guarantees import Guarantee
     from spark_ext.options import Options
 

@@ -1,0 +1,50 @@
+"""PostgreSQL sink: ``hzsink`` connector ``jdbc`` (2PC exactly-once, upsert, COPY).
+
+- ``config``: options -> ``JdbcSinkConfig``;
+- ``tables``: the target and bookkeeping tables, the SQL (``JdbcSinkSetup``);
+- ``transactions``: transaction names, connections, in-doubt queries (shared);
+- ``writer``: executor side, one prepared transaction per task (step 3);
+- ``committer``: driver side, take-over, decision, commit, abort (steps 1, 4, 5);
+- ``doctor``: operator tool, ``spark-ext doctor jdbc list|resolve``.
+
+The protocol's steps are those of ``spark_ext.commit``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+from spark_ext.commit import Claim
+from spark_ext.connector import SinkConnector
+from spark_ext.connectors.jdbc.committer import JdbcCommitter
+from spark_ext.connectors.jdbc.config import SINK_OPTIONS, JdbcSinkConfig
+from spark_ext.connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, staging_name, statements
+from spark_ext.connectors.jdbc.writer import JdbcWriter
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+
+__all__ = ["JdbcSink"]
+
+
+class JdbcSink(SinkConnector[JdbcSinkSetup]):
+    """``df.writeStream.format("hzsink").option("connector", "jdbc")``."""
+
+    name = "jdbc"
+    option_spec = SINK_OPTIONS
+
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> JdbcSinkSetup:
+        cfg = JdbcSinkConfig.parse(options, guarantee)
+        # the commit runner's plan: its committer needs no staging table
+        return JdbcSinkSetup(cfg, statements(cfg, schema, staging_name(cfg, "")))
+
+    def validate(self, config: JdbcSinkSetup, schema: StructType) -> JdbcSinkSetup:
+        """Step 1: the database can prepare transactions, the table fits the DataFrame;
+        creates the target (``createTable``), bookkeeping and staging tables."""
+        sql = prepare_tables(config.cfg, schema, need_2pc=config.cfg.guarantee.transactional)
+        return JdbcSinkSetup(config.cfg, sql)
+
+    def new_writer(self, config: JdbcSinkSetup, claim: Claim[int] | None) -> JdbcWriter:
+        return JdbcWriter(config, claim.fence if claim is not None else 0)
+
+    def new_committer(self, config: JdbcSinkSetup) -> JdbcCommitter:
+        return JdbcCommitter(config)

@@ -1,0 +1,144 @@
+"""What the PostgreSQL sink's writer, committer and doctor share: the names of its
+prepared transactions, the commit message, connections, and the queries that find and
+finish in-doubt transactions.
+
+A prepared transaction's global id is ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``:
+every part is needed to find it again after a crash, with nothing but the database.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+from psycopg2 import errorcodes
+from sqlalchemy.engine import URL
+
+from spark_ext.commit import Committable
+from spark_ext.connectors.jdbc.config import JdbcSinkConfig
+from spark_ext.errors import RetriableCommitError
+from spark_ext.retry import Backoff, retry
+
+
+@dataclass(frozen=True)
+class JdbcCommittable(Committable):
+    """One task attempt's outcome; ``gid`` names its prepared transaction (None: nothing)."""
+
+    gid: str | None = None
+    query_id: str = ""
+
+
+def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int) -> str:
+    return f"sx:{sink_id}:{epoch}:{batch}:{partition}:{attempt}"
+
+
+def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
+    """``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>`` -> its parts."""
+    _, rest = gid.split(":", 1)
+    sink, epoch, batch, part, attempt = rest.rsplit(":", 4)
+    return sink, int(epoch), int(batch), int(part), int(attempt)
+
+
+# libpq's words for a server that is not there *yet*: restarting, failing over, starting.
+# Anything else (credentials, a missing database, pg_hba) fails at once.
+_TRANSIENT = ("connection refused", "the database system is starting up", "the database system is shutting "
+              "down", "server closed the connection", "could not connect", "connection reset",
+              "timeout expired", "terminating connection", "no such file or directory")
+
+
+class _Unreachable(Exception):
+    """A connection attempt that may succeed later; wraps libpq's error."""
+
+
+def connect(url: URL, reconnect_timeout_s: float = 0.0) -> Any:
+    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``).
+
+    A server that refuses or drops the connection (restarting, failing over) is tried
+    again with backoff for up to ``reconnect_timeout_s`` (``reconnectTimeoutMs``); then,
+    or at once for any other error, libpq's error is raised.
+    """
+    kw: dict[str, Any] = {k: v for k, v in url.query.items()}
+
+    def once() -> Any:
+        try:
+            return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
+                                    password=url.password, dbname=url.database, **kw)
+        except psycopg2.OperationalError as e:
+            if any(t in str(e).lower() for t in _TRANSIENT):
+                raise _Unreachable(e) from None
+            raise
+
+    def give_up(e: BaseException) -> BaseException:
+        return e.args[0] if isinstance(e, _Unreachable) else e
+
+    return retry(once, what=f"connecting to PostgreSQL at {url.host}:{url.port or 5432}",
+                 retry_on=_Unreachable, timeout_s=reconnect_timeout_s, backoff=Backoff(0.1, 2.0),
+                 give_up=give_up)
+
+
+class Db:
+    """An autocommit psycopg2 connection for the coordinator's statements."""
+
+    def __init__(self, cfg: JdbcSinkConfig) -> None:
+        try:
+            self.conn = connect(cfg.url, cfg.reconnect_timeout_s)
+        except psycopg2.OperationalError as e:
+            raise RetriableCommitError(
+                f"cannot reach PostgreSQL at {cfg.safe_url}: {str(e).strip()}"
+            ) from None
+        self.conn.autocommit = True
+
+    def __enter__(self) -> Any:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+
+def prepared_gids(conn: Any, sink_id: str) -> list[str]:
+    """This sink's in-doubt transactions in the current database."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE %s",
+                    ("sx:" + sink_id.replace("_", r"\_").replace("%", r"\%") + ":%",))
+        return sorted(r[0] for r in cur.fetchall() if parse_gid(r[0])[0] == sink_id)
+
+
+def decisions(conn: Any, batches_table: str, sink_id: str, batches: set[int]) -> dict[int, set[str]]:
+    """Batch -> the transaction ids decided to commit (over every query id of the sink:
+    ids carry the epoch, so one query's decision never names another's transaction)."""
+    if not batches:
+        return {}
+    out: dict[int, set[str]] = {}
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT batch_id, winners FROM {batches_table} WHERE sink_id = %s AND "
+                    "partition_id = -1 AND batch_id = ANY(%s)", (sink_id, sorted(batches)))
+        for b, w in cur.fetchall():
+            out.setdefault(b, set()).update(json.loads(w or "[]"))
+    return out
+
+
+def finish(conn: Any, gid: str, commit: bool) -> bool:
+    """COMMIT / ROLLBACK PREPARED; False when the id no longer exists."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(("COMMIT PREPARED %s" if commit else "ROLLBACK PREPARED %s"), (gid,))
+        return True
+    except psycopg2.Error as e:
+        if e.pgcode == errorcodes.UNDEFINED_OBJECT:
+            return False
+        raise
+
+
+def resolve_in_doubt(conn: Any, batches_table: str, sink_id: str) -> tuple[list[str], list[str]]:
+    """Commit prepared winners of decided batches, roll back everything else."""
+    gids = prepared_gids(conn, sink_id)
+    decided = decisions(conn, batches_table, sink_id, {parse_gid(g)[2] for g in gids})
+    committed: list[str] = []
+    rolled_back: list[str] = []
+    for gid in gids:
+        win = gid in decided.get(parse_gid(gid)[2], set())
+        if finish(conn, gid, commit=win):
+            (committed if win else rolled_back).append(gid)
+    return committed, rolled_back

@@ -1,0 +1,403 @@
+"""Acknowledging queue source: ``hzsource`` connector ``jms`` (ActiveMQ Artemis over STOMP).
+
+Hazelcast Jet's rules for an acknowledging source, with Spark's micro-batch as the
+snapshot:
+
+1. **Acknowledge only after the snapshot.** Messages are received with
+   client-individual acknowledgement on the driver and acked once Spark committed the
+   batch (commit log N written): in ``commit(end)``, or in the next ``latestOffset``,
+   whose ``start`` Spark only hands over once that batch committed.
+2. **Message IDs in the snapshot.** With ``exactly_once`` the offset of batch N, which
+   Spark writes to its offset log *before* N runs, is ``{"seq": N, "ids": "...",
+   "carry": [...]}``: the IDs of N's messages (by default the broker's ``message-id``;
+   option ``messageIdHeader`` names an application header such as a payment id), packed
+   into one short string (``ids.py``).
+
+What a restart finds, and what happens:
+
+- Driver died **before batch N committed**: Spark replays N from the offset log. None of
+  N's messages were acked, so the broker redelivers them; ``partitions`` waits until all
+  of N's recorded IDs are back and rebuilds N from exactly those (messages that arrive
+  meanwhile wait for later batches). An ID that never comes back (expired, moved to a
+  dead-letter address after too many deliveries, consumed by someone else) fails the
+  query naming it, or with ``skipMissingMessages=true`` is skipped and logged.
+- Driver died **after N committed, before or during the ack**: the next offset Spark
+  gives us starts at N, so N's IDs are known to be committed; their redeliveries are
+  acked and dropped, never read twice. Those IDs ride along in ``carry`` (with the time
+  they were first carried) until ``dedupWindowMs`` (default 5 min) passes, so the
+  recorded state stays bounded: IDs of at most the batches not yet acked.
+
+3. **The broker may go away.** While it is down (a restart, a network cut) ``latestOffset``
+   plans no new data and reconnects with backoff, for up to ``reconnectTimeoutMs``
+   (default 2 min), then fails naming the broker. A reconnect forgets every ack id (they
+   belong to the old connection) but not the IDs: messages of batches planned before it
+   come again and are acknowledged when their batch commits; IDs that could not be
+   acknowledged then (their copy has not arrived yet), and IDs acked in the last batches
+   on the old connection (the broker may not have processed those acks), join the
+   committed IDs whose redeliveries are dropped and acknowledged.
+
+``at_least_once`` records IDs too, so a replay reads the same messages (a sink that skips
+a batch or partition that already landed then skips exactly what it wrote), but does
+not carry committed IDs across a driver restart: a batch committed and not yet
+acknowledged when the driver died is read again. ``none`` subscribes with auto-ack (a
+crash loses what was in flight). Where receiving happens, and why, is in ``client.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_ext import failpoints
+from spark_ext.connector import SourceConnector
+from spark_ext.connectors.jms import wire
+from spark_ext.connectors.jms.client import Message, StompReceiver
+from spark_ext.connectors.jms.config import JmsSourceConfig
+from spark_ext.connectors.jms.ids import pack_ids, unpack_ids
+from spark_ext.errors import ConnectorError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from spark_ext.retry import Backoff
+from spark_ext.shipping import Shipped
+
+log = logging.getLogger(__name__)
+
+SCHEMA = StructType([
+    StructField("message_id", StringType()),
+    StructField("body", BinaryType()),
+    StructField("body_text", StringType()),
+    StructField("headers", MapType(StringType(), StringType())),
+    StructField("destination", StringType()),
+    StructField("timestamp", TimestampType()),
+    StructField("redelivered", BooleanType()),
+])
+_ARROW = pa.schema([
+    ("message_id", pa.string()), ("body", pa.binary()), ("body_text", pa.string()),
+    ("headers", pa.map_(pa.string(), pa.string())), ("destination", pa.string()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("redelivered", pa.bool_()),
+])
+_CHUNK = 10_000  # messages per Spark task
+_RECENT = 16  # batches whose acks a lost connection may have swallowed
+_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # between reconnect attempts while the broker is away
+
+
+@dataclass(frozen=True)
+class MessagesPartition(InputPartition):
+    """Messages travel to the executor inside the partition (they exist only on the
+    driver), as the frames the broker sent: the executor decodes them (``to_arrow``), so
+    the driver, whose one process also receives, does no per-message work for it."""
+
+    seq: int
+    ids: list[str]
+    frames: list[bytes]
+
+
+def to_arrow(ids: Sequence[str], frames: Sequence[bytes], destination: str) -> pa.RecordBatch:
+    """The messages as one batch of ``_ARROW``. Executor: headers go in as flat key and
+    value arrays and the text is one Arrow cast (a per-message decode only for bodies
+    that are not UTF-8)."""
+    keys: list[str] = []
+    values: list[str] = []
+    offsets = [0]
+    bodies: list[bytes] = []
+    dests: list[str] = []
+    stamps: list[int | None] = []
+    redelivered: list[bool] = []
+    for frame in frames:
+        headers, body = wire.parse_message(frame)
+        bodies.append(body)
+        dests.append(headers.get("destination", destination))
+        ts = headers.get("timestamp")
+        stamps.append(int(ts) * 1000 if ts and ts != "0" else None)
+        redelivered.append(headers.get("redelivered", "false").lower() == "true")
+        headers.pop("ack", None)  # meaningful only on the driver's connection
+        headers.pop("subscription", None)
+        keys.extend(headers)
+        values.extend(headers.values())
+        offsets.append(len(keys))
+    body_array = pa.array(bodies, pa.binary())
+    try:
+        text = body_array.cast(pa.string())  # validates UTF-8
+    except pa.ArrowInvalid:
+        text = pa.array([b.decode("utf-8", "replace") for b in bodies], pa.string())
+    return pa.RecordBatch.from_arrays([
+        pa.array(ids, pa.string()),
+        body_array,
+        text,
+        pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                pa.array(values, pa.string())),
+        pa.array(dests, pa.string()),
+        pa.array(stamps, pa.timestamp("us", tz="UTC")),
+        pa.array(redelivered, pa.bool_()),
+    ], schema=_ARROW)
+
+
+class JmsStreamReader(Shipped, DataSourceStreamReader):
+    """Planning on the driver (one long-lived object holding the connection); ``read`` on executors."""
+
+    def __init__(self, cfg: JmsSourceConfig) -> None:
+        self.cfg = cfg
+        self._rx: StompReceiver | None = None
+        self._batches: dict[int, list[Message]] = {}  # planned, not yet acked
+        self._committed: dict[str, float] = {}  # committed ids whose redelivery must be dropped
+        self._acked_seqs: set[int] = set()  # batches this process planned and acknowledged
+        self._recent: deque[list[str]] = deque(maxlen=_RECENT)  # ids of the last acked batches
+        self._generation = 0  # the receiver's connection these structures were built on
+        self._settled = 0  # the connection whose backlog the first batch waited for
+        self._down_since: float | None = None
+        self._next_try = 0.0
+        self._delays = _BACKOFF.delays()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cfg": self.cfg}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        JmsStreamReader.__init__(self, state["cfg"])
+
+    @property
+    def rx(self) -> StompReceiver:
+        """The connected receiver; ``ConnectorError`` if the broker cannot be reached now."""
+        if self._rx is None:
+            self._rx = StompReceiver(self.cfg)
+        if not self._rx.connected:
+            self._rx.connect()
+        if self._rx.generation != self._generation:
+            self._reconnected()
+        return self._rx
+
+    def _reconnected(self) -> None:
+        """A new connection: acks sent on the old one may not have reached the broker, and
+        copies of every unacknowledged message will come again. Keep their IDs."""
+        assert self._rx is not None
+        if self._generation and self.cfg.tracks_ids:
+            now = time.time()
+            for ids in self._recent:
+                for mid in ids:
+                    self._committed.setdefault(mid, now)
+            log.warning("reconnected to %s: %d message ID(s) of recently acknowledged batches are "
+                        "dropped if redelivered", self.cfg.where, sum(len(i) for i in self._recent))
+        self._recent.clear()
+        self._generation = self._rx.generation
+
+    def _available(self) -> StompReceiver | None:
+        """Driver: the receiver, or ``None`` while the broker is away (reconnect attempts
+        spaced by a backoff) until ``reconnectTimeoutMs`` has passed; then the error."""
+        now = time.monotonic()
+        if self._down_since is not None and now < self._next_try:
+            return None
+        try:
+            rx = self.rx
+        except ConnectorError as e:
+            if self._down_since is None:
+                self._down_since = now
+                log.warning("the STOMP broker at %s is away (%s); planning no new data while reconnecting "
+                            "(up to reconnectTimeoutMs=%d)", self.cfg.where, e,
+                            self.cfg.reconnect_timeout_s * 1000)
+            if now - self._down_since >= self.cfg.reconnect_timeout_s:
+                raise ConnectorError(
+                    f"the STOMP broker at {self.cfg.where} has been unreachable for "
+                    f"{now - self._down_since:.0f} s ({e}); check the broker, or raise option "
+                    "reconnectTimeoutMs"
+                ) from None
+            self._next_try = now + next(self._delays)
+            return None
+        if self._down_since is not None:
+            log.warning("the STOMP broker at %s is back after %.1f s", self.cfg.where, now - self._down_since)
+        self._down_since = None
+        self._delays = _BACKOFF.delays()
+        return rx
+
+    def check_reachable(self) -> None:
+        """Driver, at ``streamReader`` time: the broker accepts the login.
+
+        This runs in a short-lived planning worker, not in the process that will own
+        the subscription, so it must not subscribe: a consumer left there would hold
+        messages unacknowledged until that worker exits.
+        """
+        StompReceiver(self.cfg).probe()
+
+    def initialOffset(self) -> dict:
+        return {"seq": 0, "ids": [], "carry": []}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.cfg.max_per_trigger)
+
+    def _absorb(self, rx: StompReceiver, start: dict) -> None:
+        """IDs in ``start`` belong to committed batches: drop and ack their redeliveries."""
+        if not self.cfg.tracks_ids:
+            return
+        now = time.time()
+        if int(start["seq"]) not in self._acked_seqs:
+            # Committed by an earlier run of this query, maybe never acknowledged: its
+            # redeliveries must be dropped, for as long as the dedup window.
+            for mid in unpack_ids(start.get("ids", [])):
+                self._committed.setdefault(mid, now)
+        for mid, since in start.get("carry", []):
+            self._committed.setdefault(mid, since)
+        dupes = rx.drop(set(self._committed))
+        if dupes:
+            log.warning("dropped %d redelivered message(s) of committed batches: %s", len(dupes), dupes[:5])
+            rx.ack(dupes)  # kept in _committed: this ack may be lost as well
+        horizon = now - self.cfg.dedup_window_s
+        self._committed = {m: t for m, t in self._committed.items() if t >= horizon}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Driver, before each batch: hand the next received messages to batch seq+1.
+
+        Spark asks for the next batch only after the previous one committed (commit log
+        written), so ``start`` is committed: its messages are acknowledged here. Spark's
+        own ``commit(end)`` comes only once a *later* batch has data, which would leave
+        the last batch unacknowledged while the queue is idle.
+        """
+        rx = self._available()
+        if rx is None:
+            return start  # the broker is away: no new data until it is back
+        self._ack_through(rx, int(start["seq"]))
+        self._absorb(rx, start)
+        n = limit.max_rows if isinstance(limit, ReadMaxRows) else self.cfg.max_per_trigger
+        if isinstance(limit, ReadAllAvailable):
+            n = 1 << 30
+        if self._settled != rx.generation:  # the first plan on a new subscription
+            rx.settle(n)
+            self._settled = rx.generation
+        inflight = {m.message_id for b in self._batches.values() for m in b}
+        try:
+            msgs = rx.take(n, exclude=inflight | set(self._committed))
+        except ConnectorError:
+            if rx.connected:
+                raise
+            return start  # the broker's goodbye (an ERROR frame on shutdown): reconnect next time
+        if not msgs:
+            return start
+        seq = int(start["seq"]) + 1
+        self._batches[seq] = msgs
+        if not self.cfg.tracks_ids:
+            return {"seq": seq, "n": len(msgs)}
+        carry = sorted([m, t] for m, t in self._committed.items()) if self.cfg.carries_committed else []
+        return {"seq": seq, "ids": pack_ids([m.message_id for m in msgs]), "carry": carry}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Driver: batch ``end.seq``'s messages; after a restart, the recorded ones again."""
+        seq = int(end["seq"])
+        if seq == int(start["seq"]):
+            return []
+        msgs = self._batches.get(seq)
+        if msgs is None:
+            msgs = self._replay(start, end)
+            self._batches[seq] = msgs
+        parts = (msgs[i:i + _CHUNK] for i in range(0, len(msgs), _CHUNK))
+        return [MessagesPartition(seq, [m.message_id for m in p], [m.frame for m in p])
+                for p in parts]
+
+    def _replay(self, start: dict, end: dict) -> list[Message]:
+        seq = int(end["seq"])
+        if not self.cfg.tracks_ids:
+            # none: no IDs recorded (and nothing acknowledged): whatever the broker has first.
+            return self.rx.take(int(end.get("n", 0)) or self.cfg.max_per_trigger, exclude=set())
+        recorded = unpack_ids(end["ids"])
+        have, missing = self._redelivered(start, recorded)
+        if missing:
+            text = (f"replaying batch {seq} needs {len(missing)} recorded message(s) the broker at "
+                    f"{self.cfg.where} did not redeliver within {self.cfg.replay_timeout_s:.0f} s, e.g. "
+                    f"{', '.join(missing[:5])} (expired, moved to a dead-letter address, or consumed "
+                    "by another consumer)")
+            if not self.cfg.skip_missing:
+                raise ConnectorError(f"{text}. Set option skipMissingMessages=true to skip them (they "
+                                     "are logged), or raise replayTimeoutMs")
+            log.error("%s; skipped (skipMissingMessages=true): %s", text, missing)
+        log.info("replaying batch %s with %d redelivered message(s)", seq, len(have))
+        return [have[i] for i in recorded if i in have]
+
+    def _redelivered(self, start: dict, ids: list[str]) -> tuple[dict[str, Message], list[str]]:
+        """Wait up to ``replayTimeoutMs`` for the recorded messages, riding through broker
+        outages (for up to ``reconnectTimeoutMs``) on the way."""
+        deadline = time.monotonic() + self.cfg.replay_timeout_s
+        have: dict[str, Message] = {}
+        missing = ids
+        absorbed = False
+        while True:
+            rx = self._available()
+            if rx is not None:
+                if not absorbed:
+                    self._absorb(rx, start)
+                    absorbed = True
+                got, missing = rx.wait_for(missing, min(1.0, max(deadline - time.monotonic(), 0.0)))
+                have.update(got)
+            if not missing or time.monotonic() >= deadline:
+                return have, missing
+            if rx is None:
+                time.sleep(0.2)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: the partition's messages as one Arrow batch."""
+        assert isinstance(partition, MessagesPartition)
+        yield to_arrow(partition.ids, partition.frames, self.cfg.destination)
+
+    def commit(self, end: dict) -> None:
+        """Driver, after Spark committed the batch ending at ``end``: acknowledge it now
+        (or, while the broker is away, once it is back)."""
+        rx = self._available()
+        if rx is not None:
+            self._ack_through(rx, int(end["seq"]))
+
+    def _ack_through(self, rx: StompReceiver, seq: int) -> None:
+        """Acknowledge every planned batch up to ``seq``: Spark has committed them."""
+        done = sorted(s for s in self._batches if s <= seq)
+        if not done:
+            return
+        ids = [m.message_id for s in done for m in self._batches[s]]
+        if self.cfg.guarantee is not Guarantee.NONE:  # none: the subscription auto-acks
+            failpoints.hit("jms.before_ack", seq, len(ids))  # @N: the source's batch seq N
+            unacked = rx.ack(ids, batch=seq)
+            # A copy redelivered while the batch was in flight (reconnect) must not be read again,
+            # nor one still to come for an id this connection could not acknowledge.
+            rx.drop(set(ids))
+            now = time.time()
+            for mid in unacked:
+                self._committed.setdefault(mid, now)
+            if unacked:
+                log.warning("%d message(s) of committed batches could not be acknowledged on this "
+                            "connection; their redeliveries will be dropped and acknowledged", len(unacked))
+            self._recent.append(ids)
+        for s in done:
+            del self._batches[s]
+        self._acked_seqs = {s for s in self._acked_seqs if s > seq - 16} | set(done)
+
+    def stop(self) -> None:
+        if self._rx is not None:
+            self._rx.close()
+            self._rx = None
+
+
+class JmsSource(SourceConnector):
+    """``spark.readStream.format("hzsource").option("connector", "jms")``."""
+
+    name = "jms"
+
+    def check(self, options: Options) -> None:
+        JmsSourceConfig.parse(options)
+
+    def schema(self, options: Options) -> StructType:
+        return SCHEMA
+
+    def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
+        reader = JmsStreamReader(JmsSourceConfig.parse(options))
+        reader.check_reachable()
+        return reader

@@ -1,0 +1,351 @@
+"""Kafka's transaction protocol, request by request (transaction protocol version 1).
+
+A task's transaction is begun on an executor and committed by the driver in another
+process, so each step is a plain request naming ``(transactional id, producer id,
+epoch)``: ``InitProducerId`` (fences older users of the id and aborts their open
+transaction), ``AddPartitionsToTxn``, ``Produce``, ``EndTxn``. Versions are chosen below
+those of transaction protocol 2 (KIP-890: EndTxn v5 / Produce v12 bump the epoch on
+every commit), so an epoch stays valid from prepare to commit.
+
+Errors are sorted as Flink's sinks sort them: retriable codes are retried here for a
+bounded time; fencing codes raise ``FencedError``; the rest raise ``FatalCommitError``
+or ``ConnectorError`` naming the request and Kafka's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kafka.errors import for_code
+from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.consumer.group import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+from spark_ext.connectors.kafka.client.connection import Conn, metadata
+from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity
+from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.retry import Backoff, retry
+
+T = TypeVar("T")
+
+PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 90, 47, 48
+INVALID_PRODUCER_ID_MAPPING = 49
+TRANSACTIONAL_ID_NOT_FOUND = 105
+_FENCED = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING})
+# Coordinator moving or loading, a previous transaction's markers still being written,
+# pending transactional offsets: each resolves itself within seconds.
+_RETRY = frozenset({7, 13, 14, 15, 16, 51, 88})
+_COORD_MOVED = frozenset({15, 16})
+
+
+@dataclass(frozen=True)
+class Producer:
+    """Who may write to a transaction: the id and the epoch the coordinator handed out."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """One row of DescribeTransactions."""
+
+    transactional_id: str
+    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead,
+    #            NotFound (the id expired)
+    producer_id: int
+    epoch: int
+    start_ms: int
+    timeout_ms: int
+    partitions: tuple[tuple[str, int], ...] = ()  # added to the open transaction
+
+
+def error_name(code: int) -> str:
+    return str(for_code(code).__name__)
+
+
+class KafkaTxnClient:
+    """Talks to the transaction and group coordinators. Driver or executor; not thread-safe."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, security: KafkaSecurity = PLAINTEXT) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.security = security
+        self._coords: dict[tuple[int, str], Conn] = {}
+        self._any: Conn | None = None
+
+    # --- connections -------------------------------------------------------------------
+
+    def any_broker(self) -> Conn:
+        if self._any is None:
+            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
+            b = md.brokers[0]
+            self._any = Conn(b.host, b.port, self.timeout_s, self.security)
+        return self._any
+
+    def coordinator(self, key: str, key_type: int) -> Conn:
+        """Connection to the coordinator of ``key`` (0 = group, 1 = transactional id)."""
+        conn = self._coords.get((key_type, key))
+        if conn is not None:
+            return conn
+
+        def find() -> Any:
+            req = FindCoordinatorRequest(key=key, key_type=key_type)
+            r = self.any_broker().request(req, 3, FindCoordinatorResponse)
+            _check(r.error_code, f"finding the coordinator of {key!r}")
+            return r
+
+        r = self._retry(f"finding the coordinator of {key!r}", find)
+        conn = Conn(r.host, r.port, self.timeout_s, self.security)
+        self._coords[(key_type, key)] = conn
+        return conn
+
+    def _forget(self, key: str, key_type: int) -> None:
+        conn = self._coords.pop((key_type, key), None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for c in self._coords.values():
+            c.close()
+        self._coords.clear()
+        if self._any is not None:
+            self._any.close()
+            self._any = None
+
+    def _retry(self, doing: str, fn: Callable[[], T], key: tuple[str, int] | None = None) -> T:
+        """Retry retriable Kafka errors and dropped connections until the client timeout."""
+        def forget(e: BaseException) -> None:
+            if key is not None and (isinstance(e, OSError) or getattr(e, "code", None) in _COORD_MOVED):
+                self._forget(*key)
+            if isinstance(e, OSError) and self._any is not None:
+                self._any.close()
+                self._any = None
+
+        return retry(fn, what=doing, retry_on=(_Retriable, OSError), timeout_s=self.timeout_s,
+                     backoff=Backoff(initial_s=0.02, max_s=0.5), on_retry=forget,
+                     give_up=lambda e: RetriableCommitError(
+                         f"{doing}: Kafka still answers {e} after {self.timeout_s:.0f} s"))
+
+    def _txn_call(self, tid: str, doing: str, req: Any, version: int, resp: Any,
+                  code: Callable[[Any], int]) -> Any:
+        def call() -> Any:
+            r = self.coordinator(tid, 1).request(req, version, resp)
+            _check(code(r), doing)
+            return r
+        return self._retry(doing, call, (tid, 1))
+
+    # --- the transaction protocol ----------------------------------------------------------
+
+    def init_producer(self, tid: str | None, timeout_ms: int) -> Producer:
+        """A producer id and epoch for ``tid`` (``None``: idempotent, not transactional).
+
+        For a transactional id this fences every older producer of the id and aborts the
+        transaction it left open.
+        """
+        req = InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=timeout_ms,
+                                    producer_id=-1, producer_epoch=-1)
+        if tid is None:
+            def call() -> Any:
+                r = self.any_broker().request(req, 3, InitProducerIdResponse)
+                _check(r.error_code, "getting an idempotent producer id")
+                return r
+            r = self._retry("getting an idempotent producer id", call)
+        else:
+            r = self._txn_call(tid, f"initialising transactional id {tid!r}", req, 3,
+                               InitProducerIdResponse, lambda x: x.error_code)
+        return Producer(tid or "", r.producer_id, r.producer_epoch)
+
+    def add_partitions(self, p: Producer, parts: dict[str, list[int]]) -> None:
+        T_ = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        req = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=p.transactional_id, v3_and_below_producer_id=p.producer_id,
+            v3_and_below_producer_epoch=p.epoch,
+            v3_and_below_topics=[T_(name=t, partitions=sorted(ps)) for t, ps in parts.items()],
+        )
+        self._txn_call(p.transactional_id, f"adding partitions to {p.transactional_id!r}", req, 3,
+                       AddPartitionsToTxnResponse, _worst_partition_error)
+
+    def end_txn(self, p: Producer, commit: bool) -> None:
+        """Commit or abort ``p``'s open transaction; raises ``FencedError`` if it is gone."""
+        req = EndTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
+                            producer_epoch=p.epoch, committed=commit)
+        what = "committing" if commit else "aborting"
+        self._txn_call(p.transactional_id, f"{what} transaction {p.transactional_id!r}", req, 3,
+                       EndTxnResponse, lambda x: x.error_code)
+
+    def commit_offsets(self, p: Producer, group: str,
+                       offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Commit consumer-group offsets inside ``p``'s transaction, then the transaction."""
+        self.write_offsets(p, group, offsets)
+        self.end_txn(p, commit=True)
+
+    def write_offsets(self, p: Producer, group: str,
+                      offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Add consumer-group offsets to ``p``'s transaction (pending until it ends)."""
+        self._txn_call(p.transactional_id, f"adding group {group!r} to {p.transactional_id!r}",
+                       AddOffsetsToTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
+                                              producer_epoch=p.epoch, group_id=group),
+                       3, AddOffsetsToTxnResponse, lambda x: x.error_code)
+        by_topic: dict[str, list[Any]] = {}
+        P_ = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
+        for (topic, part), (off, meta) in offsets.items():
+            by_topic.setdefault(topic, []).append(
+                P_(partition_index=part, committed_offset=off, committed_leader_epoch=-1,
+                   committed_metadata=meta))
+        req = TxnOffsetCommitRequest(
+            transactional_id=p.transactional_id, group_id=group, producer_id=p.producer_id,
+            producer_epoch=p.epoch, generation_id=-1, member_id="", group_instance_id=None,
+            topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()],
+        )
+
+        def call() -> None:
+            r = self.coordinator(group, 0).request(req, 3, TxnOffsetCommitResponse)
+            _check(max((q.error_code for t in r.topics for q in t.partitions), default=0),
+                   f"committing offsets of group {group!r}")
+        self._retry(f"committing offsets of group {group!r}", call, (group, 0))
+
+    def keep_offsets(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]],
+                     retention_ms: int) -> None:
+        """Commit consumer-group offsets outside any transaction, kept ``retention_ms``.
+
+        OffsetCommit v4 is the last version with a per-commit retention: the broker
+        stores an expiry time with the offset and ignores ``offsets.retention.minutes``
+        for it (KIP-211 kept this "old expiration semantics" for such commits)."""
+        P_ = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, part), (off, meta) in offsets.items():
+            by_topic.setdefault(topic, []).append(
+                P_(partition_index=part, committed_offset=off, committed_metadata=meta))
+        req = OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=retention_ms,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()])
+
+        def call() -> None:
+            r = self.coordinator(group, 0).request(req, 4, OffsetCommitResponse)
+            _check(max((q.error_code for t in r.topics for q in t.partitions), default=0),
+                   f"keeping offsets of group {group!r}")
+        self._retry(f"keeping offsets of group {group!r}", call, (group, 0))
+
+    def fetch_offsets(self, group: str, topic: str, parts: list[int],
+                      stable: bool = True) -> dict[int, tuple[int, str]]:
+        """Committed (offset, metadata) per partition; -1 where none. ``stable``: wait out
+        offsets pending in an open transaction (else: the last committed ones)."""
+        req = OffsetFetchRequest(group_id=group, require_stable=stable, topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=parts)])
+
+        def call() -> dict[int, tuple[int, str]]:
+            r = self.coordinator(group, 0).request(req, 7, OffsetFetchResponse)
+            _check(r.error_code, f"reading offsets of group {group!r}")
+            out = {}
+            for t in r.topics:
+                for q in t.partitions:
+                    _check(q.error_code, f"reading offsets of group {group!r}")
+                    out[q.partition_index] = (q.committed_offset, q.metadata or "")
+            return out
+        return self._retry(f"reading offsets of group {group!r}", call, (group, 0))
+
+    def list_transactions(self, pattern: str, states: list[str]) -> list[tuple[str, int, str]]:
+        """(transactional id, producer id, state) of every transaction matching ``pattern``."""
+        def call() -> list[tuple[str, int, str]]:
+            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
+            out: list[tuple[str, int, str]] = []
+            for b in md.brokers:  # each broker answers for the coordinators it hosts
+                c = Conn(b.host, b.port, self.timeout_s, self.security)
+                try:
+                    req = ListTransactionsRequest(state_filters=states, producer_id_filters=[],
+                                                  duration_filter=-1, transactional_id_pattern=pattern)
+                    r = c.request(req, 2, ListTransactionsResponse)
+                    _check(r.error_code, "listing transactions")
+                    out += [(s.transactional_id, s.producer_id, s.transaction_state)
+                            for s in r.transaction_states]
+                finally:
+                    c.close()
+            return out
+        return self._retry("listing transactions", call)
+
+    def describe(self, tids: list[str]) -> dict[str, TxnState]:
+        """DescribeTransactions for ``tids`` (asked of each id's coordinator)."""
+        out: dict[str, TxnState] = {}
+        for tid in tids:
+            def call(tid: str = tid) -> Any:
+                r = self.coordinator(tid, 1).request(
+                    DescribeTransactionsRequest(transactional_ids=[tid]), 0, DescribeTransactionsResponse)
+                s = r.transaction_states[0]
+                if s.error_code != TRANSACTIONAL_ID_NOT_FOUND:
+                    _check(s.error_code, f"describing transaction {tid!r}")
+                return s
+            s = self._retry(f"describing transaction {tid!r}", call, (tid, 1))
+            if s.error_code == TRANSACTIONAL_ID_NOT_FOUND:  # expired: transactional.id.expiration.ms
+                out[tid] = TxnState(tid, "NotFound", -1, -1, 0, 0)
+                continue
+            parts = tuple(sorted((t.topic, p) for t in (s.topics or []) for p in t.partitions))
+            out[tid] = TxnState(tid, s.transaction_state, s.producer_id, s.producer_epoch,
+                                s.transaction_start_time_ms, s.transaction_timeout_ms, parts)
+        return out
+
+    def broker_config(self, name: str) -> str | None:
+        """A broker setting, as the first broker reports it."""
+        md = metadata(self.bootstrap, [], self.timeout_s, self.security)
+        R_ = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(resources=[R_(resource_type=4, resource_name=str(md.brokers[0].node_id),
+                                                   configuration_keys=[name])],
+                                     include_synonyms=False, include_documentation=False)
+        r = self.any_broker().request(req, 4, DescribeConfigsResponse)
+        for res in r.results:
+            for c in res.configs:
+                if c.name == name:
+                    return str(c.value) if c.value is not None else None
+        return None
+
+
+class _Retriable(Exception):
+    def __init__(self, code: int, doing: str) -> None:
+        super().__init__(f"{error_name(code)} while {doing}")
+        self.code = code
+
+
+def _check(code: int, doing: str) -> None:
+    if code == 0:
+        return
+    if code in _RETRY:
+        raise _Retriable(code, doing)
+    if code in _FENCED:
+        raise FencedError(f"{doing}: fenced by Kafka ({error_name(code)}): a newer run or task attempt "
+                          "took over this transactional id, or the transaction was aborted by its timeout")
+    if code == INVALID_TXN_STATE:
+        raise FatalCommitError(f"{doing}: {error_name(code)}: the transaction is no longer open")
+    raise ConnectorError(f"{doing}: Kafka answered {error_name(code)}")
+
+
+def _worst_partition_error(r: Any) -> int:
+    codes = [q.partition_error_code for t in r.results_by_topic_v3_and_below for q in t.results_by_partition]
+    return next((c for c in codes if c != 0), 0)

@@ -1,0 +1,134 @@
+"""Operator tool for the Kafka sink: its open transactions and its recorded decisions.
+
+A crashed query resolves its own transactions when it restarts. Use this when it cannot:
+a decided batch whose transactions the broker aborted (the driver was down longer than
+``kafka.transaction.timeout.ms``), or a query that will never restart::
+
+    spark-ext doctor kafka list    --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC
+    spark-ext doctor kafka resolve --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC
+
+``PREFIX`` is the sink's ``transactionalIdPrefix`` (``spark-ext-<hash>`` when derived from
+the checkpoint location: the query's error message names it), ``COMMIT_TOPIC`` its
+``commitTopic`` (by default its ``topic``). ``resolve`` commits what the last decision
+names, reports the transactions the broker had aborted (their records are lost: re-send
+that input), marks the batch done and aborts every other open transaction of the sink.
+It refuses while the query is running (its transactions or its commit id move during
+``--watch`` seconds). On a secured cluster, pass the client settings the query uses, as
+Kafka's own tools take them: ``--command-config FILE`` with Java properties lines
+(``security.protocol=SASL_SSL``, ``sasl.mechanism=...``, ``sasl.jaas.config=...``,
+``ssl.truststore.location=...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, TxnState
+from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
+from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.errors import SparkExtError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+
+
+def _properties(path: str | None) -> dict[str, str]:
+    """``key=value`` lines of a Java properties file as ``kafka.*`` options (no escapes)."""
+    if path is None:
+        return {}
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            k, v = line.split("=", 1)
+            out["kafka." + k.strip()] = v.strip()
+    return out
+
+
+def _config(bootstrap: str, prefix: str, topic: str, command_config: str | None = None) -> KafkaSinkConfig:
+    opts = {**_properties(command_config),
+            "kafka.bootstrap.servers": bootstrap, "transactionalidprefix": prefix, "topic": topic}
+    return KafkaSinkConfig.parse(Options(opts, "spark-ext doctor kafka"), Guarantee.EXACTLY_ONCE)
+
+
+def open_transactions(cfg: KafkaSinkConfig) -> list[TxnState]:
+    """The sink's transactions that are still open, oldest first."""
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+    try:
+        tids = [t for t, _pid, _state in client.list_transactions(cfg.txn_pattern, OPEN_STATES)]
+        return sorted(client.describe(tids).values(), key=lambda s: s.start_ms)
+    finally:
+        client.close()
+
+
+def _snapshot(cfg: KafkaSinkConfig) -> set[tuple[str, int, int]]:
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+    try:
+        commit = client.describe([cfg.commit_txn_id])[cfg.commit_txn_id]
+    finally:
+        client.close()
+    return {(s.transactional_id, s.epoch, s.start_ms) for s in open_transactions(cfg)} | {
+        (commit.transactional_id, commit.epoch, commit.start_ms)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-ext doctor kafka <list|resolve> ...`` (``argv`` starts after ``kafka``)."""
+    ap = argparse.ArgumentParser(prog="spark-ext doctor kafka", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="action", required=True)
+    for name in ("list", "resolve"):
+        p = sub.add_parser(name)
+        p.add_argument("--bootstrap", required=True, help="kafka.bootstrap.servers")
+        p.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
+        p.add_argument("--topic", required=True, help="the sink's commitTopic (by default its topic)")
+        p.add_argument("--command-config", help="a properties file of client security settings")
+        if name == "resolve":
+            p.add_argument("--watch", type=float, default=5.0,
+                           help="seconds to watch for a running query first (default 5)")
+    args = ap.parse_args(argv)
+    try:
+        cfg = _config(args.bootstrap, args.prefix, args.topic, args.command_config)
+        if args.action == "list":
+            return _list(cfg)
+        return _resolve(cfg, args.watch)
+    except (SparkExtError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _list(cfg: KafkaSinkConfig) -> int:
+    now = time.time() * 1000
+    txns = open_transactions(cfg)
+    for s in txns:
+        parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
+        print(f"open {s.transactional_id} state={s.state} producer={s.producer_id} epoch={s.epoch} "
+              f"age={(now - s.start_ms) / 1000:.0f}s partitions={parts or '-'}")
+    decision, done = KafkaCommitter(cfg).recorded()
+    if decision is None:
+        print("no decision recorded")
+    else:
+        print(f"decision batch={decision.batch_id} query={decision.query_id} done={done} "
+              f"winners={','.join(f'{w.transactional_id}@{w.epoch}' for w in decision.winners)}")
+    print(f"{len(txns)} open transaction(s)")
+    return 0
+
+
+def _resolve(cfg: KafkaSinkConfig, watch_s: float) -> int:
+    before = _snapshot(cfg)
+    time.sleep(watch_s)  # a running query starts transactions and re-fences its commit id
+    if _snapshot(cfg) != before:
+        print("error: the sink's transactions changed while watching: its query is running; stop it "
+              "first (a running query resolves its own transactions)", file=sys.stderr)
+        return 1
+    claim, decision, lost = KafkaCommitter(cfg).resolve()
+    for w in lost:
+        print(f"lost {w.transactional_id} (producer {w.producer_id}, epoch {w.epoch}) of batch "
+              f"{decision.batch_id if decision else '?'}: aborted by the broker; re-send its input")
+    print(f"sink {cfg.txn_prefix}: {claim.committed} committed, {len(lost)} lost, "
+          f"{claim.rolled_back} open transaction(s) aborted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

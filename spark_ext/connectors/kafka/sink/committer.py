@@ -1,0 +1,355 @@
+"""Driver side of the Kafka sink: commit what the tasks prepared, and recover after crashes.
+
+Where "batch N is committed" lives: Kafka has no transaction spanning several
+transactional ids, so the decision is recorded before any task's transaction is
+committed, in Kafka itself, as consumer-group offsets written *transactionally* by the
+sink's own commit id ``<prefix>-commit``:
+
+- group ``<prefix>.batches``, partition 0 of ``commitTopic``: offset N+1, metadata
+  naming the query, the checkpoint and the winners (partition, attempt, producer id,
+  epoch) — "batch N decided, commit these";
+- group ``<prefix>.batches.done``: offset N+1 once every winner is committed;
+- group ``<prefix>.batches.kept``: a copy of the last decision and whether it is done,
+  committed outside the transaction with an explicit retention (OffsetCommit v4) so the
+  broker never expires it. The broker deletes the two groups above after
+  ``offsets.retention.minutes`` (7 days) without a commit; a query down that long, or
+  one whose batches carried no rows, then still knows what it decided. It is written
+  after the decision and before any winner is committed, so no committed record is ever
+  without a decision that outlives the broker's retention.
+
+How the steps of ``spark_ext.commit`` are carried out here (marked ``# step N``):
+
+- 4a: every winner (the attempt whose message reached the driver) must still be open
+  with its epoch; one aborted by ``transaction.timeout.ms`` or fenced means the batch is
+  rolled back and the query fails loudly (nothing decided, so a restart rewrites it);
+- 4b: the decision is written; the commit id's epoch is the claim's fence from this
+  batch's plan, so a zombie driver whose plan is older is fenced here and decides nothing;
+- 4c: ``EndTxn(commit)`` for every winner, then the done record;
+- 4d: every other open transaction of the sink (failed or speculative attempts) is
+  aborted, so read_committed consumers are never blocked;
+- 1 (``take_over``, in the next batch's plan, the first after a restart included): a
+  decision without its done record is finished (its winners committed), then every open
+  transaction of the sink is aborted. Spark replays a batch whose commit log entry is
+  missing; if that batch was decided, the claim's ``last_decided`` names it and its
+  tasks write nothing, so nothing appears twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spark_ext import failpoints
+from spark_ext.commit import Claim, Committer, DecidedBatch
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
+from spark_ext.errors import ConfigurationError, FatalCommitError, FencedError, SparkExtError
+
+log = logging.getLogger(__name__)
+
+OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
+_META_LIMIT = 3900  # the broker's default offset.metadata.max.bytes is 4096
+KEEP_MS = 100 * 365 * 86_400_000  # the kept copy's retention: for as long as the sink exists
+
+
+class TransactionTimedOutError(FatalCommitError):
+    """A prepared transaction was aborted by the broker before the driver committed it."""
+
+
+class PrefixInUseError(ConfigurationError):
+    """Two queries share one ``transactionalIdPrefix``."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    batch_id: int
+    query_id: str
+    checkpoint: str | None
+    winners: tuple[Producer, ...]
+
+    def encode(self) -> str:
+        raw = json.dumps({"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
+                          "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]},
+                         separators=(",", ":"))
+        if len(raw) <= _META_LIMIT:
+            return raw
+        packed = "z:" + base64.b64encode(zlib.compress(raw.encode(), 9)).decode()
+        if len(packed) > _META_LIMIT:
+            raise FatalCommitError(f"batch {self.batch_id} has {len(self.winners)} tasks, more than the "
+                                   "commit record can name; use fewer partitions (coalesce) before the sink")
+        return packed
+
+    @staticmethod
+    def decode(meta: str) -> Decision:
+        raw = zlib.decompress(base64.b64decode(meta[2:])).decode() if meta.startswith("z:") else meta
+        d = json.loads(raw)
+        return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]))
+
+
+class KafkaCommitter(Committer[KafkaCommittable]):
+    """Commits, aborts and recovers the sink's transactions. Driver only."""
+
+    def __init__(self, cfg: KafkaSinkConfig) -> None:
+        self.cfg = cfg
+        self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s, self.cfg.security)
+
+    # --- before a batch (plan with prepare=True) ---------------------------------------------
+
+    def take_over(self) -> Claim[Producer]:
+        """Step 1: fence older drivers, finish a decided batch, abort every other open
+        transaction. The claim's fence is the commit id's producer (id and epoch)."""
+        return self._take_over(abandon_lost=False)[0]
+
+    def resolve(self) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
+        """The operator's way out (``spark-ext doctor kafka resolve``): what ``take_over``
+        does, except that decided winners the broker already aborted are reported as lost
+        and the batch is marked done, so the query can go on. Returns the claim, the last
+        decision and the lost winners."""
+        return self._take_over(abandon_lost=True)
+
+    def _take_over(self, abandon_lost: bool) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
+        cfg = self.cfg
+        try:
+            # Refuse a second query before fencing anything of the first one. Read the last
+            # *committed* decision: one pending in a crashed driver's open transaction would
+            # block a stable read until the broker times it out; fencing below aborts it.
+            decision, _ = self._recorded(stable=False)
+            if decision and decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
+                raise PrefixInUseError(
+                    f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by another query (a "
+                    "different checkpoint location); two queries must not share a prefix (the second "
+                    "would abort the first's transactions). Choose another prefix"
+                )
+            commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)  # fence
+            decision, done = self._recorded()  # again, now that no older driver can write one
+            committed, lost = 0, []
+            if decision is not None and not done:
+                log.warning("finishing batch %s, decided before a crash", decision.batch_id)
+                lost = self._commit_winners(decision, abandon_lost)
+                self._mark_done(commit_producer, decision)
+                committed = len(decision.winners) - len(lost)
+            rolled_back = self._abort_open(keep=())
+            last = DecidedBatch(decision.batch_id, decision.query_id) if decision else None
+            return Claim(commit_producer, last, committed=committed, rolled_back=rolled_back), decision, lost
+        finally:
+            self.client.close()
+
+    def recorded(self) -> tuple[Decision | None, bool]:
+        """The last recorded decision and whether it was finished (for the operator tool)."""
+        try:
+            return self._recorded()
+        finally:
+            self.client.close()
+
+    def _recorded(self, stable: bool = True) -> tuple[Decision | None, bool]:
+        """The last decision and whether it was finished. From the transactional records
+        while the broker keeps them, else from the kept copy (they expired)."""
+        decision = self._decision(stable)
+        kept, kept_done = self._kept()
+        if decision is None:
+            if kept is not None:
+                log.warning("the decision records of %s expired (the broker's offsets.retention.minutes); "
+                            "using the kept copy: batch %s, %s", self.cfg.txn_prefix, kept.batch_id,
+                            "done" if kept_done else "decided, not finished")
+            return kept, kept_done
+        same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
+        return decision, self._done(decision) or (same and kept_done)
+
+    def _kept(self) -> tuple[Decision | None, bool]:
+        off, meta = self.client.fetch_offsets(self.cfg.group + ".kept", self._anchor(), [0]).get(0, (-1, ""))
+        if off < 0 or not meta:
+            return None, False
+        state, _, encoded = meta.partition("|")
+        return Decision.decode(encoded), state == "done"
+
+    def _keep(self, decision: Decision, done: bool) -> None:
+        """Write the kept copy (see the module docstring). Not fenced: it runs only right
+        after a fenced step of this run succeeded."""
+        meta = ("done|" if done else "decided|") + decision.encode()
+        offsets = {(self._anchor(), 0): (decision.batch_id + 1, meta)}
+        self.client.keep_offsets(self.cfg.group + ".kept", offsets, KEEP_MS)
+
+    def _decision(self, stable: bool = True) -> Decision | None:
+        got = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0], stable=stable)
+        off, meta = got.get(0, (-1, ""))
+        return Decision.decode(meta) if off >= 0 and meta else None
+
+    def _done(self, decision: Decision) -> bool:
+        """Was ``decision`` finished? The done record names its batch *and query*: after a
+        checkpoint reset at the same path, batch ids start again at 0 under the same prefix."""
+        off, meta = self.client.fetch_offsets(self.cfg.group + ".done", self._anchor(), [0]).get(0, (-1, ""))
+        return off == decision.batch_id + 1 and meta == decision.query_id
+
+    def _anchor(self) -> str:
+        if not self.cfg.commit_topic:
+            raise ConfigurationError("set option 'topic' or 'commitTopic' (an existing topic whose "
+                                     "consumer-group offsets record the committed batches)")
+        return self.cfg.commit_topic
+
+    # --- after a batch --------------------------------------------------------------------
+
+    def commit(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
+        """Driver, after every task of the batch succeeded. Idempotent via recovery."""
+        winners = [c for c in committables if not c.skipped and c.partitions]
+        try:
+            if not winners:
+                return  # nothing written, or a replay of a batch committed before a crash
+            commit_producer = winners[0].commit_producer
+            assert commit_producer is not None
+            decision = self._decision()
+            if not _decides(decision, batch_id, winners[0].query_id):  # else: a retry after 4b
+                self._check_open(winners, batch_id)                        # step 4a
+                failpoints.hit("kafka.before_decision", batch_id)
+                decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
+                                    tuple(c.producer for c in winners))
+                self.client.write_offsets(commit_producer, self.cfg.group,  # step 4b
+                                          {(self._anchor(), 0): (batch_id + 1, decision.encode())})
+                failpoints.hit("kafka.mid_decision", batch_id)  # decision pending in its transaction
+                self.client.end_txn(commit_producer, commit=True)
+                failpoints.hit("kafka.after_decision", batch_id)
+            assert decision is not None
+            self._keep(decision, done=False)  # before any winner commits (also on a retry)
+            self._commit_winners(decision)                              # step 4c
+            self._mark_done(commit_producer, decision)
+            failpoints.hit("kafka.after_done", batch_id)  # all committed; Spark's commit log not yet
+            self._abort_open(keep=tuple(w.transactional_id for w in winners))  # step 4d
+            log.info("batch %s committed: %s records in %s transactions", batch_id,
+                     sum(c.rows for c in winners), len(winners))
+        finally:
+            self.client.close()
+
+    def abort(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
+        """Step 5, after a task (or the commit) failed: abort the batch's transactions.
+
+        A batch already decided is left alone: the next plan's take-over finishes it. When
+        the messages show this run still owns the sink (its commit id's epoch is the
+        broker's), every open transaction of the sink's pool is aborted, so attempts that
+        were killed or still run do not hold back read_committed consumers; otherwise
+        (a zombie, or no task reported) only the reported ones, never another run's.
+        """
+        try:
+            if committables and _decides(self._decision(), batch_id, committables[0].query_id):
+                log.warning("batch %s was decided; its commit is finished by the next batch's recovery",
+                            batch_id)
+                return
+            self._abort_own(committables)
+            if self._owns_sink(committables):
+                self._abort_open(keep=())
+        finally:
+            self.client.close()
+
+    def _owns_sink(self, committables: Sequence[KafkaCommittable]) -> bool:
+        cp = next((c.commit_producer for c in committables if c.commit_producer is not None), None)
+        if cp is None:
+            return False
+        now = self.client.describe([cp.transactional_id])[cp.transactional_id]
+        return (now.producer_id, now.epoch) == (cp.producer_id, cp.epoch)
+
+    def _abort_own(self, committables: Sequence[KafkaCommittable]) -> None:
+        for c in committables:
+            if c.skipped or not c.partitions:
+                continue
+            try:
+                self.client.end_txn(c.producer, commit=False)
+            except (FencedError, FatalCommitError):
+                pass  # already aborted (timeout, or fenced by a newer attempt)
+
+    def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
+        cp = winners[0].commit_producer
+        assert cp is not None
+        now_cp = self.client.describe([cp.transactional_id])[cp.transactional_id]
+        if (now_cp.producer_id, now_cp.epoch) != (cp.producer_id, cp.epoch):
+            raise FencedError(f"batch {batch_id}: another run of this sink ({self.cfg.txn_prefix!r}) took "
+                              "over after this batch began; this run stops without committing "
+                              "(zombie fencing)")
+        states = self.client.describe([c.transactional_id for c in winners])
+        now = time.time() * 1000
+        age_s = (now - min(c.started_ms for c in winners)) / 1000
+        limit_s = self.cfg.txn_timeout_ms / 1000
+        for c in winners:
+            s = states[c.transactional_id]
+            if s.state != "Ongoing" or s.producer_id != c.producer_id or s.epoch != c.epoch:
+                self._abort_own(winners)
+                raise TransactionTimedOutError(
+                    f"batch {batch_id}: transaction {c.transactional_id!r} is no longer open on the "
+                    f"broker (state {s.state}, epoch {s.epoch}, ours {c.epoch}) {age_s:.1f} s after it "
+                    f"began; kafka.transaction.timeout.ms is {self.cfg.txn_timeout_ms}. It was aborted "
+                    "by that timeout or fenced by another run. Nothing of the batch was committed; "
+                    "restart the query to write it again, and raise kafka.transaction.timeout.ms (up to "
+                    "the broker's transaction.max.timeout.ms) or make batches shorter"
+                )
+        margin_s = min(2 * self.cfg.timeout_s, limit_s / 4)
+        if age_s > limit_s - margin_s:
+            # Deciding now could let the broker abort a winner after the decision: refuse.
+            self._abort_own(winners)
+            raise TransactionTimedOutError(
+                f"batch {batch_id}: its transactions are {age_s:.1f} s old, within {margin_s:.0f} s of "
+                f"kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms}); the batch is rolled back "
+                "rather than risk a partial commit. A restart replays the same batch and would fail the "
+                "same way: first raise kafka.transaction.timeout.ms (up to the broker's "
+                "transaction.max.timeout.ms) or make the batch smaller (e.g. a lower maxOffsetsPerTrigger "
+                "on the Kafka source), then restart"
+            )
+        if age_s > self.cfg.warn_fraction * limit_s:
+            log.warning("batch %s took %.1f s, more than %.0f%% of kafka.transaction.timeout.ms (%.0f s): "
+                        "a slower batch would be aborted by the broker; raise the timeout or make batches "
+                        "shorter", batch_id, age_s, self.cfg.warn_fraction * 100, limit_s)
+
+    def _commit_winners(self, decision: Decision, abandon_lost: bool = False) -> list[Producer]:
+        """Commit every winner (step 4c); returns those the broker had aborted already,
+        which fail the commit unless ``abandon_lost`` (the operator's resolve)."""
+        lost: list[Producer] = []
+        for i, w in enumerate(decision.winners):
+            if i == 1:
+                failpoints.hit("kafka.mid_commit", decision.batch_id)
+            try:
+                self.client.end_txn(w, commit=True)
+            except (FencedError, FatalCommitError):
+                s = self.client.describe([w.transactional_id])[w.transactional_id]
+                if s.state == "CompleteCommit" and s.producer_id == w.producer_id and s.epoch == w.epoch:
+                    continue  # committed before a crash; this is the retry
+                lost.append(w)
+        if lost and not abandon_lost:
+            names = ", ".join(w.transactional_id for w in lost)
+            raise TransactionTimedOutError(
+                f"batch {decision.batch_id} was decided, but {len(lost)} of its {len(decision.winners)} "
+                f"transactions ({names}) were aborted by the broker before the commit finished, most "
+                f"likely by kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms} ms) while the driver "
+                "was down; the others are committed. Kafka cannot bring aborted records back, so every "
+                "restart stops here. To go on: list what was lost with `spark-ext doctor kafka list "
+                f"--bootstrap {self.cfg.bootstrap} --prefix {self.cfg.txn_prefix} --topic "
+                f"{self.cfg.commit_topic}`, then run `spark-ext doctor kafka resolve` with the same "
+                "arguments (it marks the batch done), re-send that batch's input for those partitions, "
+                "and raise kafka.transaction.timeout.ms"
+            )
+        return lost
+
+    def _mark_done(self, commit_producer: Producer, decision: Decision) -> None:
+        self.client.commit_offsets(commit_producer, self.cfg.group + ".done",
+                                   {(self._anchor(), 0): (decision.batch_id + 1, decision.query_id)})
+        self._keep(decision, done=True)
+
+    def _abort_open(self, keep: tuple[str, ...]) -> int:
+        """Abort every open transaction of this sink except ``keep`` (fences their owners);
+        returns how many were aborted."""
+        aborted = 0
+        for tid, _pid, _state in self.client.list_transactions(self.cfg.txn_pattern, OPEN_STATES):
+            if tid in keep:
+                continue
+            try:
+                self.client.init_producer(tid, self.cfg.txn_timeout_ms)
+                aborted += 1
+            except SparkExtError as e:
+                log.warning("could not abort open transaction %s: %s", tid, e)
+        return aborted
+
+
+def _decides(decision: Decision | None, batch_id: int, query_id: str) -> bool:
+    """True when ``decision`` is the one recorded for ``batch_id`` of query ``query_id``."""
+    return decision is not None and decision.batch_id == batch_id and decision.query_id == query_id

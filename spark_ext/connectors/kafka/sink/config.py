@@ -1,0 +1,146 @@
+"""Options of the Kafka sink, parsed on the driver into a frozen, picklable config.
+
+Names follow Spark's built-in Kafka sink (``kafka.bootstrap.servers``, ``topic``,
+``kafka.*`` producer settings). The producer here speaks Kafka's protocol directly (the
+driver must be able to finish a transaction a task began), so only the producer
+settings it honours are accepted; any other ``kafka.*`` setting is refused at query
+start, naming it, rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from spark_ext.connectors.kafka.client.security import PLAINTEXT, SECURITY_KEYS, KafkaSecurity, normalize
+from spark_ext.connectors.kafka.sink.records import CODECS
+from spark_ext.errors import InvalidOptionError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options, OptionSpec
+
+SINK_OPTIONS = OptionSpec(
+    names=frozenset({"topic", "committopic", "transactionalidprefix", "transactiontimeoutwarnfraction"}),
+    prefixes=("kafka.",),
+    required=frozenset({"kafka.bootstrap.servers"}),
+)
+
+# kafka.* settings this producer honours, with their defaults.
+_PRODUCER_DEFAULTS = {
+    # The broker's default maximum (15 min): a driver killed after deciding a batch must be
+    # back before its transactions time out, or their records are lost (Flink uses 1 h).
+    "transaction.timeout.ms": "900000",
+    "batch.size": "1048000",  # under the broker's default message.max.bytes (1 MiB + 12)
+    "compression.type": "none",
+    "request.timeout.ms": "30000",
+}
+# Settings users copy from Java jobs that change nothing here: accepted, ignored.
+_HARMLESS = frozenset({"linger.ms", "acks", "enable.idempotence", "max.in.flight.requests.per.connection",
+                       "retries", "delivery.timeout.ms", "key.serializer", "value.serializer",
+                       "client.id", "buffer.memory", "max.request.size"})
+_TXN_PREFIX = re.compile(r"^[A-Za-z0-9._\-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class KafkaSinkConfig:
+    """Everything writers and committers need. The SASL password rides inside ``security``
+    (executors authenticate too) and is kept out of every ``repr``."""
+
+    bootstrap: str
+    topic: str | None
+    commit_topic: str | None
+    txn_prefix: str
+    checkpoint: str | None
+    guarantee: Guarantee
+    txn_timeout_ms: int
+    batch_bytes: int
+    codec: int
+    timeout_s: float
+    warn_fraction: float
+    security: KafkaSecurity = PLAINTEXT
+
+    @property
+    def group(self) -> str:
+        """The consumer group whose offsets on ``commit_topic`` record committed batches."""
+        return f"{self.txn_prefix}.batches"
+
+    def txn_id(self, partition: int, attempt: int) -> str:
+        """A task's transactional id: bounded by partitions x attempts, reused every batch.
+
+        A retried *stage* restarts attempt numbers at 0, so its tasks fence the old stage's
+        zombies by id (PySpark exposes no stage attempt number); that fails the commit
+        loudly rather than duplicating anything.
+        """
+        return f"{self.txn_prefix}-p{partition}-a{attempt}"
+
+    @property
+    def commit_txn_id(self) -> str:
+        return f"{self.txn_prefix}-commit"
+
+    @property
+    def txn_pattern(self) -> str:
+        """A regex matching exactly this sink's task transactional ids."""
+        return re.escape(self.txn_prefix) + r"-p[0-9]+-a[0-9]+"
+
+    @staticmethod
+    def parse(opts: Options, guarantee: Guarantee) -> KafkaSinkConfig:
+        SINK_OPTIONS.check(opts.raw(), "hzsink connector 'kafka'")
+        client = normalize(opts.with_prefix("kafka."))
+        security = KafkaSecurity.from_client(client)
+        client = {k: v for k, v in client.items() if k not in SECURITY_KEYS}
+        bootstrap = client.pop("bootstrap.servers")
+        unknown = sorted(k for k in client if k not in _PRODUCER_DEFAULTS and k not in _HARMLESS)
+        if unknown:
+            raise InvalidOptionError(
+                f"kafka.{unknown[0]} is not a producer setting this sink honours; supported: "
+                f"{', '.join('kafka.' + k for k in sorted(_PRODUCER_DEFAULTS))} "
+                "(and common Java settings that do not apply here, which are ignored)"
+            )
+        conf = {**_PRODUCER_DEFAULTS, **{k: v for k, v in client.items() if k in _PRODUCER_DEFAULTS}}
+        codec = conf["compression.type"].lower()
+        if codec not in CODECS:
+            raise InvalidOptionError(f"option 'kafka.compression.type' is {codec!r}; use one of "
+                                     f"{', '.join(CODECS)}")
+        topic = opts.get_str("topic")
+        prefix = _prefix(opts, guarantee)
+        fraction = float(opts.get_str("transactiontimeoutwarnfraction") or "0.5")
+        if not 0 < fraction <= 1:
+            raise InvalidOptionError("option 'transactionTimeoutWarnFraction' must be in (0, 1], e.g. 0.5")
+        return KafkaSinkConfig(
+            bootstrap=bootstrap, topic=topic, commit_topic=opts.get_str("committopic") or topic,
+            txn_prefix=prefix, checkpoint=opts.checkpoint(), guarantee=guarantee,
+            txn_timeout_ms=_int(conf, "transaction.timeout.ms", 1000),
+            batch_bytes=_int(conf, "batch.size", 1024), codec=CODECS[codec],
+            timeout_s=_int(conf, "request.timeout.ms", 1000) / 1000.0, warn_fraction=fraction,
+            security=security,
+        )
+
+
+def _int(conf: dict[str, str], name: str, minimum: int) -> int:
+    try:
+        value = int(conf[name])
+    except ValueError:
+        raise InvalidOptionError(f"option 'kafka.{name}' is {conf[name]!r}; expected an integer") from None
+    if value < minimum:
+        raise InvalidOptionError(f"option 'kafka.{name}' is {value}; it must be at least {minimum}")
+    return value
+
+
+def _prefix(opts: Options, guarantee: Guarantee) -> str:
+    """``transactionalIdPrefix``, else derived from the checkpoint location."""
+    given = opts.get_str("transactionalidprefix")
+    if given is not None:
+        if not _TXN_PREFIX.match(given):
+            raise InvalidOptionError(f"option 'transactionalIdPrefix' is {given!r}; use letters, digits, "
+                                     "'.', '_' or '-'")
+        return given
+    ckpt = opts.checkpoint()
+    if ckpt is not None:
+        return "spark-ext-" + hashlib.sha256(ckpt.encode()).hexdigest()[:16]
+    if guarantee is Guarantee.EXACTLY_ONCE:
+        raise InvalidOptionError(
+            "hzsink connector 'kafka' with guarantee exactly_once needs stable transactional ids to "
+            "find its open transactions after a restart: set .option('checkpointLocation', ...) on "
+            "writeStream, or .option('transactionalIdPrefix', ...)"
+        )
+    return "spark-ext-nontxn"

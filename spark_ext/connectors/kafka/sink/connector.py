@@ -1,0 +1,82 @@
+"""Kafka sink: ``hzsink`` connector ``kafka`` (2PC exactly-once, idempotent at-least-once)."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+from spark_ext.commit import Claim
+from spark_ext.connector import SinkConnector
+from spark_ext.connectors.kafka.client.connection import metadata
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from spark_ext.connectors.kafka.sink.committer import KafkaCommitter
+from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
+from spark_ext.connectors.kafka.sink.records import check_schema
+from spark_ext.connectors.kafka.sink.writer import KafkaWriter
+from spark_ext.errors import ConfigurationError, ConnectorError, UnknownTopicError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+
+
+class TransactionTimeoutTooLongError(ConfigurationError):
+    """``kafka.transaction.timeout.ms`` exceeds what the broker allows."""
+
+
+class KafkaSink(SinkConnector[KafkaSinkConfig]):
+    """``df.writeStream.format("hzsink").option("connector", "kafka")``."""
+
+    name = "kafka"
+    option_spec = SINK_OPTIONS
+
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> KafkaSinkConfig:
+        cfg = KafkaSinkConfig.parse(options, guarantee)
+        check_schema({f.name: f.dataType.simpleString() for f in schema.fields}, cfg.topic)
+        return cfg
+
+    def validate(self, config: KafkaSinkConfig, schema: StructType) -> KafkaSinkConfig:
+        """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""
+        exactly = config.guarantee.transactional
+        _check_topics(config, exactly)
+        if exactly:
+            _check_timeout(config)
+        return config
+
+    def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
+        return KafkaWriter(config, claim)
+
+    def new_committer(self, config: KafkaSinkConfig) -> KafkaCommitter:
+        return KafkaCommitter(config)
+
+
+def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
+    wanted = sorted({t for t in (cfg.topic, cfg.commit_topic if exactly else None) if t})
+    if exactly and not cfg.commit_topic:
+        raise ConfigurationError(
+            "with a 'topic' column and no 'topic' option, exactly_once needs option 'commitTopic': "
+            "an existing topic (e.g. one the query writes to) whose consumer-group offsets record "
+            "which batches are committed"
+        )
+    try:
+        md = metadata(cfg.bootstrap, wanted, cfg.timeout_s, cfg.security)
+    except (ConnectionError, OSError) as e:
+        raise ConnectorError(f"cannot reach Kafka at {cfg.bootstrap} ({e}); check "
+                             "kafka.bootstrap.servers and that the brokers are up") from None
+    for t in md.topics:
+        if t.error_code != 0:
+            raise UnknownTopicError(
+                f"topic {t.name!r} does not exist on {cfg.bootstrap}; create it first (the sink does "
+                "not auto-create topics, so a typo cannot create a stray topic)"
+            )
+
+
+def _check_timeout(cfg: KafkaSinkConfig) -> None:
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+    try:
+        limit = client.broker_config("transaction.max.timeout.ms")
+    finally:
+        client.close()
+    if limit is not None and cfg.txn_timeout_ms > int(limit):
+        raise TransactionTimeoutTooLongError(
+            f"kafka.transaction.timeout.ms is {cfg.txn_timeout_ms} but the broker's "
+            f"transaction.max.timeout.ms is {limit}: the broker would refuse every transaction. Set "
+            f"kafka.transaction.timeout.ms to at most {limit}, or raise the broker's limit"
+        )

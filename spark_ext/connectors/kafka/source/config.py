@@ -1,0 +1,213 @@
+"""Options of the Kafka source, parsed once on the driver into a frozen config.
+
+The option names are those of Spark's built-in ``kafka`` source, so a query can swap
+``format("kafka")`` for ``format("hzsource").option("connector", "kafka")``. ``kafka.*``
+options go to the client, librdkafka (confluent-kafka), whose property names match the
+Java client's for everything common (``bootstrap.servers``, ``security.protocol``,
+``sasl.mechanism``, ``ssl.*.location`` ...); the few Java-only spellings users copy from
+Spark jobs are translated here, and anything the client does not know is rejected at
+query start, naming the option.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, normalize
+from spark_ext.connectors.kafka.source.offsets import StartingOffsets, TopicPartition, parse_assign
+from spark_ext.errors import InvalidOptionError, MissingOptionError
+from spark_ext.options import Options, OptionSpec, redact
+
+SOURCE_OPTIONS = OptionSpec(
+    names=frozenset({
+        "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+        "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
+        "maxrecordsperpartition", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
+        "fetchoffset.retryintervalms", "groupidprefix", "fetcher",
+    }),
+    prefixes=("kafka.",),
+    required=frozenset({"kafka.bootstrap.servers"}),
+)
+
+# Spark's own rules: these client settings would break offset tracking.
+_REJECTED = {
+    "auto.offset.reset": "set the source option 'startingOffsets' instead",
+    "enable.auto.commit": "offsets live in Spark's checkpoint; the source never commits to Kafka",
+    "key.deserializer": "keys are always returned as binary; cast or decode them in the query",
+    "value.deserializer": "values are always returned as binary; cast or decode them in the query",
+    "interceptor.classes": "Java interceptors do not apply to this Python client",
+    "enable.partition.eof": "the source manages it",
+}
+
+# Java spellings -> librdkafka spellings (security settings: ``normalize``).
+_RENAMED = {"fetch.max.wait.ms": "fetch.wait.max.ms"}
+
+# Java-only settings with no librdkafka counterpart that are safe to drop.
+_IGNORED = frozenset({"max.poll.records", "default.api.timeout.ms", "request.timeout.ms"})
+
+# Read fast: big fetches, a deep prefetch queue. Users may override each through kafka.*.
+_DEFAULTS = {
+    "fetch.max.bytes": "52428800",
+    "max.partition.fetch.bytes": "10485760",
+    "queued.min.messages": "500000",
+}
+
+
+def _client_options(opts: Options) -> dict[str, str]:
+    raw = normalize(opts.with_prefix("kafka."))
+    client: dict[str, str] = {}
+    for name, value in raw.items():
+        if name in _REJECTED:
+            raise InvalidOptionError(
+                f"Kafka option 'kafka.{name}' is not supported by hzsource connector 'kafka': "
+                f"{_REJECTED[name]}"
+            )
+        if name in _IGNORED:
+            continue
+        if name == "isolation.level" and value not in ("read_committed", "read_uncommitted"):
+            raise InvalidOptionError(
+                f"option 'kafka.isolation.level' is {value!r}; expected read_committed or read_uncommitted"
+            )
+        client[_RENAMED.get(name, name)] = value
+    return client
+
+
+def _fetcher(opts: Options, client: dict[str, str]) -> tuple[str, KafkaSecurity]:
+    """``wire`` (raw fetches, fastest) wherever it speaks the cluster's security (plain text,
+    TLS, SASL PLAIN / SCRAM), ``librdkafka`` otherwise (GSSAPI, OAUTHBEARER, ...)."""
+    choice = (opts.get_str("fetcher", "auto") or "auto").lower()
+    if choice not in ("auto", "wire", "librdkafka"):
+        raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
+    try:
+        security = KafkaSecurity.from_client(client)
+    except InvalidOptionError:
+        if choice == "wire":
+            raise
+        return "librdkafka", PLAINTEXT  # librdkafka checks these settings itself
+    return ("librdkafka" if choice == "librdkafka" else "wire"), security
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions the query reads: one of ``subscribe``, ``subscribePattern``, ``assign``."""
+
+    kind: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[TopicPartition, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "subscribe":
+            return f"subscribe={','.join(self.topics)}"
+        if self.kind == "subscribepattern":
+            return f"subscribePattern={self.pattern}"
+        return "assign=" + ",".join(f"{t}-{p}" for t, p in self.assigned)
+
+
+def _subscription(opts: Options) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get_str(k) is not None]
+    if len(given) != 1:
+        what = "none of them" if not given else " and ".join(repr(g) for g in given)
+        raise InvalidOptionError(
+            f"hzsource connector 'kafka' needs exactly one of 'subscribe', 'subscribePattern' "
+            f"or 'assign'; got {what}"
+        )
+    kind = given[0]
+    value = opts.require(kind)
+    if kind == "subscribe":
+        topics = tuple(sorted({t.strip() for t in value.split(",") if t.strip()}))
+        if not topics:
+            raise InvalidOptionError(f"option 'subscribe' is {value!r}; expected a comma list of topics")
+        return Subscription(kind, topics=topics)
+    if kind == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise InvalidOptionError(
+                f"option 'subscribePattern' is {value!r}, not a valid regular expression ({e})"
+            ) from None
+        return Subscription(kind, pattern=value)
+    return Subscription(kind, assigned=parse_assign(value))
+
+
+@dataclass(frozen=True)
+class KafkaSourceConfig:
+    """Everything a reader needs, driver and executors alike. Picklable, no connections."""
+
+    client: dict[str, str]
+    subscription: Subscription
+    starting: StartingOffsets
+    ending: StartingOffsets
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    poll_timeout_ms: int
+    metadata_timeout_s: float
+    metadata_retries: int
+    retry_interval_ms: int
+    group_id: str = field(default="spark-ext-kafka-source")
+    fetcher: str = "wire"
+    security: KafkaSecurity = PLAINTEXT  # for the wire fetcher; librdkafka reads ``client``
+
+    @property
+    def bootstrap(self) -> str:
+        return self.client["bootstrap.servers"]
+
+    def consumer_conf(self) -> dict[str, object]:
+        """librdkafka settings for a consumer that is only ever assigned, never subscribed."""
+        conf: dict[str, object] = {**_DEFAULTS, "isolation.level": "read_committed", **self.client}
+        conf.update({
+            "group.id": self.client.get("group.id", self.group_id),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+        })
+        return conf
+
+    def safe_client(self) -> dict[str, str]:
+        """The client settings with secrets masked, for logs and messages."""
+        return redact(self.client)
+
+    @staticmethod
+    def parse(opts: Options, batch: bool = False) -> KafkaSourceConfig:
+        """Check and parse the options. Driver, at ``load()`` and at query start.
+
+        ``batch``: parsing for ``spark.read``, where ``startingOffsets`` defaults to earliest
+        as in Spark.
+        """
+        SOURCE_OPTIONS.check(opts.raw(), "hzsource connector 'kafka'")
+        client = _client_options(opts)
+        if not client.get("bootstrap.servers", "").strip():
+            raise MissingOptionError(
+                "hzsource connector 'kafka' needs option 'kafka.bootstrap.servers' (host:port,...)"
+            )
+        ending = StartingOffsets.parse(opts.get_str("endingoffsets"), "endingOffsets")
+        if ending.kind == "earliest" or -2 in ending.specific.values():
+            raise InvalidOptionError(
+                "option 'endingOffsets' cannot be earliest (-2); use 'latest' or JSON offsets"
+            )
+        api_timeout = opts.get_int("kafka.default.api.timeout.ms", 30_000, minimum=1) or 30_000
+        fetcher, security = _fetcher(opts, client)
+        prefix = opts.get_str("groupidprefix", "spark-ext-kafka-source") or "spark-ext-kafka-source"
+        return KafkaSourceConfig(
+            client=client,
+            subscription=_subscription(opts),
+            starting=StartingOffsets.parse(
+                opts.get_str("startingoffsets", "earliest" if batch else "latest")),
+            ending=ending,
+            max_offsets_per_trigger=opts.get_int("maxoffsetspertrigger", minimum=1),
+            fail_on_data_loss=opts.get_bool("failondataloss", True),
+            include_headers=opts.get_bool("includeheaders", False),
+            min_partitions=opts.get_int("minpartitions", minimum=1),
+            max_records_per_partition=opts.get_int("maxrecordsperpartition", minimum=1),
+            poll_timeout_ms=opts.get_int("kafkaconsumer.polltimeoutms", 120_000, minimum=1) or 120_000,
+            metadata_timeout_s=api_timeout / 1000.0,
+            metadata_retries=opts.get_int("fetchoffset.numretries", 3, minimum=0) or 0,
+            retry_interval_ms=opts.get_int("fetchoffset.retryintervalms", 10, minimum=0) or 0,
+            group_id=prefix,
+            fetcher=fetcher,
+            security=security,
+        )

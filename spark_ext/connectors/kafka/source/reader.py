@@ -1,0 +1,332 @@
+"""Replayable Kafka source: ``hzsource`` connector ``kafka``.
+
+Jet's replayable source saves its offsets to the snapshot; here the snapshot is Spark's
+offset log. For micro-batch N Spark writes the end offsets this reader returned to the
+offset log *before* the batch runs, and replays N after a crash from the same start and
+end: ``partitions(start, end)`` depends on nothing else, so the replay reads exactly the
+same records. Nothing is committed to Kafka; a consumer group is never
+joined.
+
+Where each call runs (observed on PySpark 4.3 with a probe that logged each call's process):
+
+- ``initialOffset``, ``latestOffset``, ``partitions``, ``commit``, ``stop``: the
+  driver, on one long-lived reader object, which holds one admin client.
+- ``read``: executors, on an unpickled copy without that client; one consumer per range.
+
+Per-partition event-time progress (for watermark coalescing): every row carries
+``topic`` and ``partition`` and the record's Kafka ``timestamp``, and within a range rows
+arrive in offset order, so a downstream operator learns each partition's latest event
+time as ``max(timestamp)`` grouped by ``(topic, partition)``; ``spark_ext.windows`` does
+this. ``reportLatestOffset`` shows the broker's latest offsets in the query progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_ext import compat, failpoints
+from spark_ext.connector import SourceConnector
+from spark_ext.connectors.kafka.client.connection import metadata
+from spark_ext.connectors.kafka.source.admin import KafkaMetadata
+from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
+from spark_ext.connectors.kafka.source.librdkafka_reader import RangeReader
+from spark_ext.connectors.kafka.source.offsets import (
+    EARLIEST,
+    LATEST,
+    KafkaRange,
+    PartitionOffsets,
+    describe,
+    from_json,
+    plan_ranges,
+    rate_limit,
+    to_json,
+)
+from spark_ext.connectors.kafka.source.wire_reader import WireRangeReader
+from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
+from spark_ext.options import Options
+from spark_ext.shipping import Shipped
+
+log = logging.getLogger(__name__)
+
+
+def read_range(cfg: KafkaSourceConfig, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Executor: one range as Arrow batches, through the configured fetcher."""
+    if cfg.fetcher == "wire":
+        return iter(WireRangeReader(cfg, rng))
+    return iter(RangeReader(cfg, rng))
+
+
+def source_schema(include_headers: bool) -> StructType:
+    """The columns of Spark's built-in kafka source, in its order."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+class _Planner:
+    """Driver-side state shared by the stream and batch readers; dropped when pickled."""
+
+    def __init__(self, cfg: KafkaSourceConfig) -> None:
+        self.cfg = cfg
+        self._meta: KafkaMetadata | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors need the config only; the admin client stays on the driver.
+        return {**self.__dict__, "_meta": None}
+
+    @property
+    def meta(self) -> KafkaMetadata:
+        if self._meta is None:
+            self._meta = KafkaMetadata(self.cfg)
+        return self._meta
+
+    def resolve(self, spec_kind: str, specific: PartitionOffsets, option: str) -> PartitionOffsets:
+        """``earliest`` / ``latest`` / JSON -> concrete offsets for every current partition."""
+        tps = self.meta.partitions(strict=True)
+        if spec_kind == "earliest":
+            return self.meta.earliest(tps)
+        if spec_kind == "latest":
+            return self.meta.latest(tps)
+        unknown = set(specific) - set(tps)
+        if unknown:
+            raise InvalidOptionError(
+                f"option {option!r} names partition(s) {describe(unknown)} that are not in "
+                f"{self.cfg.subscription.describe()}; subscribed partitions: {describe(tps)}"
+            )
+        missing = set(tps) - set(specific)
+        if missing:
+            raise InvalidOptionError(
+                f"option {option!r} must give an offset for every subscribed partition; missing "
+                f"{describe(missing)} (use -2 for earliest, -1 for latest)"
+            )
+        early = self.meta.earliest(tps) if EARLIEST in specific.values() else {}
+        late = self.meta.latest(tps) if LATEST in specific.values() else {}
+        return {tp: early[tp] if o == EARLIEST else late[tp] if o == LATEST else o
+                for tp, o in specific.items()}
+
+    def ranges(self, start: PartitionOffsets, end: PartitionOffsets) -> list[KafkaRange]:
+        """Deterministic ranges; partitions new since ``start`` are read from offset 0."""
+        begin: PartitionOffsets = {}
+        for tp, e in end.items():
+            s = start.get(tp, 0)
+            # end < start: the topic was recreated and failOnDataLoss=false let it through
+            # (latestOffset raised otherwise); read the new log from its beginning.
+            begin[tp] = 0 if e < s else s
+        return plan_ranges(begin, end, self.cfg.min_partitions, self.cfg.max_records_per_partition)
+
+
+class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Planning calls run on the driver; ``read`` on executors."""
+
+    def __init__(self, cfg: KafkaSourceConfig) -> None:
+        self._plan = _Planner(cfg)
+        self._cfg = cfg
+        self._target: PartitionOffsets | None = None
+        self._latest: PartitionOffsets | None = None
+        self._warned: dict[tuple[str, int], str] = {}
+        self._down_since: float | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}}
+
+    def check_reachable(self) -> None:
+        """Driver, at query start: the brokers answer and the subscription exists.
+
+        On a secured cluster the wire fetcher's own handshake is tried first, so wrong
+        credentials or an untrusted certificate fail here with ``AuthenticationError``
+        (naming the fix, never the password) rather than inside a task.
+        """
+        if self._cfg.fetcher == "wire" and self._cfg.security.protocol != "PLAINTEXT":
+            try:
+                metadata(self._cfg.bootstrap, [], self._cfg.metadata_timeout_s, self._cfg.security)
+            except (ConnectionError, OSError):
+                pass  # unreachable: the check below reports it with the client's own words
+        self._plan.meta.partitions(strict=True)
+
+    def initialOffset(self) -> dict:
+        """Driver, when a query starts without a checkpoint: resolve ``startingOffsets``."""
+        st = self._cfg.starting
+        return to_json(self._plan.resolve(st.kind, st.specific, "startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Driver: ``maxOffsetsPerTrigger`` as Spark's admission control."""
+        n = self._cfg.max_offsets_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Driver, once, with ``Trigger.AvailableNow``: fix the target at today's latest."""
+        meta = self._plan.meta
+        self._target = meta.latest(meta.partitions(strict=True))
+
+    def _check_loss(self, start: PartitionOffsets, earliest: PartitionOffsets,
+                    latest: PartitionOffsets) -> None:
+        problems: dict[tuple[str, int], str] = {}
+        for tp, s in sorted(start.items()):
+            t, p = tp
+            if tp not in latest:
+                problems[tp] = f"partition {t}-{p} is missing from the cluster (was at offset {s})"
+            elif latest[tp] < s:
+                problems[tp] = (f"{t}-{p} now ends at offset {latest[tp]}, before offset {s} already "
+                                "read: the topic was deleted and recreated, or truncated")
+            elif earliest[tp] > s:
+                problems[tp] = (f"records {s}..{earliest[tp] - 1} of {t}-{p} were deleted (retention) "
+                                "before they were read")
+        if not problems:
+            return
+        text = "; ".join(problems.values())
+        if self._cfg.fail_on_data_loss:
+            raise DataLossError(
+                f"Kafka data loss: {text}. Set option failOnDataLoss=false to skip what is gone and "
+                "continue from the earliest available offsets"
+            )
+        # latestOffset runs many times a second when idle: say each problem once.
+        fresh = {tp: m for tp, m in problems.items() if self._warned.get(tp) != m}
+        if fresh:
+            log.warning("Kafka data loss, continuing as failOnDataLoss=false: %s", "; ".join(fresh.values()))
+            self._warned.update(fresh)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Driver, before each batch (often, when idle): the end offsets of the next batch.
+
+        Never behind ``start`` except for a partition that now ends before it (recreated:
+        ``partitions`` then reads it from 0, which ``_check_loss`` allowed only with
+        ``failOnDataLoss=false``); a partition missing from the cluster keeps its offset,
+        so a topic that comes back is not read twice.
+        """
+        begin = from_json(start)
+        meta = self._plan.meta
+        try:
+            latest = meta.latest(meta.partitions())
+        except ConnectorError as e:
+            # Ride through a broker restart: report "no new data" for up to
+            # kafkaConsumer.pollTimeoutMs, then fail with the broker's error.
+            now = time.monotonic()
+            self._down_since = self._down_since or now
+            if now - self._down_since > self._cfg.poll_timeout_ms / 1000.0:
+                raise
+            log.warning("Kafka unavailable, planning no new data for now: %s", e)
+            return start
+        self._down_since = None
+        self._latest = latest
+        earliest = meta.earliest(begin.keys() & latest.keys()) if begin else {}
+        self._check_loss(begin, earliest, latest)
+        recreated = {tp for tp, s in begin.items() if tp in latest and latest[tp] < s}
+        end = {**begin, **latest}
+        if self._target is not None:
+            # prepareForTriggerAvailableNow may run before initialOffset: cap, never go back.
+            end = {tp: min(o, self._target[tp]) if tp in self._target else begin.get(tp, o)
+                   for tp, o in end.items() if tp in self._target or tp in begin}
+        end = {tp: o if tp in recreated else max(o, begin.get(tp, 0)) for tp, o in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            from_ = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}
+            end = rate_limit(from_, end, limit.max_rows)
+        return to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        """Driver: the broker's latest offsets as of the last ``latestOffset`` call."""
+        return to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Driver: the batch's ranges; the same ``start``/``end`` always give the same ranges."""
+        return self._plan.ranges(from_json(start), from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: the range's records as Arrow batches."""
+        assert isinstance(partition, KafkaRange)
+        ident = compat.task_identity()
+        failpoints.hit("kafka.read", ident.batch_id if ident else None, partition.end - partition.start)
+        return read_range(self._cfg, partition)
+
+    def commit(self, end: dict) -> None:
+        """Driver, after batch ending at ``end`` committed: offsets already live in the checkpoint."""
+
+    def stop(self) -> None:
+        """Driver, when the query stops."""
+        if self._plan._meta is not None:
+            self._plan._meta.close()
+            self._plan._meta = None
+
+
+class KafkaBatchReader(Shipped, DataSourceReader):
+    """``spark.read``: ``startingOffsets`` (default earliest) to ``endingOffsets`` (default latest)."""
+
+    def __init__(self, cfg: KafkaSourceConfig) -> None:
+        self._plan = _Planner(cfg)
+        self._cfg = cfg
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Driver: resolve both ends now, then plan ranges."""
+        st, en = self._cfg.starting, self._cfg.ending
+        start = self._plan.resolve(st.kind, st.specific, "startingOffsets")
+        end = self._plan.resolve(en.kind, en.specific, "endingOffsets")
+        behind = {tp for tp, e in end.items() if start.get(tp, 0) > e}
+        if behind:
+            raise InvalidOptionError(
+                f"startingOffsets is after endingOffsets for {describe(behind)}; "
+                "fix the offsets of the batch read"
+            )
+        return self._plan.ranges({tp: start.get(tp, 0) for tp in end}, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: the range's records as Arrow batches."""
+        assert isinstance(partition, KafkaRange)
+        return read_range(self._cfg, partition)
+
+
+class KafkaSource(SourceConnector):
+    """``spark.readStream.format("hzsource").option("connector", "kafka")``."""
+
+    name = "kafka"
+
+    def check(self, options: Options) -> None:
+        KafkaSourceConfig.parse(options)
+
+    def schema(self, options: Options) -> StructType:
+        return source_schema(options.get_bool("includeheaders", False))
+
+    def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
+        reader = KafkaStreamReader(KafkaSourceConfig.parse(options))
+        reader.check_reachable()
+        return reader
+
+    def reader(self, options: Options, schema: StructType) -> DataSourceReader:
+        cfg = KafkaSourceConfig.parse(options, batch=True)
+        if cfg.starting.kind == "latest" or LATEST in cfg.starting.specific.values():
+            raise InvalidOptionError(
+                "option 'startingOffsets' cannot be latest for a batch read (spark.read)"
+            )
+        if cfg.max_offsets_per_trigger:
+            log.warning("option maxOffsetsPerTrigger is ignored by batch reads")
+        return KafkaBatchReader(cfg)
