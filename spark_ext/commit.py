@@ -1,37 +1,49 @@
 """The commit protocol every spark-ext sink plugs into (Jet's two-phase commit sink).
 
-This docstring is the one description of the protocol; connectors mark the lines that
-carry out a step with ``# step N``. Jet's snapshot is one Spark micro-batch. For batch N:
+This docstring is the one description of the protocol, and ``TwoPhaseCommitter`` below
+the one place that carries out steps 4 and 5 in order: connectors supply primitives
+(is the batch decided, check, record, commit one winner, ...), never the order. Jet's
+snapshot is one Spark micro-batch. For batch N:
 
 1. **Driver, before batch N's tasks** (``DataSource.streamWriter`` ->
    ``SinkConnector.plan(prepare=True)``; Spark builds the writer anew for every batch,
    after it wrote offset log entry N). The template in ``spark_ext.connector`` runs, in
    this order: ``configure`` (options -> the sink's frozen config), ``validate`` (the
    input schema and the options against the external system), and for exactly-once
-   ``Committer.take_over``: fence every older run of this sink, commit the transactions
-   a decided batch left prepared, roll back every other in-doubt transaction, and
-   return a ``Claim`` (this run's fencing token and the last decided batch). The plan
-   carries the claim to the writers. Failure: the batch does not start; nothing of it
-   was written.
+   ``TwoPhaseCommitter.take_over``: fence every older run of this sink, commit the
+   transactions a decided batch left prepared, roll back every other in-doubt
+   transaction, and return a ``Claim`` (this run's fencing token and the last decided
+   batch). Failure: the batch does not start; nothing of it was written.
 2. **Spark** runs N's tasks.
-3. **Executor, one call per task attempt** (``SinkWriter.write``): the rows go into one
-   transaction named deterministically by (sink, batch N, partition, attempt), which is
-   *prepared*, never committed, and a small frozen ``Committable`` naming it is
-   returned. A replay of a batch the claim shows decided writes nothing. Failure: the
-   task raises; Spark retries it as a new attempt (a new transaction) or gives up and
-   runs step 5. A prepared transaction whose message never reached the driver is found
-   by name and rolled back in step 4, 5 or the next step 1.
-4. **Driver** (``Committer.commit(committables, N)``, in a fresh Python worker whose
-   writer came from ``plan(prepare=False)``, which touches nothing): (a) check the run
-   still owns the sink and every winner is still open, (b) record the decision "batch N
-   commits these transactions" durably in the external system, fenced by the claim,
-   (c) commit every winner, (d) roll back every other transaction of the batch. It is
-   idempotent: a crash after (b) leaves the rest to the next step 1. Retriable errors
-   are retried here (bounded); fatal ones fail the query loudly. Then Spark writes commit
-   log N. A crash before commit log N makes Spark replay N; the replay finds N decided
-   and writes nothing again.
-5. **Driver** (``Committer.abort(committables, N)``): roll back what the batch's tasks
-   prepared; a batch already decided in step 4(b) is left for step 1 to finish.
+3. **Executor, one call per task attempt** (``SinkWriter.write``, one writer class per
+   guarantee): the rows go into one transaction named deterministically by (sink, batch
+   N, partition, attempt), which is *prepared*, never committed, and a small frozen
+   ``Committable`` naming it is returned. A replay of a batch the claim shows decided
+   writes nothing. Failure: the task raises; Spark retries it as a new attempt (a new
+   transaction) or gives up and runs step 5. A prepared transaction whose message never
+   reached the driver is found by name and rolled back in step 4, 5 or the next step 1.
+4. **Driver** (``TwoPhaseCommitter.commit(committables, N, claim)``, in a fresh Python
+   worker whose writer came from ``plan(prepare=False)``, which touches nothing): if N
+   is not decided yet, (a) check the run still owns the sink and every winner is still
+   open, (b) record the decision "batch N commits these transactions" durably in the
+   external system, fenced by the claim; then (c) commit every winner, mark the decision
+   finished, (d) roll back every other transaction of the batch. It is idempotent: a
+   crash after (b) leaves the rest to the next step 1, a retry finds N decided and goes
+   on at (c). Retriable errors are retried here (bounded); fatal ones fail the query
+   loudly. Then Spark writes commit log N. A crash before commit log N makes Spark
+   replay N; the replay finds N decided and writes nothing again.
+5. **Driver** (``TwoPhaseCommitter.abort(committables, N, claim)``): roll back what the
+   batch's tasks prepared; a batch already decided in step 4(b) is left for step 1.
+
+How the claim reaches step 4: Spark gives the commit worker nothing of the plan but the
+tasks' commit messages, so the core wraps each committable in a ``TaskReport`` with the
+claim the task wrote under and hands ``commit`` / ``abort`` the claim itself; committables
+carry only what their task alone knows. Every task of a batch comes from one plan, so
+reports naming two claims are refused.
+
+The crash points (``spark_ext.failpoints``) at the step boundaries are hit here, named
+``<committer name>.<point>``, so every sink has the same ones: ``before_decision``,
+``after_decision``, ``mid_commit`` (after the first winner), ``after_done``.
 
 Weaker guarantees plug in the same way: at-least-once and none writers flush before
 returning, the plan skips ``take_over`` and uses ``NoOpCommitter``.
@@ -47,13 +59,20 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from spark_ext import compat
-from spark_ext.errors import CommitError, RetriableCommitError, SparkExtError, UnknownCommitError
+from spark_ext import compat, failpoints
+from spark_ext.errors import (
+    CommitError,
+    FatalCommitError,
+    RetriableCommitError,
+    SparkExtError,
+    UnknownCommitError,
+)
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Backoff, retry
 from spark_ext.shipping import Shipped
@@ -87,12 +106,23 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class Committable(WriterCommitMessage):
-    """What one task attempt prepared; travels executor -> driver (step 3 -> 4). Keep it small."""
+    """What one task attempt prepared; travels executor -> driver (step 3 -> 4). Keep it small.
+
+    ``query_id``: Spark's query id, from the task (keyword-only, so subclasses add their
+    own fields positionally after ``rows``).
+    """
 
     batch_id: int
     partition_id: int
     attempt: int
     rows: int
+    query_id: str = field(default="", kw_only=True)
+
+    @property
+    def prepared(self) -> bool:
+        """Did this attempt leave a transaction for the committer (a winner to be)? False
+        for a replay that wrote nothing, or a task that opened no transaction."""
+        return True
 
 
 @dataclass(frozen=True)
@@ -124,6 +154,41 @@ class Claim(Generic[F]):
 
 
 C = TypeVar("C", bound=Committable)
+D = TypeVar("D")
+
+
+@dataclass(frozen=True)
+class TaskReport(WriterCommitMessage):
+    """One task attempt's message to the driver: its committable and the claim it wrote under."""
+
+    committable: Committable
+    claim: Claim[Any] | None
+
+
+@dataclass(frozen=True)
+class Batch(Generic[C]):
+    """What steps 4 and 5 know of batch ``batch_id``: every committable that reached the
+    driver, the ones holding a transaction, and the claim of the plan that ran it."""
+
+    batch_id: int
+    committables: tuple[C, ...]
+    claim: Claim[Any] | None
+
+    @property
+    def query_id(self) -> str | None:
+        """Spark's query id; None when no task reported."""
+        ids = {c.query_id for c in self.committables}
+        if len(ids) > 1:
+            raise FatalCommitError(f"batch {self.batch_id} mixes tasks of queries {sorted(ids)}")
+        return ids.pop() if ids else None
+
+    @property
+    def prepared(self) -> tuple[C, ...]:
+        return tuple(c for c in self.committables if c.prepared)
+
+    @property
+    def rows(self) -> int:
+        return sum(c.rows for c in self.committables)
 
 
 class SinkWriter(ABC, Generic[C]):
@@ -139,43 +204,159 @@ class SinkWriter(ABC, Generic[C]):
 
 
 class Committer(ABC, Generic[C]):
-    """Driver side: takes the sink over (step 1), commits (step 4) or aborts (step 5)."""
-
-    def take_over(self) -> Claim[Any]:
-        """Step 1: fence older runs, resolve what is in doubt, return this run's claim.
-
-        Driver, before every batch of an exactly-once query; raising stops the query
-        before the batch starts. Sinks without transactions never call it.
-        """
-        raise NotImplementedError(f"{type(self).__name__} has no transactions to take over")
+    """Driver side of a batch: commit (step 4) or abort (step 5). Transactional sinks
+    subclass ``TwoPhaseCommitter``, which orders the steps; this is what Spark's writer calls."""
 
     @abstractmethod
-    def commit(self, committables: Sequence[C], batch_id: int) -> None:
+    def commit(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
         """Step 4: make batch ``batch_id`` visible. Driver; must be idempotent."""
 
     @abstractmethod
-    def abort(self, committables: Sequence[C], batch_id: int) -> None:
+    def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
         """Step 5: roll back what the batch's tasks prepared. Driver; must be idempotent."""
 
 
 class NoOpCommitter(Committer[Committable]):
     """For at-least-once and none: writers flushed before returning, nothing to finish."""
 
-    def commit(self, committables: Sequence[Committable], batch_id: int) -> None:
+    def commit(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
         rows = sum(c.rows for c in committables)
         log.debug("batch %s: %s rows already flushed by %s tasks", batch_id, rows, len(committables))
 
-    def abort(self, committables: Sequence[Committable], batch_id: int) -> None:
+    def abort(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
         log.warning("batch %s aborted; rows already flushed stay written (no transactions)", batch_id)
+
+
+class TwoPhaseCommitter(Committer[C], Generic[C, D]):
+    """Steps 1, 4 and 5 of a transactional sink: the order here, the primitives in the connector.
+
+    ``D`` is the connector's record of a decided batch (what step 4b wrote). ``name``
+    prefixes the crash points. ``connected`` holds what the primitives share (a
+    connection) for one ``commit`` / ``abort``; primitives run only inside it.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def take_over(self) -> Claim[Any]:
+        """Step 1: fence older runs, resolve what is in doubt, return this run's claim.
+
+        Driver, before every batch of an exactly-once query; raising stops the query
+        before the batch starts.
+        """
+
+    def connected(self) -> AbstractContextManager[Any]:
+        """The connections ``commit`` / ``abort`` use, closed at the end of either."""
+        return nullcontext()
+
+    @abstractmethod
+    def recorded(self, batch: Batch[C]) -> D | None:
+        """The decision recorded for this batch of this query, if any (a retry after 4b,
+        or a replay of a batch decided before a crash)."""
+
+    @abstractmethod
+    def check(self, batch: Batch[C]) -> None:
+        """Step 4a: raise ``FencedError`` unless ``batch.claim`` still owns the sink, and a
+        ``FatalCommitError`` unless every prepared transaction is still open (rolling
+        them back first, so nothing of the batch can ever commit)."""
+
+    @abstractmethod
+    def record(self, batch: Batch[C]) -> D:
+        """Step 4b: durably record "this batch commits its prepared transactions", fenced
+        by the claim. Returns the decision (an earlier one, if a race recorded it first)."""
+
+    def finished(self, decision: D) -> bool:
+        """Was ``decision`` carried out to its end (every winner committed, marked done)?
+        Then a retry or a replay has nothing left to commit. Default: not known, so the
+        winners are committed again (``commit_winner`` is idempotent)."""
+        return False
+
+    def before_winners(self, decision: D) -> None:
+        """Runs after the decision is known and before any winner commits, on every try."""
+
+    @abstractmethod
+    def winners(self, decision: D) -> Sequence[Any]:
+        """The transactions ``decision`` commits."""
+
+    @abstractmethod
+    def commit_winner(self, decision: D, winner: Any) -> bool:
+        """Step 4c, one winner: commit it; True also when it committed before (a retry),
+        False when it is gone without having committed (lost)."""
+
+    @abstractmethod
+    def lost(self, decision: D, lost: Sequence[Any]) -> CommitError:
+        """The error for decided winners that can no longer commit (naming the way out)."""
+
+    def finish(self, batch: Batch[C], decision: D) -> None:
+        """After 4c: mark the decision done (fenced by ``batch.claim``), prune old bookkeeping."""
+
+    @abstractmethod
+    def roll_back_others(self, batch: Batch[C], decision: D) -> None:
+        """Step 4d: roll back every other transaction of the batch (failed or speculative
+        attempts whose message never came), so readers are not held back."""
+
+    @abstractmethod
+    def roll_back(self, batch: Batch[C]) -> None:
+        """Step 5 of a batch not decided: roll back what its tasks prepared and fence the
+        attempts that may still be writing."""
+
+    @final
+    def commit(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
+        """Step 4, in order. Driver; idempotent."""
+        batch = Batch(batch_id, tuple(committables), claim)
+        if batch.query_id is None:
+            return  # no task reported: nothing was prepared
+        with self.connected():
+            decision = self.recorded(batch)
+            if decision is None:
+                if not batch.prepared:
+                    return  # nothing written, nothing decided
+                self.check(batch)                                                   # step 4a
+                failpoints.hit(f"{self.name}.before_decision", batch_id, batch.rows)
+                decision = self.record(batch)                                       # step 4b
+                failpoints.hit(f"{self.name}.after_decision", batch_id, batch.rows)
+            elif self.finished(decision):
+                self.roll_back_others(batch, decision)                              # step 4d
+                return
+            self.before_winners(decision)
+            lost = []
+            for i, winner in enumerate(self.winners(decision)):                    # step 4c
+                if i == 1:
+                    failpoints.hit(f"{self.name}.mid_commit", batch_id, batch.rows)
+                if not self.commit_winner(decision, winner):
+                    lost.append(winner)
+            if lost:
+                raise self.lost(decision, lost)
+            self.finish(batch, decision)
+            failpoints.hit(f"{self.name}.after_done", batch_id, batch.rows)
+            self.roll_back_others(batch, decision)                                  # step 4d
+        log.info("%s: batch %s committed (%d rows, %d transactions)", self.name, batch_id, batch.rows,
+                 len(self.winners(decision)))
+
+    @final
+    def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
+        """Step 5. A batch already decided is left for the next take-over to finish."""
+        batch = Batch(batch_id, tuple(committables), claim)
+        with self.connected():
+            if batch.query_id is not None and self.recorded(batch) is not None:
+                log.warning("%s: batch %s was decided; the next batch's take-over finishes its commit",
+                            self.name, batch_id)
+                return
+            self.roll_back(batch)
 
 
 @dataclass(frozen=True)
 class SinkPlan:
-    """Everything both sides need, as plain picklable factories (no live connections)."""
+    """Everything both sides need, as plain picklable factories (no live connections).
+
+    ``claim``: step 1's, in the plan that runs the batch's tasks; None in the commit
+    worker's plan (the claim comes back with the tasks' reports) and without exactly-once.
+    """
 
     guarantee: Guarantee
     new_writer: Callable[[], SinkWriter[Any]]
     new_committer: Callable[[], Committer[Any]]
+    claim: Claim[Any] | None = None
     commit_retries: int = 5
     retry_backoff_s: float = 0.2
 
@@ -206,30 +387,36 @@ class ProtocolStreamWriter(Shipped, DataSourceStreamArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        """Executor, step 3: one task attempt's rows -> a ``Committable``."""
-        return self.plan.new_writer().write(iterator, TaskInfo.current())
+        """Executor, step 3: one task attempt's rows -> a ``Committable``, with the claim."""
+        return TaskReport(self.plan.new_writer().write(iterator, TaskInfo.current()), self.plan.claim)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 4: after every task of batch ``batchId`` succeeded."""
-        committables = _committables(messages)
+        committables, claim = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
-        call_with_retries(lambda: committer.commit(committables, batchId), f"commit of batch {batchId}",
-                          self.plan.commit_retries, self.plan.retry_backoff_s)
+        call_with_retries(lambda: committer.commit(committables, batchId, claim),
+                          f"commit of batch {batchId}", self.plan.commit_retries, self.plan.retry_backoff_s)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""
-        committables = _committables(messages)
+        committables, claim = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
-        call_with_retries(lambda: committer.abort(committables, batchId), f"abort of batch {batchId}",
-                          self.plan.commit_retries, self.plan.retry_backoff_s)
+        call_with_retries(lambda: committer.abort(committables, batchId, claim),
+                          f"abort of batch {batchId}", self.plan.commit_retries, self.plan.retry_backoff_s)
 
 
-def _committables(messages: list[WriterCommitMessage | None]) -> list[Committable]:
-    out = []
+def _unwrap(messages: list[WriterCommitMessage | None], batch_id: int) -> tuple[list[Committable],
+                                                                                 Claim[Any] | None]:
+    """The committables of the tasks that reported, and the one claim they wrote under."""
+    out, claims = [], set()
     for m in messages:
         if m is None:  # the task failed before returning a message
             continue
-        if not isinstance(m, Committable):
-            raise UnknownCommitError(f"unexpected commit message {type(m).__name__}; expected a Committable")
-        out.append(m)
-    return out
+        if not isinstance(m, TaskReport) or not isinstance(m.committable, Committable):
+            raise UnknownCommitError(f"unexpected commit message {type(m).__name__}; expected a TaskReport")
+        out.append(m.committable)
+        claims.add(m.claim)
+    if len(claims) > 1:
+        raise FatalCommitError(f"batch {batch_id}'s tasks wrote under {len(claims)} different claims; one "
+                               "batch is planned once, so this is a bug: nothing of it is committed")
+    return out, claims.pop() if claims else None

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkPlan, SinkWriter
+from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkPlan, SinkWriter, TwoPhaseCommitter
 from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
@@ -90,7 +90,8 @@ class SinkConnector(ABC, Generic[ConfigT]):
 
     @abstractmethod
     def new_committer(self, config: ConfigT) -> Committer[Any]:
-        """The driver-side committer (steps 1, 4, 5), built from the config alone."""
+        """The driver-side committer (steps 1, 4, 5), built from the config alone: a
+        ``TwoPhaseCommitter`` for the transactional guarantees."""
 
     def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
              prepare: bool = True) -> SinkPlan:
@@ -106,6 +107,9 @@ class SinkConnector(ABC, Generic[ConfigT]):
         if prepare:
             config = self.validate(config, schema)
             if guarantee.transactional:
-                claim = self.new_committer(config).take_over()
-        committer = partial(self.new_committer, config) if guarantee.transactional else NoOpCommitter
-        return SinkPlan(guarantee, partial(self.new_writer, config, claim), committer)
+                committer = self.new_committer(config)
+                if not isinstance(committer, TwoPhaseCommitter):
+                    raise TypeError(f"{type(self).__name__}: exactly_once needs a TwoPhaseCommitter")
+                claim = committer.take_over()
+        new_committer = partial(self.new_committer, config) if guarantee.transactional else NoOpCommitter
+        return SinkPlan(guarantee, partial(self.new_writer, config, claim), new_committer, claim=claim)

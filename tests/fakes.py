@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
-from spark_ext.commit import Committable, SinkWriter, TaskInfo
+from spark_ext.commit import Batch, Claim, Committable, SinkWriter, TaskInfo, TwoPhaseCommitter
+from spark_ext.errors import CommitError, FatalCommitError, FencedError
 
 
 class NullWriter(SinkWriter[Committable]):
@@ -15,3 +17,68 @@ class NullWriter(SinkWriter[Committable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> Committable:
         rows = sum(b.num_rows for b in batches)
         return Committable(task.batch_id, task.partition_id, task.attempt, rows)
+
+
+class RecordingTwoPhaseCommitter(TwoPhaseCommitter[Committable, tuple[int, ...]]):
+    """Records the primitives the template calls; decisions are the winners' partition ids."""
+
+    name = "rec"
+
+    def __init__(self, decided: tuple[int, ...] | None = None, lose: frozenset[int] = frozenset(),
+                 fenced: bool = False, done: bool = False) -> None:
+        self.calls: list[str] = []
+        self.decided, self.lose, self.fenced, self.done = decided, lose, fenced, done
+
+    def take_over(self) -> Claim[Any]:
+        return Claim(1)
+
+    def connected(self) -> Any:
+        rec = self
+
+        class _Conn:
+            def __enter__(self) -> None:
+                rec.calls.append("connect")
+
+            def __exit__(self, *exc: object) -> None:
+                rec.calls.append("close")
+
+        return _Conn()
+
+    def recorded(self, batch: Batch[Committable]) -> tuple[int, ...] | None:
+        self.calls.append("recorded")
+        return self.decided
+
+    def check(self, batch: Batch[Committable]) -> None:
+        self.calls.append("check")
+        if self.fenced:
+            raise FencedError("fenced")
+
+    def record(self, batch: Batch[Committable]) -> tuple[int, ...]:
+        self.calls.append("record")
+        return tuple(c.partition_id for c in batch.prepared)
+
+    def finished(self, decision: tuple[int, ...]) -> bool:
+        self.calls.append("finished")
+        return self.done
+
+    def before_winners(self, decision: tuple[int, ...]) -> None:
+        self.calls.append("before_winners")
+
+    def winners(self, decision: tuple[int, ...]) -> Sequence[int]:
+        return decision
+
+    def commit_winner(self, decision: tuple[int, ...], winner: int) -> bool:
+        self.calls.append(f"commit {winner}")
+        return winner not in self.lose
+
+    def lost(self, decision: tuple[int, ...], lost: Sequence[int]) -> CommitError:
+        return FatalCommitError(f"lost {list(lost)}")
+
+    def finish(self, batch: Batch[Committable], decision: tuple[int, ...]) -> None:
+        self.calls.append("finish")
+
+    def roll_back_others(self, batch: Batch[Committable], decision: tuple[int, ...]) -> None:
+        self.calls.append("roll_back_others")
+
+    def roll_back(self, batch: Batch[Committable]) -> None:
+        self.calls.append("roll_back")

@@ -12,19 +12,28 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from spark_ext import compat
-from spark_ext.commit import Committable, Committer, ProtocolStreamWriter, SinkPlan, SinkWriter, TaskInfo
+from spark_ext.commit import (
+    Claim,
+    Committable,
+    Committer,
+    ProtocolStreamWriter,
+    SinkPlan,
+    SinkWriter,
+    TaskInfo,
+)
 from spark_ext.guarantees import Guarantee
 
 
 @dataclass(frozen=True)
 class ProbeCommittable(Committable):
-    query_id: str
+    """The base fields (batch, partition, attempt, rows, query id) are all the probe needs."""
 
 
 class ProbeWriter(SinkWriter[ProbeCommittable]):
@@ -42,7 +51,7 @@ class ProbeWriter(SinkWriter[ProbeCommittable]):
                 time.sleep(0.05)
             time.sleep(1.0)  # its result still has to reach the driver, which nothing here shows
             raise ValueError(f"probe: failing batch {task.batch_id} on purpose")
-        msg = ProbeCommittable(task.batch_id, task.partition_id, task.attempt, rows, task.query_id)
+        msg = ProbeCommittable(task.batch_id, task.partition_id, task.attempt, rows, query_id=task.query_id)
         (self.out / f"done-{task.batch_id}-{task.partition_id}").touch()
         return msg
 
@@ -56,10 +65,12 @@ class ProbeCommitter(Committer[ProbeCommittable]):
             f.write(json.dumps({"kind": kind, "batch_id": batch_id,
                                 "committables": [asdict(c) for c in committables]}) + "\n")
 
-    def commit(self, committables: Sequence[ProbeCommittable], batch_id: int) -> None:
+    def commit(self, committables: Sequence[ProbeCommittable], batch_id: int,
+               claim: Claim[Any] | None) -> None:
         self._log("commit", committables, batch_id)
 
-    def abort(self, committables: Sequence[ProbeCommittable], batch_id: int) -> None:
+    def abort(self, committables: Sequence[ProbeCommittable], batch_id: int,
+              claim: Claim[Any] | None) -> None:
         self._log("abort", committables, batch_id)
 
 

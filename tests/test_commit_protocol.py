@@ -5,16 +5,19 @@ from __future__ import annotations
 import pickle
 from collections.abc import Sequence
 from dataclasses import FrozenInstanceError, dataclass
+from typing import Any
 
 import pytest
 
 from spark_ext.commit import (
+    Claim,
     Committable,
     Committer,
     NoOpCommitter,
     ProtocolStreamWriter,
     SinkPlan,
     TaskInfo,
+    TaskReport,
     call_with_retries,
 )
 from spark_ext.errors import (
@@ -27,6 +30,8 @@ from spark_ext.errors import (
 from spark_ext.guarantees import Guarantee
 from tests.fakes import NullWriter
 
+CLAIM = Claim(fence=7)
+
 
 @dataclass(frozen=True)
 class TxnCommittable(Committable):
@@ -38,13 +43,13 @@ class RecordingCommitter(Committer[Committable]):
     fail_times = 0
     error: type[Exception] = RetriableCommitError
 
-    def commit(self, committables: Sequence[Committable], batch_id: int) -> None:
+    def commit(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
         RecordingCommitter.calls.append(("commit", list(committables), batch_id))
         if RecordingCommitter.fail_times > 0:
             RecordingCommitter.fail_times -= 1
             raise RecordingCommitter.error("boom")
 
-    def abort(self, committables: Sequence[Committable], batch_id: int) -> None:
+    def abort(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
         RecordingCommitter.calls.append(("abort", list(committables), batch_id))
 
 
@@ -64,13 +69,13 @@ def _writer(retries: int = 3) -> ProtocolStreamWriter:
 def test_commit_passes_messages_of_successful_tasks_with_the_batch_id():
     m0 = TxnCommittable(batch_id=4, partition_id=0, attempt=0, rows=10, transactional_id="s-0")
     m1 = TxnCommittable(batch_id=4, partition_id=1, attempt=1, rows=5, transactional_id="s-1")
-    _writer().commit([m0, None, m1], 4)
+    _writer().commit([TaskReport(m0, CLAIM), None, TaskReport(m1, CLAIM)], 4)
     assert RecordingCommitter.calls == [("commit", [m0, m1], 4)]
 
 
 def test_abort_reaches_the_committer():
     m0 = TxnCommittable(batch_id=2, partition_id=0, attempt=0, rows=1, transactional_id="s-0")
-    _writer().abort([None, m0], 2)
+    _writer().abort([None, TaskReport(m0, CLAIM)], 2)
     assert RecordingCommitter.calls == [("abort", [m0], 2)]
 
 
@@ -105,7 +110,7 @@ def test_unexpected_errors_become_unknown_commit_errors_naming_the_batch():
 
 
 def test_foreign_commit_messages_are_rejected():
-    with pytest.raises(UnknownCommitError, match="expected a Committable"):
+    with pytest.raises(UnknownCommitError, match="expected a TaskReport"):
         _writer().commit([object()], 1)  # type: ignore[list-item]
 
 

@@ -14,7 +14,7 @@ from spark_ext.datasource import HzSink
 from spark_ext.errors import MissingExtraError, UnknownOptionError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
-from tests.fakes import NullWriter
+from tests.fakes import NullWriter, RecordingTwoPhaseCommitter
 
 
 class EchoSink(SinkConnector[str]):
@@ -59,7 +59,7 @@ class _Calls:
     log: list[str] = []
 
 
-class TxnCommitter(NoOpCommitter):
+class TxnCommitter(RecordingTwoPhaseCommitter):
     def take_over(self) -> Claim[int]:
         _Calls.log.append("take_over")
         return Claim(7)
@@ -76,7 +76,7 @@ class TxnSink(EchoSink):
         _Calls.log.append(f"writer claim={claim.fence if claim else None}")
         return NullWriter()
 
-    def new_committer(self, config: str) -> NoOpCommitter:
+    def new_committer(self, config: str) -> NoOpCommitter | TxnCommitter:  # type: ignore[override]
         return TxnCommitter()
 
 

@@ -71,7 +71,7 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
 
     task = TaskInfo(query_id="q", batch_id=0, partition_id=0, attempt=0, task_attempt_id=0)
     msg = plan.new_writer().write(parts(), task)
-    plan.new_committer().commit([msg], 0)
+    plan.new_committer().commit([msg], 0, plan.claim)
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
 
 

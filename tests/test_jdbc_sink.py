@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from spark_ext.commit import TaskInfo
+from spark_ext.commit import Batch, TaskInfo
 from spark_ext.connectors.jdbc import JdbcSink
 from spark_ext.connectors.jdbc.committer import JdbcCommitter
 from spark_ext.connectors.jdbc.config import checkpoint_sink_id
-from spark_ext.connectors.jdbc.transactions import Db, JdbcCommittable
+from spark_ext.connectors.jdbc.transactions import JdbcCommittable
 from spark_ext.connectors.jdbc.writer import JdbcWriter
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
@@ -242,11 +242,11 @@ def test_zombie_run_is_fenced(services):
     with pytest.raises(FencedError, match="taken over"):
         old.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
     with pytest.raises(FencedError, match="taken over"):
-        old.new_committer().commit([prepared_by_old], 0)
+        old.new_committer().commit([prepared_by_old], 0, old.claim)
     assert ids(url, table) == []
 
     c = new.new_writer().write(iter([rows]), task)
-    new.new_committer().commit([c], 0)
+    new.new_committer().commit([c], 0, new.claim)
     assert ids(url, table) == [1, 2]
     assert isinstance(new.new_committer(), JdbcCommitter)
     assert isinstance(new.new_writer(), JdbcWriter)
@@ -266,7 +266,7 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
     first: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
     retried: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 1, 2))
     assert first.gid not in prepared(url, sink_id)
-    plan.new_committer().commit([retried], 0)
+    plan.new_committer().commit([retried], 0, plan.claim)
     assert ids(url, table) == [1, 2]
     assert prepared(url, sink_id) == []
 
@@ -287,7 +287,7 @@ def test_the_upsert_staging_table_follows_the_target(services):
     def write(schema: StructType, batch: pa.RecordBatch, batch_id: int) -> None:
         plan = _plan(url, table, sink_id, schema, upsertKeys="id")
         msg = plan.new_writer().write(iter([batch]), TaskInfo("q", batch_id, 0, 0, 1))
-        plan.new_committer().commit([msg], batch_id)
+        plan.new_committer().commit([msg], batch_id, plan.claim)
 
     dec = pa.decimal128(12, 4)
     write(StructType([StructField("id", LongType()), StructField("v", DecimalType(10, 2))]),
@@ -325,7 +325,7 @@ def test_upsert_order_by_keeps_the_greatest_version_whatever_the_arrival_order(s
                                 "seq": pa.array([r[1] for r in rows], pa.int64()),
                                 "v": pa.array([r[2] for r in rows])})
         msg = plan.new_writer().write(iter([data]), TaskInfo("q", batch_id, 0, 0, 1))
-        plan.new_committer().commit([msg], batch_id)
+        plan.new_committer().commit([msg], batch_id, plan.claim)
 
     write(0, [(1, 5, "new"), (1, 3, "old"), (2, 1, "a")])  # the older version of 1 arrives last
     assert query(url, f"SELECT id, seq, v FROM {table} ORDER BY id") == [(1, 5, "new"), (2, 1, "a")]
@@ -371,7 +371,8 @@ def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
     while msg_a.gid in prepared(url, sink_id):  # B rolled A's transaction back ...
         assert time.monotonic() < deadline and b.is_alive(), results
         time.sleep(0.05)
-    a = threading.Thread(target=run, args=("a", lambda: plan_a.new_committer().commit([msg_a], 0)))
+    a = threading.Thread(target=run, args=("a", lambda: plan_a.new_committer().commit([msg_a], 0,
+                                                                                     plan_a.claim)))
     a.start()  # ... and A's driver commits while B has not bumped the epoch yet
     a.join(timeout=3)
     holder.rollback()  # let B finish
@@ -503,8 +504,8 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
     decided = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
     undecided = plan.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
     committer = plan.new_committer()
-    with Db(committer.cfg) as conn:
-        committer._decide(conn, "q", 0, {decided.gid}, 2, 1)  # as if the driver died after deciding
+    with committer.connected():  # as if the driver died after deciding
+        committer.record(Batch(0, (decided,), plan.claim))
 
     listed = {r["gid"]: r["state"] for r in doctor.list_in_doubt(url, "public", sink_id)}
     assert listed == {decided.gid: "decided: commit", undecided.gid: "undecided"}

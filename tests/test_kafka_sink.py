@@ -363,15 +363,15 @@ def test_zombie_run_is_fenced(services, listener):
     # B takes over: fences A's commit id, aborts A's transaction
     plan_b = _plan(bootstrap, topic, prefix, listener=listener)
     with pytest.raises(FencedError):
-        plan_a.new_committer().commit([msg_a], 0)
+        plan_a.new_committer().commit([msg_a], 0, plan_a.claim)
     msg_b = _prepare(plan_b, 0, ["b1"])
-    plan_b.new_committer().commit([msg_b], 0)
+    plan_b.new_committer().commit([msg_b], 0, plan_b.claim)
     # a stale attempt of B's own task id (same transactional id, older epoch) cannot commit either
     stale = _prepare(plan_b, 1, ["s1"])
     fresh = _prepare(plan_b, 1, ["s2"])
     with pytest.raises(FencedError):
         KafkaTxnClient(bootstrap, security=listener.security()).end_txn(stale.producer, commit=True)
-    plan_b.new_committer().commit([fresh], 1)
+    plan_b.new_committer().commit([fresh], 1, plan_b.claim)
     assert sorted(v for _, _, v in consume(listener, topic)) == [b"b1", b"s2"]
     assert open_transactions(listener, prefix) == []
 
@@ -387,7 +387,7 @@ def test_abort_also_ends_the_transactions_of_attempts_whose_message_never_arrive
     reported = _prepare(plan, 0, ["a"], partition=0)
     _prepare(plan, 0, ["b"], partition=1)  # its message never reaches the driver
     assert len(open_transactions(bootstrap, prefix)) == 2
-    plan.new_committer().abort([reported], 0)
+    plan.new_committer().abort([reported], 0, plan.claim)
     assert open_transactions(bootstrap, prefix) == []
     assert consume(bootstrap, topic) == []
 
@@ -400,17 +400,18 @@ def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
     msg = _prepare(plan, 0, ["x"])
     client = KafkaTxnClient(bootstrap)
     deadline = time.monotonic() + 30
-    while client.describe([msg.transactional_id])[msg.transactional_id].state == "Ongoing":
+    tid = msg.producer.transactional_id
+    while client.describe([tid])[tid].state == "Ongoing":
         assert time.monotonic() < deadline, "the broker never aborted the timed-out transaction"
         time.sleep(0.2)
     with pytest.raises(TransactionTimedOutError, match="aborted by that timeout") as info:
-        plan.new_committer().commit([msg], 0)
+        plan.new_committer().commit([msg], 0, plan.claim)
     assert "kafka.transaction.timeout.ms is 1000" in str(info.value)
     assert consume(bootstrap, topic) == []
     assert [v for _, _, v in consume(bootstrap, topic, committed=False)] == [b"x"]  # written, then aborted
     # nothing was decided, so the batch is not skipped when it is written again
     again = _prepare(_plan(bootstrap, topic, prefix), 0, ["x"])
-    assert not again.skipped
+    assert again.prepared
 
 
 def test_timeout_above_the_brokers_limit_is_refused_at_start(spark, services, tmp_path):

@@ -18,7 +18,7 @@ from spark_ext.connectors.jdbc.config import checkpoint_sink_id
 KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
                      "kafka.mid_commit", "kafka.after_done")
 JDBC_SINK_POINTS = ("jdbc.before_prepare", "jdbc.after_prepare", "jdbc.before_decision",
-                    "jdbc.after_decision", "jdbc.mid_commit")
+                    "jdbc.after_decision", "jdbc.mid_commit", "jdbc.after_done")
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 
 

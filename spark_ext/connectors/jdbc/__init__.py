@@ -19,7 +19,12 @@ from spark_ext.connector import SinkConnector
 from spark_ext.connectors.jdbc.committer import JdbcCommitter
 from spark_ext.connectors.jdbc.config import SINK_OPTIONS, JdbcSinkConfig
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, staging_name, statements
-from spark_ext.connectors.jdbc.writer import JdbcWriter
+from spark_ext.connectors.jdbc.writer import (
+    JdbcWriter,
+    MarkedJdbcWriter,
+    PlainJdbcWriter,
+    PreparingJdbcWriter,
+)
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 
@@ -44,7 +49,13 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
         return JdbcSinkSetup(config.cfg, sql)
 
     def new_writer(self, config: JdbcSinkSetup, claim: Claim[int] | None) -> JdbcWriter:
-        return JdbcWriter(config, claim.fence if claim is not None else 0)
+        """A writer per guarantee: prepared transactions, marked commits, or plain commits."""
+        if config.cfg.guarantee is Guarantee.EXACTLY_ONCE:
+            assert claim is not None, "exactly_once plans take the sink over first"
+            return PreparingJdbcWriter(config, claim.fence)
+        if config.cfg.guarantee is Guarantee.AT_LEAST_ONCE:
+            return MarkedJdbcWriter(config)
+        return PlainJdbcWriter(config)
 
     def new_committer(self, config: JdbcSinkSetup) -> JdbcCommitter:
         return JdbcCommitter(config)

@@ -1,8 +1,9 @@
 """Driver side of the PostgreSQL sink's two-phase commit, and recovery at query start.
 
 Where "batch N committed" lives, and why it is atomic enough: the driver is the 2PC
-coordinator and PostgreSQL holds its log. ``commit(N)`` first inserts the *decision*
-row ``(sink, N, partition -1)`` listing the winning global ids, in a transaction that
+coordinator and PostgreSQL holds its log. The commit (``spark_ext.commit.TwoPhaseCommitter``
+calling the primitives below) first inserts the *decision* row ``(sink, N, partition
+-1)`` listing the winning global ids, in a transaction that
 also checks, under a share lock, that this run still owns the sink (epoch). Only then
 does it ``COMMIT PREPARED`` each winner. So:
 
@@ -28,13 +29,13 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
 import psycopg2.errors
 
-from spark_ext import failpoints
-from spark_ext.commit import Claim, Committer
+from spark_ext.commit import Batch, Claim, TwoPhaseCommitter
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import (
     Db,
@@ -45,7 +46,7 @@ from spark_ext.connectors.jdbc.transactions import (
     prepared_gids,
     resolve_in_doubt,
 )
-from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.errors import CommitError, ConnectorError, FatalCommitError, FencedError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
@@ -54,17 +55,29 @@ KEEP_BATCHES = 100  # decision and marker rows kept per sink (older ones are pru
 LOCK_SPACE = 0x53585431  # first key of the sinks' advisory locks ("SXT1"); the second is the sink id
 
 
-class JdbcCommitter(Committer[JdbcCommittable]):
+@dataclass(frozen=True)
+class JdbcDecision:
+    """A decision row: batch ``batch_id`` of query ``query_id`` commits ``winners`` (global ids)."""
+
+    query_id: str
+    batch_id: int
+    winners: frozenset[str]
+
+
+class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     """Recovers, commits and aborts one sink's batches. Driver."""
+
+    name = "jdbc"
 
     def __init__(self, setup: JdbcSinkSetup) -> None:
         self.cfg, self.sql = setup.cfg, setup.sql
+        self._conn: Any = None
 
     def take_over(self) -> Claim[int]:
         """Step 1: claim the sink (new epoch) and resolve what earlier runs left in doubt.
 
         Serialised with every decision by the sink's advisory lock (exclusive here,
-        shared in ``_decide``): no older run can record a decision between the rollback
+        shared in ``record``): no older run can record a decision between the rollback
         of its transactions and the epoch bump that fences it. The claim's fence is the
         new epoch: transactions of older epochs can no longer prepare or decide.
         """
@@ -142,89 +155,132 @@ class JdbcCommitter(Committer[JdbcCommittable]):
             rolled_back.extend(self._roll_back_batch(conn, batch_id))
         return committed, rolled_back, epoch
 
-    def commit(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
-        cfg, sql = self.cfg, self.sql
-        mine = {c.gid for c in committables if c.gid}
-        query_ids = {c.query_id for c in committables}
-        if len(query_ids) > 1:
-            raise FatalCommitError(f"batch {batch_id} mixes tasks of queries {sorted(query_ids)}")
-        if not query_ids:
-            return  # no task reported: nothing was prepared
-        query_id = query_ids.pop()
-        epochs = {parse_gid(g)[1] for g in mine}
-        if len(epochs) > 1:
-            raise FatalCommitError(f"batch {batch_id} mixes transactions of epochs {sorted(epochs)}")
-        epoch = epochs.pop() if epochs else None
-        rows = sum(c.rows for c in committables)
+    # --- the primitives of steps 4 and 5 (spark_ext.commit.TwoPhaseCommitter orders them) ---
+
+    @contextmanager
+    def connected(self) -> Iterator[None]:
         try:
-            with Db(cfg) as conn:
-                failpoints.hit("jdbc.before_decision", batch_id, rows)
-                winners = self._decide(conn, query_id, batch_id, mine, rows, epoch)  # step 4a, 4b
-                failpoints.hit("jdbc.after_decision", batch_id, rows)
-                for i, gid in enumerate(sorted(winners)):  # step 4c
-                    if i == 1:
-                        failpoints.hit("jdbc.mid_commit", batch_id, rows)
-                    if not finish(conn, gid, commit=True) and not self._landed(conn, gid, query_id):
-                        raise FatalCommitError(
-                            f"prepared transaction {gid} of batch {batch_id} is gone and its rows are not "
-                            "in the table: it was rolled back by an operator or another run; batch "
-                            f"{batch_id} is incomplete in {cfg.qualified}"
-                        )
-                # step 4d: attempts whose message never reached us (retries, speculation)
-                for gid in prepared_gids(conn, cfg.sink_id):
-                    if parse_gid(gid)[2] <= batch_id and gid not in winners:
-                        finish(conn, gid, commit=False)
-                with conn.cursor() as cur:
-                    cur.execute(f"DELETE FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
-                                "AND batch_id < %s", (cfg.sink_id, query_id, batch_id - KEEP_BATCHES))
+            with Db(self.cfg) as conn:
+                self._conn = conn
+                yield
         except psycopg2.OperationalError as e:
-            raise RetriableCommitError(f"commit of batch {batch_id}: {str(e).strip()}") from None
-        log.info("sink %s: batch %s committed (%d rows, %d transactions)",
-                 cfg.sink_id, batch_id, rows, len(mine))
+            raise RetriableCommitError(f"sink {self.cfg.sink_id!r}: {str(e).strip()}") from None
+        finally:
+            self._conn = None
 
-    def _decide(self, conn: Any, query_id: str, batch_id: int, mine: set[str], rows: int,
-                epoch: int | None) -> set[str]:
-        """Record "batch N commits these ids" unless decided already; fenced runs cannot.
+    @property
+    def conn(self) -> Any:
+        assert self._conn is not None, "a primitive ran outside connected()"
+        return self._conn
 
-        ``epoch``: the one the batch's writers ran under (None when every task found the
-        batch decided already and prepared nothing).
-        """
-        cfg, sql = self.cfg, self.sql
+    def recorded(self, batch: Batch[JdbcCommittable]) -> JdbcDecision | None:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT winners FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                        "AND batch_id = %s AND partition_id = -1",
+                        (self.cfg.sink_id, batch.query_id, batch.batch_id))
+            row = cur.fetchone()
+        return None if row is None else self._decision(batch, row[0])
+
+    @staticmethod
+    def _decision(batch: Batch[JdbcCommittable], winners: str | None) -> JdbcDecision:
+        return JdbcDecision(str(batch.query_id), batch.batch_id, frozenset(json.loads(winners or "[]")))
+
+    def check(self, batch: Batch[JdbcCommittable]) -> None:
+        """Step 4a. ``record`` checks the epoch again, atomically with the decision."""
+        self._check_epoch(batch)
+        present = set(prepared_gids(self.conn, self.cfg.sink_id))
+        gone = sorted(str(c.gid) for c in batch.prepared if c.gid not in present)
+        if gone:  # only a newer run's take-over (or an operator) rolls back what a batch prepared
+            self._roll_back_own(batch)
+            raise FencedError(
+                f"batch {batch.batch_id}: prepared transaction(s) {', '.join(gone)} were rolled back "
+                f"before the decision, by a newer run taking sink {self.cfg.sink_id!r} over (or an "
+                "operator); this run stops without committing anything of the batch"
+            )
+
+    def _check_epoch(self, batch: Batch[JdbcCommittable]) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT epoch FROM {self.sql.sinks_table} WHERE sink_id = %s", (self.cfg.sink_id,))
+            row = cur.fetchone()
+        if row is None or batch.claim is None or row[0] != batch.claim.fence:
+            self._roll_back_own(batch)
+            raise self._fenced(batch, row and row[0])
+
+    def _fenced(self, batch: Batch[JdbcCommittable], now: int | None) -> FencedError:
+        ours = batch.claim.fence if batch.claim is not None else None
+        return FencedError(
+            f"sink {self.cfg.sink_id!r} was taken over by a newer run (epoch {now}); this run (epoch "
+            f"{ours}) cannot commit batch {batch.batch_id}; its transactions were rolled back"
+        )
+
+    def _roll_back_own(self, batch: Batch[JdbcCommittable]) -> None:
+        for c in batch.prepared:  # ours can never commit now
+            finish(self.conn, str(c.gid), commit=False)
+
+    def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:
+        """Step 4b: the decision row, under the sink's shared advisory lock (a take-over
+        holds it exclusively) and the epoch row's share lock; unique per batch, so two
+        live runs cannot decide one batch twice."""
+        cfg, sql, conn = self.cfg, self.sql, self.conn
+        mine = frozenset(str(c.gid) for c in batch.prepared)
+        epoch = batch.claim.fence if batch.claim is not None else None
         conn.autocommit = False
         try:
             with conn.cursor() as cur:
                 cur.execute("SET LOCAL lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
-                # waits while a newer run takes the sink over (take_over holds it exclusively)
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))",
                             (LOCK_SPACE, cfg.sink_id))
                 cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE",
                             (cfg.sink_id,))
                 row = cur.fetchone()
-                if epoch is not None and (row is None or row[0] != epoch):
+                if row is None or row[0] != epoch:
                     conn.rollback()
                     conn.autocommit = True
-                    for gid in mine:  # ours can never commit now
-                        finish(conn, gid, commit=False)
-                    raise FencedError(
-                        f"sink {cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}); this "
-                        f"run (epoch {epoch}) cannot commit batch {batch_id}; its transactions were "
-                        "rolled back"
-                    )
+                    self._roll_back_own(batch)
+                    raise self._fenced(batch, row and row[0])
                 cur.execute(
                     f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
                     "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "
                     "RETURNING 1",
-                    (cfg.sink_id, query_id, batch_id, epoch if epoch is not None else row[0], rows,
+                    (cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
                      json.dumps(sorted(mine))))
-                if cur.fetchone() is None:  # decided by an earlier run: a replay
+                if cur.fetchone() is None:  # decided by an earlier run meanwhile
                     cur.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
                                 "query_id = %s AND batch_id = %s AND partition_id = -1",
-                                (cfg.sink_id, query_id, batch_id))
-                    mine = set(json.loads(cur.fetchone()[0] or "[]"))
+                                (cfg.sink_id, batch.query_id, batch.batch_id))
+                    decided = self._decision(batch, cur.fetchone()[0])
+                else:
+                    decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine)
             conn.commit()
         finally:
             conn.autocommit = True
-        return mine
+        return decided
+
+    def winners(self, decision: JdbcDecision) -> Sequence[str]:
+        return sorted(decision.winners)
+
+    def commit_winner(self, decision: JdbcDecision, winner: str) -> bool:
+        """``COMMIT PREPARED``; an id already gone committed if its marker row is visible."""
+        return finish(self.conn, winner, commit=True) or self._landed(self.conn, winner, decision.query_id)
+
+    def lost(self, decision: JdbcDecision, lost: Sequence[str]) -> CommitError:
+        return FatalCommitError(
+            f"prepared transaction(s) {', '.join(lost)} of batch {decision.batch_id} were decided but are "
+            "gone and their rows are not in the table: rolled back by an operator or another run; the "
+            f"batch is incomplete in {self.cfg.qualified}"
+        )
+
+    def finish(self, batch: Batch[JdbcCommittable], decision: JdbcDecision) -> None:
+        """Prune the query's decision and marker rows older than ``KEEP_BATCHES`` batches."""
+        with self.conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                        "AND batch_id < %s", (self.cfg.sink_id, decision.query_id,
+                                              decision.batch_id - KEEP_BATCHES))
+
+    def roll_back_others(self, batch: Batch[JdbcCommittable], decision: JdbcDecision) -> None:
+        for gid in prepared_gids(self.conn, self.cfg.sink_id):
+            if parse_gid(gid)[2] <= batch.batch_id and gid not in decision.winners:
+                finish(self.conn, gid, commit=False)
 
     def _landed(self, conn: Any, gid: str, query_id: str) -> bool:
         """Did ``gid`` commit? Its marker row is scoped by query and epoch: after a checkpoint
@@ -236,18 +292,15 @@ class JdbcCommitter(Committer[JdbcCommittable]):
                         (self.cfg.sink_id, query_id, epoch, batch, part, attempt))
             return cur.fetchone() is not None
 
-    def abort(self, committables: Sequence[JdbcCommittable], batch_id: int) -> None:
+    def roll_back(self, batch: Batch[JdbcCommittable]) -> None:
         """Step 5: roll back the batch, including tasks still running when Spark gave up.
 
         Spark calls this as soon as one task failed for good, while others may still be
         writing. Bumping the epoch fences them (``_resolve_and_bump``), so once the bump
         lands no writer of this batch can prepare any more.
         """
-        try:
-            with Db(self.cfg) as conn, self._exclusive(conn):
-                self._resolve_and_bump(conn, batch_id)
-        except psycopg2.OperationalError as e:
-            raise RetriableCommitError(f"abort of batch {batch_id}: {str(e).strip()}") from None
+        with self._exclusive(self.conn):
+            self._resolve_and_bump(self.conn, batch.batch_id)
 
     def _roll_back_batch(self, conn: Any, batch_id: int) -> list[str]:
         """Roll back the batch's prepared transactions, except decided winners (recovery's)."""

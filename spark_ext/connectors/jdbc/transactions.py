@@ -27,7 +27,10 @@ class JdbcCommittable(Committable):
     """One task attempt's outcome; ``gid`` names its prepared transaction (None: nothing)."""
 
     gid: str | None = None
-    query_id: str = ""
+
+    @property
+    def prepared(self) -> bool:
+        return self.gid is not None
 
 
 def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int) -> str:

@@ -6,13 +6,14 @@ no Python object is built per row. With ``upsertKeys`` the rows are COPYed into 
 sink's staging table (tagged with the task) and merged with one
 ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE``.
 
-``exactly_once``: the transaction also writes the task's marker row and ends with
-``PREPARE TRANSACTION`` under the global id ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``;
-before writing it checks, under a share lock held until the commit, that its run still
-owns the sink (epoch) and that batch N was not already decided, in which case it
-writes nothing (a replay). ``at_least_once``: committed by the task, with a marker row
-so a replay of a batch whose partition already landed is skipped. ``none``: COPY and
-commit.
+One writer class per guarantee. ``exactly_once`` (``PreparingJdbcWriter``): the
+transaction also writes the task's marker row and ends with ``PREPARE TRANSACTION``
+under the global id ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``; before writing
+it checks, under a share lock held until the commit, that its run still owns the sink
+(epoch) and that batch N was not already decided, in which case it writes nothing (a
+replay). ``at_least_once`` (``MarkedJdbcWriter``): committed by the task, with a marker
+row so a replay of a batch whose partition already landed is skipped. ``none``
+(``PlainJdbcWriter``): COPY and commit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from spark_ext.connectors.jdbc.transactions import (
     prepared_gids,
 )
 from spark_ext.errors import ConnectorError, FencedError
-from spark_ext.guarantees import Guarantee
 
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
 
@@ -60,51 +60,19 @@ def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
 
 
 class JdbcWriter(SinkWriter[JdbcCommittable]):
-    """Writes one task attempt's rows. Executor."""
+    """Writes one task attempt's rows over one connection; a subclass per guarantee. Executor."""
 
-    def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
+    def __init__(self, setup: JdbcSinkSetup) -> None:
         self.cfg, self.sql = setup.cfg, setup.sql
-        self.epoch = epoch  # the claim's fence (exactly once); 0 otherwise
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        cfg, sql = self.cfg, self.sql
-        exactly = cfg.guarantee is Guarantee.EXACTLY_ONCE
-        gid = gid_for(cfg.sink_id, self.epoch, task.batch_id, task.partition_id, task.attempt)
+        cfg = self.cfg
         try:
             conn = connect(cfg.url, cfg.reconnect_timeout_s)
         except psycopg2.Error as e:
             raise ConnectorError(f"cannot connect to PostgreSQL at {cfg.safe_url}: {e}".strip()) from None
         try:
-            if exactly:
-                conn.tpc_begin(gid)
-            cur = conn.cursor()
-            cur.execute("SET LOCAL lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
-            # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
-            skip = self._skip(cur, task) if cfg.guarantee is not Guarantee.NONE else False
-            if exactly and not skip and task.attempt > 0:
-                self._roll_back_earlier_attempts(task)
-            rows = 0
-            if not skip:
-                rows = self._copy(cur, batches, task)
-                if cfg.guarantee is not Guarantee.NONE:
-                    cur.execute(
-                        f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
-                        "attempt, epoch, rows) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt,
-                         self.epoch, rows))
-            if exactly and not skip:
-                failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
-                conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
-                failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
-                return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
-                                       task.query_id)
-            if exactly:
-                conn.tpc_rollback()
-            else:
-                conn.commit()
-                failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-            return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, None,
-                                   task.query_id)
+            return self._write(conn, batches, task)
         except psycopg2.Error as e:
             raise ConnectorError(
                 f"writing batch {task.batch_id} partition {task.partition_id} to {cfg.qualified} "
@@ -113,40 +81,26 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
         finally:
             conn.close()  # an unprepared transaction is rolled back with the session
 
-    def _skip(self, cur: Any, task: TaskInfo) -> bool:
-        """True when this batch (exactly once) or partition (at least once) already landed."""
-        cfg, sql = self.cfg, self.sql
-        if cfg.guarantee is Guarantee.EXACTLY_ONCE:
-            cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE",
-                        (cfg.sink_id,))
-            row = cur.fetchone()
-            if row is None or row[0] != self.epoch:
-                raise FencedError(
-                    f"sink {cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
-                    f"this run {self.epoch}); this stale task writes nothing"
-                )
-            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
-                        "AND batch_id = %s AND partition_id = -1",
-                        (cfg.sink_id, task.query_id, task.batch_id))
-        else:
-            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
-                        "AND batch_id = %s AND partition_id = %s",
-                        (cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
-        return cur.fetchone() is not None
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        raise NotImplementedError
 
-    def _roll_back_earlier_attempts(self, task: TaskInfo) -> None:
-        """A retried task: roll back what its earlier attempts prepared, which would hold
-        this attempt's row and unique-index locks. None of them can be a winner: the batch
-        is not decided (checked under the share lock this transaction holds)."""
-        conn = connect(self.cfg.url, self.cfg.reconnect_timeout_s)
-        conn.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
-        try:
-            for gid in prepared_gids(conn, self.cfg.sink_id):
-                _, _, batch, part, attempt = parse_gid(gid)
-                if (batch, part) == (task.batch_id, task.partition_id) and attempt < task.attempt:
-                    finish(conn, gid, commit=False)
-        finally:
-            conn.close()
+    def _cursor(self, conn: Any) -> Any:
+        cur = conn.cursor()
+        cur.execute("SET LOCAL lock_timeout = %s", (f"{self.cfg.lock_timeout_ms}ms",))
+        return cur
+
+    def _mark(self, cur: Any, task: TaskInfo, rows: int, epoch: int) -> None:
+        """The task's marker row, in its own transaction: this partition of the batch landed."""
+        cur.execute(
+            f"INSERT INTO {self.sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
+            "epoch, rows) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt, epoch, rows))
+
+    @staticmethod
+    def _message(task: TaskInfo, rows: int, gid: str | None = None) -> JdbcCommittable:
+        return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
+                               query_id=task.query_id)
+
 
     def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> int:
         cfg, sql = self.cfg, self.sql
@@ -169,3 +123,86 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
             cur.execute(sql.upsert_from_staging, (tag,))
             cur.execute(sql.clear_staging, (tag,))
         return rows
+
+
+class PlainJdbcWriter(JdbcWriter):
+    """``none``: COPY and commit."""
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        rows = self._copy(self._cursor(conn), batches, task)
+        conn.commit()
+        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
+        return self._message(task, rows)
+
+
+class MarkedJdbcWriter(JdbcWriter):
+    """``at_least_once``: COPY and a marker row, committed by the task; a replay of a batch
+    whose partition already landed writes nothing."""
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        cur = self._cursor(conn)
+        cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                    "AND batch_id = %s AND partition_id = %s",
+                    (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
+        if cur.fetchone() is not None:
+            conn.rollback()
+            return self._message(task, 0)
+        rows = self._copy(cur, batches, task)
+        self._mark(cur, task, rows, 0)
+        conn.commit()
+        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
+        return self._message(task, rows)
+
+
+class PreparingJdbcWriter(JdbcWriter):
+    """``exactly_once``: one prepared transaction per attempt (step 3), never committed here."""
+
+    def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
+        super().__init__(setup)
+        self.epoch = epoch  # the claim's fence
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        gid = gid_for(self.cfg.sink_id, self.epoch, task.batch_id, task.partition_id, task.attempt)
+        conn.tpc_begin(gid)
+        cur = self._cursor(conn)
+        # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
+        if self._decided(cur, task):
+            conn.tpc_rollback()
+            return self._message(task, 0)
+        if task.attempt > 0:
+            self._roll_back_earlier_attempts(task)
+        rows = self._copy(cur, batches, task)
+        self._mark(cur, task, rows, self.epoch)
+        failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
+        conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
+        failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
+        return self._message(task, rows, gid)
+
+    def _decided(self, cur: Any, task: TaskInfo) -> bool:
+        """Raise if a newer run owns the sink (the share lock holds the epoch until the
+        commit); True when this batch is decided already (a replay)."""
+        cfg, sql = self.cfg, self.sql
+        cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE", (cfg.sink_id,))
+        row = cur.fetchone()
+        if row is None or row[0] != self.epoch:
+            raise FencedError(
+                f"sink {cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
+                f"this run {self.epoch}); this stale task writes nothing"
+            )
+        cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                    "AND batch_id = %s AND partition_id = -1", (cfg.sink_id, task.query_id, task.batch_id))
+        return cur.fetchone() is not None
+
+    def _roll_back_earlier_attempts(self, task: TaskInfo) -> None:
+        """A retried task: roll back what its earlier attempts prepared, which would hold
+        this attempt's row and unique-index locks. None of them can be a winner: the batch
+        is not decided (checked under the share lock this transaction holds)."""
+        conn = connect(self.cfg.url, self.cfg.reconnect_timeout_s)
+        conn.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
+        try:
+            for gid in prepared_gids(conn, self.cfg.sink_id):
+                _, _, batch, part, attempt = parse_gid(gid)
+                if (batch, part) == (task.batch_id, task.partition_id) and attempt < task.attempt:
+                    finish(conn, gid, commit=False)
+        finally:
+            conn.close()

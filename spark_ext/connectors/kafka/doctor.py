@@ -104,7 +104,7 @@ def _list(cfg: KafkaSinkConfig) -> int:
         parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
         print(f"open {s.transactional_id} state={s.state} producer={s.producer_id} epoch={s.epoch} "
               f"age={(now - s.start_ms) / 1000:.0f}s partitions={parts or '-'}")
-    decision, done = KafkaCommitter(cfg).recorded()
+    decision, done = KafkaCommitter(cfg).last_decision()
     if decision is None:
         print("no decision recorded")
     else:

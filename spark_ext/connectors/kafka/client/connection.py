@@ -16,7 +16,6 @@ import ssl
 import struct
 from typing import Any
 
-from kafka.errors import for_code
 from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
@@ -26,6 +25,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from spark_ext.connectors.kafka.client.errors import error_name
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, ssl_context
 from spark_ext.errors import AuthenticationError
 
@@ -99,7 +99,7 @@ class Conn:
             if a.error_code:
                 # The broker's message names the mechanism, never the password.
                 raise AuthenticationError(
-                    f"{where} refused the credentials: {for_code(a.error_code).__name__}"
+                    f"{where} refused the credentials: {error_name(a.error_code)}"
                     f"{' (' + a.error_message + ')' if a.error_message else ''}; check the user name "
                     "and password in kafka.sasl.jaas.config (or kafka.sasl.username / kafka.sasl.password)"
                 )

@@ -7,9 +7,10 @@ transaction), ``AddPartitionsToTxn``, ``Produce``, ``EndTxn``. Versions are chos
 those of transaction protocol 2 (KIP-890: EndTxn v5 / Produce v12 bump the epoch on
 every commit), so an epoch stays valid from prepare to commit.
 
-Errors are sorted as Flink's sinks sort them: retriable codes are retried here for a
-bounded time; fencing codes raise ``FencedError``; the rest raise ``FatalCommitError``
-or ``ConnectorError`` naming the request and Kafka's error.
+Errors are sorted as Flink's sinks sort them (``errors``, through kafka-python's error
+classes): retriable codes are retried here for a bounded time; fencing codes raise
+``FencedError``; the rest raise ``FatalCommitError`` or ``ConnectorError`` naming the
+request and Kafka's error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kafka.errors import for_code
+from kafka.errors import TransactionalIdNotFoundError
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.admin.transactions import (
     DescribeTransactionsRequest,
@@ -46,21 +47,15 @@ from kafka.protocol.producer.transaction import (
     TxnOffsetCommitResponse,
 )
 
+from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn, metadata
+from spark_ext.connectors.kafka.client.errors import error_name
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity
 from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
 
 T = TypeVar("T")
 
-PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 90, 47, 48
-INVALID_PRODUCER_ID_MAPPING = 49
-TRANSACTIONAL_ID_NOT_FOUND = 105
-_FENCED = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING})
-# Coordinator moving or loading, a previous transaction's markers still being written,
-# pending transactional offsets: each resolves itself within seconds.
-_RETRY = frozenset({7, 13, 14, 15, 16, 51, 88})
-_COORD_MOVED = frozenset({15, 16})
 
 
 @dataclass(frozen=True)
@@ -84,10 +79,6 @@ class TxnState:
     start_ms: int
     timeout_ms: int
     partitions: tuple[tuple[str, int], ...] = ()  # added to the open transaction
-
-
-def error_name(code: int) -> str:
-    return str(for_code(code).__name__)
 
 
 class KafkaTxnClient:
@@ -142,7 +133,8 @@ class KafkaTxnClient:
     def _retry(self, doing: str, fn: Callable[[], T], key: tuple[str, int] | None = None) -> T:
         """Retry retriable Kafka errors and dropped connections until the client timeout."""
         def forget(e: BaseException) -> None:
-            if key is not None and (isinstance(e, OSError) or getattr(e, "code", None) in _COORD_MOVED):
+            moved = errors.coordinator_moved(getattr(e, "code", 0))
+            if key is not None and (isinstance(e, OSError) or moved):
                 self._forget(*key)
             if isinstance(e, OSError) and self._any is not None:
                 self._any.close()
@@ -300,11 +292,12 @@ class KafkaTxnClient:
                 r = self.coordinator(tid, 1).request(
                     DescribeTransactionsRequest(transactional_ids=[tid]), 0, DescribeTransactionsResponse)
                 s = r.transaction_states[0]
-                if s.error_code != TRANSACTIONAL_ID_NOT_FOUND:
+                if not errors.matches(s.error_code, TransactionalIdNotFoundError):
                     _check(s.error_code, f"describing transaction {tid!r}")
                 return s
             s = self._retry(f"describing transaction {tid!r}", call, (tid, 1))
-            if s.error_code == TRANSACTIONAL_ID_NOT_FOUND:  # expired: transactional.id.expiration.ms
+            # expired: transactional.id.expiration.ms
+            if errors.matches(s.error_code, TransactionalIdNotFoundError):
                 out[tid] = TxnState(tid, "NotFound", -1, -1, 0, 0)
                 continue
             parts = tuple(sorted((t.topic, p) for t in (s.topics or []) for p in t.partitions))
@@ -336,12 +329,14 @@ class _Retriable(Exception):
 def _check(code: int, doing: str) -> None:
     if code == 0:
         return
-    if code in _RETRY:
+    # Coordinator moving or loading, a previous transaction's markers still being written,
+    # pending transactional offsets: each resolves itself within seconds.
+    if errors.is_retriable(code):
         raise _Retriable(code, doing)
-    if code in _FENCED:
+    if errors.is_fenced(code):
         raise FencedError(f"{doing}: fenced by Kafka ({error_name(code)}): a newer run or task attempt "
                           "took over this transactional id, or the transaction was aborted by its timeout")
-    if code == INVALID_TXN_STATE:
+    if errors.is_not_open(code):
         raise FatalCommitError(f"{doing}: {error_name(code)}: the transaction is no longer open")
     raise ConnectorError(f"{doing}: Kafka answered {error_name(code)}")
 

@@ -17,17 +17,17 @@ sink's own commit id ``<prefix>-commit``:
   after the decision and before any winner is committed, so no committed record is ever
   without a decision that outlives the broker's retention.
 
-How the steps of ``spark_ext.commit`` are carried out here (marked ``# step N``):
+The primitives ``spark_ext.commit.TwoPhaseCommitter`` calls, in its order:
 
-- 4a: every winner (the attempt whose message reached the driver) must still be open
+- ``check`` (4a): every winner (the attempt whose message reached the driver) must still be open
   with its epoch; one aborted by ``transaction.timeout.ms`` or fenced means the batch is
   rolled back and the query fails loudly (nothing decided, so a restart rewrites it);
-- 4b: the decision is written; the commit id's epoch is the claim's fence from this
+- ``record`` (4b): the decision is written; the commit id's epoch is the claim's fence from this
   batch's plan, so a zombie driver whose plan is older is fenced here and decides nothing;
-- 4c: ``EndTxn(commit)`` for every winner, then the done record;
-- 4d: every other open transaction of the sink (failed or speculative attempts) is
+- ``commit_winner`` (4c): ``EndTxn(commit)``; ``finish``: the done record;
+- ``roll_back_others`` (4d): every other open transaction of the sink (failed or speculative attempts) is
   aborted, so read_committed consumers are never blocked;
-- 1 (``take_over``, in the next batch's plan, the first after a restart included): a
+- ``take_over`` (1, in the next batch's plan, the first after a restart included): a
   decision without its done record is finished (its winners committed), then every open
   transaction of the sink is aborted. Spark replays a batch whose commit log entry is
   missing; if that batch was decided, the claim's ``last_decided`` names it and its
@@ -41,15 +41,16 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from spark_ext import failpoints
-from spark_ext.commit import Claim, Committer, DecidedBatch
+from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
-from spark_ext.errors import ConfigurationError, FatalCommitError, FencedError, SparkExtError
+from spark_ext.errors import CommitError, ConfigurationError, FatalCommitError, FencedError, SparkExtError
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,10 @@ class Decision:
         return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]))
 
 
-class KafkaCommitter(Committer[KafkaCommittable]):
+class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     """Commits, aborts and recovers the sink's transactions. Driver only."""
+
+    name = "kafka"
 
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
@@ -140,7 +143,7 @@ class KafkaCommitter(Committer[KafkaCommittable]):
         finally:
             self.client.close()
 
-    def recorded(self) -> tuple[Decision | None, bool]:
+    def last_decision(self) -> tuple[Decision | None, bool]:
         """The last recorded decision and whether it was finished (for the operator tool)."""
         try:
             return self._recorded()
@@ -192,93 +195,115 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                                      "consumer-group offsets record the committed batches)")
         return self.cfg.commit_topic
 
-    # --- after a batch --------------------------------------------------------------------
+    # --- the primitives of steps 4 and 5 (spark_ext.commit.TwoPhaseCommitter orders them) ---
 
-    def commit(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
-        """Driver, after every task of the batch succeeded. Idempotent via recovery."""
-        winners = [c for c in committables if not c.skipped and c.partitions]
+    @contextmanager
+    def connected(self) -> Iterator[None]:
         try:
-            if not winners:
-                return  # nothing written, or a replay of a batch committed before a crash
-            commit_producer = winners[0].commit_producer
-            assert commit_producer is not None
-            decision = self._decision()
-            if not _decides(decision, batch_id, winners[0].query_id):  # else: a retry after 4b
-                self._check_open(winners, batch_id)                        # step 4a
-                failpoints.hit("kafka.before_decision", batch_id)
-                decision = Decision(batch_id, winners[0].query_id, self.cfg.checkpoint,
-                                    tuple(c.producer for c in winners))
-                self.client.write_offsets(commit_producer, self.cfg.group,  # step 4b
-                                          {(self._anchor(), 0): (batch_id + 1, decision.encode())})
-                failpoints.hit("kafka.mid_decision", batch_id)  # decision pending in its transaction
-                self.client.end_txn(commit_producer, commit=True)
-                failpoints.hit("kafka.after_decision", batch_id)
-            assert decision is not None
-            self._keep(decision, done=False)  # before any winner commits (also on a retry)
-            self._commit_winners(decision)                              # step 4c
-            self._mark_done(commit_producer, decision)
-            failpoints.hit("kafka.after_done", batch_id)  # all committed; Spark's commit log not yet
-            self._abort_open(keep=tuple(w.transactional_id for w in winners))  # step 4d
-            log.info("batch %s committed: %s records in %s transactions", batch_id,
-                     sum(c.rows for c in winners), len(winners))
+            yield
         finally:
             self.client.close()
 
-    def abort(self, committables: Sequence[KafkaCommittable], batch_id: int) -> None:
-        """Step 5, after a task (or the commit) failed: abort the batch's transactions.
+    def recorded(self, batch: Batch[KafkaCommittable]) -> Decision | None:
+        decision = self._decision()
+        return decision if _decides(decision, batch.batch_id, str(batch.query_id)) else None
 
-        A batch already decided is left alone: the next plan's take-over finishes it. When
-        the messages show this run still owns the sink (its commit id's epoch is the
-        broker's), every open transaction of the sink's pool is aborted, so attempts that
-        were killed or still run do not hold back read_committed consumers; otherwise
-        (a zombie, or no task reported) only the reported ones, never another run's.
-        """
+    def check(self, batch: Batch[KafkaCommittable]) -> None:
+        self._check_open(batch.prepared, batch.batch_id, _fence(batch))
+
+    def record(self, batch: Batch[KafkaCommittable]) -> Decision:
+        """The decision, as group offsets in the commit id's transaction: its epoch is the
+        claim's, so a zombie driver whose plan is older is fenced here and decides nothing."""
+        fence = _fence(batch)
+        decision = Decision(batch.batch_id, str(batch.query_id), self.cfg.checkpoint,
+                            tuple(_producer(c) for c in batch.prepared))
+        self.client.write_offsets(fence, self.cfg.group,
+                                  {(self._anchor(), 0): (batch.batch_id + 1, decision.encode())})
+        failpoints.hit("kafka.mid_decision", batch.batch_id)  # decision pending in its transaction
+        self.client.end_txn(fence, commit=True)
+        return decision
+
+    def finished(self, decision: Decision) -> bool:
+        kept, kept_done = self._kept()
+        same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
+        return self._done(decision) or (same and kept_done)
+
+    def before_winners(self, decision: Decision) -> None:
+        self._keep(decision, done=False)  # before any winner commits (also on a retry)
+
+    def winners(self, decision: Decision) -> Sequence[Producer]:
+        return decision.winners
+
+    def commit_winner(self, decision: Decision, winner: Producer) -> bool:
         try:
-            if committables and _decides(self._decision(), batch_id, committables[0].query_id):
-                log.warning("batch %s was decided; its commit is finished by the next batch's recovery",
-                            batch_id)
-                return
-            self._abort_own(committables)
-            if self._owns_sink(committables):
-                self._abort_open(keep=())
-        finally:
-            self.client.close()
+            self.client.end_txn(winner, commit=True)
+            return True
+        except (FencedError, FatalCommitError):
+            s = self.client.describe([winner.transactional_id])[winner.transactional_id]
+            # committed before a crash, and this is the retry
+            return s.state == "CompleteCommit" and (s.producer_id, s.epoch) == (winner.producer_id,
+                                                                                winner.epoch)
 
-    def _owns_sink(self, committables: Sequence[KafkaCommittable]) -> bool:
-        cp = next((c.commit_producer for c in committables if c.commit_producer is not None), None)
-        if cp is None:
-            return False
-        now = self.client.describe([cp.transactional_id])[cp.transactional_id]
-        return (now.producer_id, now.epoch) == (cp.producer_id, cp.epoch)
+    def lost(self, decision: Decision, lost: Sequence[Producer]) -> CommitError:
+        names = ", ".join(w.transactional_id for w in lost)
+        return TransactionTimedOutError(
+            f"batch {decision.batch_id} was decided, but {len(lost)} of its {len(decision.winners)} "
+            f"transactions ({names}) were aborted by the broker before the commit finished, most "
+            f"likely by kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms} ms) while the driver "
+            "was down; the others are committed. Kafka cannot bring aborted records back, so every "
+            "restart stops here. To go on: list what was lost with `spark-ext doctor kafka list "
+            f"--bootstrap {self.cfg.bootstrap} --prefix {self.cfg.txn_prefix} --topic "
+            f"{self.cfg.commit_topic}`, then run `spark-ext doctor kafka resolve` with the same "
+            "arguments (it marks the batch done), re-send that batch's input for those partitions, "
+            "and raise kafka.transaction.timeout.ms"
+        )
+
+    def finish(self, batch: Batch[KafkaCommittable], decision: Decision) -> None:
+        self._mark_done(_fence(batch), decision)
+
+    def roll_back_others(self, batch: Batch[KafkaCommittable], decision: Decision) -> None:
+        self._abort_open(keep=tuple(w.transactional_id for w in decision.winners))
+
+    def roll_back(self, batch: Batch[KafkaCommittable]) -> None:
+        """Abort the batch's transactions. When the claim still owns the sink (its commit
+        id's epoch is the broker's), every open transaction of the sink's pool is aborted,
+        so attempts that were killed or still run do not hold back read_committed
+        consumers; otherwise (a zombie, or no task reported) only the reported ones, never
+        another run's."""
+        self._abort_own(batch.prepared)
+        if batch.claim is not None and self._owns_sink(batch.claim.fence):
+            self._abort_open(keep=())
+
+    def _owns_sink(self, fence: Producer) -> bool:
+        now = self.client.describe([fence.transactional_id])[fence.transactional_id]
+        return (now.producer_id, now.epoch) == (fence.producer_id, fence.epoch)
 
     def _abort_own(self, committables: Sequence[KafkaCommittable]) -> None:
         for c in committables:
-            if c.skipped or not c.partitions:
+            if c.producer is None:
                 continue
             try:
                 self.client.end_txn(c.producer, commit=False)
             except (FencedError, FatalCommitError):
                 pass  # already aborted (timeout, or fenced by a newer attempt)
 
-    def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
-        cp = winners[0].commit_producer
-        assert cp is not None
-        now_cp = self.client.describe([cp.transactional_id])[cp.transactional_id]
-        if (now_cp.producer_id, now_cp.epoch) != (cp.producer_id, cp.epoch):
+    def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int, fence: Producer) -> None:
+        if not self._owns_sink(fence):
             raise FencedError(f"batch {batch_id}: another run of this sink ({self.cfg.txn_prefix!r}) took "
                               "over after this batch began; this run stops without committing "
                               "(zombie fencing)")
-        states = self.client.describe([c.transactional_id for c in winners])
+        producers = [_producer(c) for c in winners]
+        states = self.client.describe([p.transactional_id for p in producers])
         now = time.time() * 1000
         age_s = (now - min(c.started_ms for c in winners)) / 1000
         limit_s = self.cfg.txn_timeout_ms / 1000
-        for c in winners:
-            s = states[c.transactional_id]
-            if s.state != "Ongoing" or s.producer_id != c.producer_id or s.epoch != c.epoch:
+        for p in producers:
+            s = states[p.transactional_id]
+            if s.state != "Ongoing" or s.producer_id != p.producer_id or s.epoch != p.epoch:
                 self._abort_own(winners)
                 raise TransactionTimedOutError(
-                    f"batch {batch_id}: transaction {c.transactional_id!r} is no longer open on the "
-                    f"broker (state {s.state}, epoch {s.epoch}, ours {c.epoch}) {age_s:.1f} s after it "
+                    f"batch {batch_id}: transaction {p.transactional_id!r} is no longer open on the "
+                    f"broker (state {s.state}, epoch {s.epoch}, ours {p.epoch}) {age_s:.1f} s after it "
                     f"began; kafka.transaction.timeout.ms is {self.cfg.txn_timeout_ms}. It was aborted "
                     "by that timeout or fenced by another run. Nothing of the batch was committed; "
                     "restart the query to write it again, and raise kafka.transaction.timeout.ms (up to "
@@ -302,32 +327,11 @@ class KafkaCommitter(Committer[KafkaCommittable]):
                         "shorter", batch_id, age_s, self.cfg.warn_fraction * 100, limit_s)
 
     def _commit_winners(self, decision: Decision, abandon_lost: bool = False) -> list[Producer]:
-        """Commit every winner (step 4c); returns those the broker had aborted already,
-        which fail the commit unless ``abandon_lost`` (the operator's resolve)."""
-        lost: list[Producer] = []
-        for i, w in enumerate(decision.winners):
-            if i == 1:
-                failpoints.hit("kafka.mid_commit", decision.batch_id)
-            try:
-                self.client.end_txn(w, commit=True)
-            except (FencedError, FatalCommitError):
-                s = self.client.describe([w.transactional_id])[w.transactional_id]
-                if s.state == "CompleteCommit" and s.producer_id == w.producer_id and s.epoch == w.epoch:
-                    continue  # committed before a crash; this is the retry
-                lost.append(w)
+        """Step 1's finishing of a decided batch: commit every winner; returns those the
+        broker had aborted already, which fail unless ``abandon_lost`` (the operator's resolve)."""
+        lost = [w for w in decision.winners if not self.commit_winner(decision, w)]
         if lost and not abandon_lost:
-            names = ", ".join(w.transactional_id for w in lost)
-            raise TransactionTimedOutError(
-                f"batch {decision.batch_id} was decided, but {len(lost)} of its {len(decision.winners)} "
-                f"transactions ({names}) were aborted by the broker before the commit finished, most "
-                f"likely by kafka.transaction.timeout.ms ({self.cfg.txn_timeout_ms} ms) while the driver "
-                "was down; the others are committed. Kafka cannot bring aborted records back, so every "
-                "restart stops here. To go on: list what was lost with `spark-ext doctor kafka list "
-                f"--bootstrap {self.cfg.bootstrap} --prefix {self.cfg.txn_prefix} --topic "
-                f"{self.cfg.commit_topic}`, then run `spark-ext doctor kafka resolve` with the same "
-                "arguments (it marks the batch done), re-send that batch's input for those partitions, "
-                "and raise kafka.transaction.timeout.ms"
-            )
+            raise self.lost(decision, lost)
         return lost
 
     def _mark_done(self, commit_producer: Producer, decision: Decision) -> None:
@@ -348,6 +352,21 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             except SparkExtError as e:
                 log.warning("could not abort open transaction %s: %s", tid, e)
         return aborted
+
+
+def _fence(batch: Batch[KafkaCommittable]) -> Producer:
+    """The claim's fence: the commit id's producer, which decisions are written with."""
+    if batch.claim is None:
+        raise FatalCommitError(f"batch {batch.batch_id}: its tasks reported no claim; exactly_once "
+                               "plans take the sink over before the tasks run, so this is a bug")
+    fence = batch.claim.fence
+    assert isinstance(fence, Producer)
+    return fence
+
+
+def _producer(c: KafkaCommittable) -> Producer:
+    assert c.producer is not None, "only prepared committables are winners"
+    return c.producer
 
 
 def _decides(decision: Decision | None, batch_id: int, query_id: str) -> bool:

@@ -11,7 +11,12 @@ from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Produ
 from spark_ext.connectors.kafka.sink.committer import KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import check_schema
-from spark_ext.connectors.kafka.sink.writer import KafkaWriter
+from spark_ext.connectors.kafka.sink.writer import (
+    FireAndForgetKafkaWriter,
+    IdempotentKafkaWriter,
+    KafkaWriter,
+    TransactionalKafkaWriter,
+)
 from spark_ext.errors import ConfigurationError, ConnectorError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -41,7 +46,13 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         return config
 
     def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
-        return KafkaWriter(config, claim)
+        """A writer per guarantee: transactions, an idempotent producer, or acks=0."""
+        if config.guarantee is Guarantee.EXACTLY_ONCE:
+            assert claim is not None, "exactly_once plans take the sink over first"
+            return TransactionalKafkaWriter(config, claim)
+        if config.guarantee is Guarantee.AT_LEAST_ONCE:
+            return IdempotentKafkaWriter(config)
+        return FireAndForgetKafkaWriter(config)
 
     def new_committer(self, config: KafkaSinkConfig) -> KafkaCommitter:
         return KafkaCommitter(config)

@@ -18,11 +18,13 @@ import struct
 import time
 from typing import Any
 
+from kafka.errors import DuplicateSequenceNumberError
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
+from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn, metadata
-from spark_ext.connectors.kafka.client.transactions import error_name
+from spark_ext.connectors.kafka.client.errors import error_name
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.errors import ConnectorError
 from spark_ext.retry import Backoff, Deadline
@@ -31,9 +33,6 @@ log = logging.getLogger(__name__)
 
 PRODUCE_VERSION = 9  # below 12, where transaction protocol 2 begins
 MAX_IN_FLIGHT = 5  # Kafka keeps idempotent ordering for up to 5 unacknowledged requests
-DUPLICATE_SEQUENCE_NUMBER = 46
-# The leader moved or is not there yet (a restart): the same batch goes again.
-RETRIABLE = frozenset({3, 5, 6, 7, 13, 19, 20, 56, 74, 75})
 
 Item = tuple[tuple[str, int], bytes, int]  # (topic, partition), encoded record batch, records
 
@@ -107,7 +106,7 @@ class Sender:
         except OSError as e:
             self._recover(leader, self._pending.pop(leader), str(e))
             return
-        if code in RETRIABLE:
+        if errors.is_retriable(code):  # the leader moved or is not there yet: send again
             self._recover(leader, self._pending.pop(leader), error_name(code))
             return
         tp, _, count = pending.pop(0)
@@ -140,7 +139,7 @@ class Sender:
                     c = self._conn(self._leaders[tp])
                     code, message = _code(c.request(self._request(tp, records), PRODUCE_VERSION,
                                                     ProduceResponse))
-                    if code in RETRIABLE:
+                    if errors.is_retriable(code):  # the leader moved or is not there yet: send again
                         raise _LeaderLost(error_name(code))
                     _check(code, message, tp, count)
                     items.pop(0)
@@ -164,7 +163,7 @@ class Sender:
             r = self._conn(leader).request(req, 0, DescribeProducersResponse)
             for t in r.topics:
                 for p in t.partitions:
-                    if p.error_code in RETRIABLE:
+                    if errors.is_retriable(p.error_code):
                         raise _LeaderLost(error_name(p.error_code))
                     if p.error_code:
                         raise ConnectorError(f"describing the producers of {t.name}-{p.partition_index}: "
@@ -193,8 +192,8 @@ def _code(r: Any) -> tuple[int, str]:
 
 
 def _check(code: int, message: str, tp: tuple[str, int], count: int) -> None:
-    if code in (0, DUPLICATE_SEQUENCE_NUMBER):
-        return
+    if code == errors.OK or errors.matches(code, DuplicateSequenceNumberError):
+        return  # a duplicate the broker dropped: it holds the first copy
     raise ConnectorError(
         f"Kafka refused {count} records for {tp[0]}-{tp[1]}: {error_name(code)}"
         f"{' (' + message + ')' if message else ''}; the task fails and Spark retries it in a new "

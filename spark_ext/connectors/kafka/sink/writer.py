@@ -1,13 +1,14 @@
 """Executor side of the Kafka sink: one task's rows -> one prepared Kafka transaction.
 
-``exactly_once``: the task initialises its transactional id (``<prefix>-p<partition>-
-a<attempt>``; this fences any older holder of the id and aborts what it left open),
-adds the partitions it writes to the transaction, produces every record, waits for
-every acknowledgement, and returns a ``KafkaCommittable`` naming (transactional id,
-producer id, epoch). It never commits: the driver does (``committer.py``).
-``at_least_once``: an idempotent producer (producer id and sequence numbers, so broker
-retries never duplicate), every record acknowledged before the task ends.
-``none``: ``acks=0``, no waiting.
+One writer class per guarantee. ``exactly_once`` (``TransactionalKafkaWriter``): the
+task initialises its transactional id (``<prefix>-p<partition>-a<attempt>``; this
+fences any older holder of the id and aborts what it left open), adds the partitions it
+writes to the transaction, produces every record, waits for every acknowledgement, and
+returns a ``KafkaCommittable`` naming (transactional id, producer id, epoch). It never
+commits: the driver does (``committer.py``). ``at_least_once``
+(``IdempotentKafkaWriter``): an idempotent producer (producer id and sequence numbers,
+so broker retries never duplicate), every record acknowledged before the task ends.
+``none`` (``FireAndForgetKafkaWriter``): ``acks=0``, no waiting.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, column_lists
 from spark_ext.connectors.kafka.sink.sender import Sender
 from spark_ext.errors import SparkExtError
-from spark_ext.guarantees import Guarantee
 
 log = logging.getLogger(__name__)
 
@@ -34,63 +34,73 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class KafkaCommittable(Committable):
-    """One task attempt's prepared transaction (executor -> driver)."""
+    """One task attempt's outcome (executor -> driver): the transaction it left open.
 
-    query_id: str
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    partitions: tuple[tuple[str, int], ...]
-    started_ms: int
-    skipped: bool  # a replay of a batch already committed: nothing was written
-    commit_producer: Producer | None  # the claim's fence, which step 4b writes the decision with
+    ``producer``: (transactional id, producer id, epoch) of the open transaction; None when
+    the attempt opened none (a replay of a decided batch, no rows, a weaker guarantee).
+    ``started_ms``: when the transaction began, for the committer's timeout margin.
+    """
+
+    producer: Producer | None = None
+    started_ms: int = 0
 
     @property
-    def producer(self) -> Producer:
-        return Producer(self.transactional_id, self.producer_id, self.epoch)
+    def prepared(self) -> bool:
+        return self.producer is not None
 
 
 class KafkaWriter(SinkWriter[KafkaCommittable]):
-    """Writes one task's rows; prepares (exactly-once) or flushes (weaker guarantees)."""
+    """Writes one task's rows; a subclass per guarantee says how the producer is set up."""
 
-    def __init__(self, cfg: KafkaSinkConfig, claim: Claim[Producer] | None) -> None:
-        self.cfg, self.claim = cfg, claim
+    acks = -1
+
+    def __init__(self, cfg: KafkaSinkConfig) -> None:
+        self.cfg = cfg
         self._began = False  # a partition was added: the broker holds an open transaction
+
+    def _txn_id(self, task: TaskInfo) -> str | None:
+        """The attempt's transactional id; None without transactions."""
+        return None
+
+    def _producer(self, client: KafkaTxnClient, tid: str | None) -> Producer:
+        """The producer id (and epoch) records are written under."""
+        return Producer("", -1, -1)
+
+    @property
+    def _transactional(self) -> bool:
+        return False
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
         """Executor, once per task attempt. Raising leaves the transaction to be aborted."""
-        cfg, exactly = self.cfg, self.cfg.guarantee is Guarantee.EXACTLY_ONCE
-        d = self.claim.last_decided if self.claim is not None else None
-        if exactly and d is not None and d.query_id == task.query_id and task.batch_id <= d.batch_id:
-            # step 3: a replay of a batch decided before a crash is already in Kafka.
-            log.info("batch %s was committed before; writing nothing", task.batch_id)
-            return self._message(task, Producer("", -1, -1), (), 0, skipped=True)
+        cfg = self.cfg
         client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
         started = int(time.time() * 1000)
-        tid = cfg.txn_id(task.partition_id, task.attempt) if exactly else None
-        sender = Sender(cfg, tid, 0 if cfg.guarantee is Guarantee.NONE else -1)
+        tid = self._txn_id(task)
+        sender = Sender(cfg, tid, self.acks)
         producer = Producer("", -1, -1)
         try:
-            if cfg.guarantee is not Guarantee.NONE:
-                producer = client.init_producer(tid, cfg.txn_timeout_ms)
-            rows, touched = self._produce(batches, task, producer, sender, client, exactly)
+            producer = self._producer(client, tid)
+            rows, touched = self._produce(batches, task, producer, sender, client)
         except BaseException:
             sender.close()
-            if exactly and self._began:
+            if self._began:
                 self._abort_quietly(client, producer)
             client.close()
             raise
         sender.close()
         client.close()
         failpoints.hit("kafka.after_write", task.batch_id, rows)  # acknowledged, not yet reported
-        return self._message(task, producer, tuple(sorted(touched)), rows, started_ms=started)
+        opened = producer if self._transactional and touched else None
+        return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, rows, opened, started,
+                                query_id=task.query_id)
 
     def _produce(self, batches: Iterator[pa.RecordBatch], task: TaskInfo, producer: Producer,
-                 sender: Sender, client: KafkaTxnClient, exactly: bool) -> tuple[int, set[tuple[str, int]]]:
+                 sender: Sender, client: KafkaTxnClient) -> tuple[int, set[tuple[str, int]]]:
         cfg = self.cfg
         if cfg.topic:
             sender.load([cfg.topic])
         part = Partitioner(cfg.topic, sender.counts, task.partition_id)
+        exactly = self._transactional
         batcher = Batcher(producer.producer_id, producer.epoch, exactly, cfg.codec, cfg.batch_bytes)
         touched: set[tuple[str, int]] = set()
         rows = 0
@@ -129,12 +139,44 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         except (SparkExtError, OSError) as e:  # the committer or the next batch's recovery aborts it anyway
             log.warning("could not abort %s after a failed task: %s", producer.transactional_id, e)
 
-    def _message(self, task: TaskInfo, p: Producer, parts: tuple[tuple[str, int], ...], rows: int, *,
-                 skipped: bool = False, started_ms: int = 0) -> KafkaCommittable:
-        return KafkaCommittable(
-            batch_id=task.batch_id, partition_id=task.partition_id, attempt=task.attempt, rows=rows,
-            query_id=task.query_id, transactional_id=p.transactional_id, producer_id=p.producer_id,
-            epoch=p.epoch, partitions=parts, started_ms=started_ms, skipped=skipped,
-            commit_producer=self.claim.fence if self.claim is not None else None,
-        )
 
+class FireAndForgetKafkaWriter(KafkaWriter):
+    """``none``: ``acks=0``, no producer id, no waiting."""
+
+    acks = 0
+
+
+class IdempotentKafkaWriter(KafkaWriter):
+    """``at_least_once``: an idempotent producer (producer id and sequence numbers, so the
+    broker drops its own retries), every record acknowledged before the task ends."""
+
+    def _producer(self, client: KafkaTxnClient, tid: str | None) -> Producer:
+        return client.init_producer(None, self.cfg.txn_timeout_ms)
+
+
+class TransactionalKafkaWriter(KafkaWriter):
+    """``exactly_once``: one transaction per attempt, prepared (every record acknowledged,
+    nothing committed); the driver commits it (step 4)."""
+
+    def __init__(self, cfg: KafkaSinkConfig, claim: Claim[Producer]) -> None:
+        super().__init__(cfg)
+        self.claim = claim
+
+    @property
+    def _transactional(self) -> bool:
+        return True
+
+    def _txn_id(self, task: TaskInfo) -> str | None:
+        return self.cfg.txn_id(task.partition_id, task.attempt)
+
+    def _producer(self, client: KafkaTxnClient, tid: str | None) -> Producer:
+        # fences any older holder of the id and aborts what it left open
+        return client.init_producer(tid, self.cfg.txn_timeout_ms)
+
+    def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
+        d = self.claim.last_decided
+        if d is not None and d.query_id == task.query_id and task.batch_id <= d.batch_id:
+            # step 3: a replay of a batch decided before a crash is already in Kafka.
+            log.info("batch %s was committed before; writing nothing", task.batch_id)
+            return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, 0, query_id=task.query_id)
+        return super().write(batches, task)

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from aiokafka.record.memory_records import MemoryRecords
-from kafka.errors import for_code
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
+from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn as _Conn
 from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
@@ -44,8 +44,7 @@ FETCH_VERSION = 11  # Kafka 2.3+ (4.x still serves it): isolation level, log sta
 _TS = pa.timestamp("us", tz="UTC")
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # Errors that mean "ask the cluster again who leads this partition".
-_RETRY_LEADER = frozenset({3, 5, 6, 74, 75})  # unknown partition, leader n/a, not leader, epochs
-_OUT_OF_RANGE = 1
+_OUT_OF_RANGE = 1  # OffsetOutOfRange: the position fell behind retention
 _ABORT = 0
 
 
@@ -133,10 +132,10 @@ class WireRangeReader(RangeReaderBase):
             # Error responses carry no watermarks: ask the leader through librdkafka (rare path).
             self._out_of_range(*watermarks(self._cfg, r.topic, r.partition))
             return None
-        if code in _RETRY_LEADER:
-            raise ConnectionError(f"{for_code(code).__name__} for {r.topic}-{r.partition}")
+        if errors.leader_moved(code):
+            raise ConnectionError(f"{errors.error_name(code)} for {r.topic}-{r.partition}")
         if code != 0:
-            raise ConnectorError(f"Kafka refused to serve {self._where()}: {for_code(code).__name__}")
+            raise ConnectorError(f"Kafka refused to serve {self._where()}: {errors.error_name(code)}")
         out = self._decode(part)
         if out is None and self._pos < r.end and part.high_watermark <= self._pos:
             self._truncated(part.high_watermark)  # nothing left to read, yet short of ``end``
