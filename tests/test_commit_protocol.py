@@ -28,7 +28,7 @@ from spark_ext.errors import (
     UnknownCommitError,
 )
 from spark_ext.guarantees import Guarantee
-from tests.fakes import NullWriter
+from tests.support.fakes import NullWriter
 
 CLAIM = Claim(fence=7)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.protocol_probe import ProbeSink
+from tests.support.protocol_probe import ProbeSink
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,7 @@ import pytest
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable
 from spark_ext.errors import FatalCommitError, FencedError
-from tests.fakes import RecordingTwoPhaseCommitter
+from tests.support.fakes import RecordingTwoPhaseCommitter
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import kafka_util, pg_util
 from tests.drivers import kafka_to_jdbc_app
-from tests.processes import stop_group
+from tests.support import kafka_util, pg_util
+from tests.support.processes import stop_group
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 

@@ -14,7 +14,7 @@ from spark_ext.datasource import HzSink
 from spark_ext.errors import MissingExtraError, UnknownOptionError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
-from tests.fakes import NullWriter, RecordingTwoPhaseCommitter
+from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
 
 
 class EchoSink(SinkConnector[str]):

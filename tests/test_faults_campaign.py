@@ -14,8 +14,8 @@ from spark_ext.commit import TaskInfo
 from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-from tests.kafka_util import create_topic
-from tests.test_kafka_sink import consume
+from tests.support.kafka_sink import consume
+from tests.support.kafka_util import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 

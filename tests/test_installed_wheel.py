@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -17,19 +16,16 @@ import pytest
 from kafka import KafkaConsumer
 
 from bench.common import read_to_end
-from tests import kafka_util
 from tests.drivers import installed_kafka_job
+from tests.support import kafka_util
+from tests.support.wheel import build_wheel
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _venv_with_wheel(tmp: Path, extra: str) -> Path:
-    wheels = tmp / "wheels"
-    run = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
-           "-w", str(wheels)]
-    subprocess.run(run, check=True, capture_output=True, text=True)
-    (wheel,) = wheels.glob("spark_ext-*.whl")
+    wheel = build_wheel(tmp)
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"

@@ -18,7 +18,7 @@ from spark_ext.connectors.jdbc.writer import JdbcWriter
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-from tests.pg_util import execute, prepared, query, table_name, write_json_files
+from tests.support.pg_util import execute, prepared, query, table_name, write_json_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -131,7 +131,7 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, p
 def test_kafka_source_into_the_2pc_sink_survives_a_kill_after_a_committed_batch(services, tmp_path):
     """The Kafka source (offsets in Spark's checkpoint) into the PostgreSQL 2PC sink: the
     driver dies after batch 1's decision, after batch 0 committed; every record once."""
-    from tests.kafka_util import create_topic, numbered, produce
+    from tests.support.kafka_util import create_topic, numbered, produce
 
     url, table = services.postgres_url, table_name("k2pg")
     execute(url, f"CREATE TABLE {table} (partition int, \"offset\" bigint, v text)")

@@ -12,9 +12,10 @@ import time
 import pytest
 
 from spark_ext.connectors.jdbc.config import checkpoint_sink_id
-from tests.pg_util import execute, prepared, query, table_name
-from tests.stomp_util import drain, queue_name, send
-from tests.test_jms_source import driver_argv, jms, wait_for
+from tests.support.jms import driver_argv, jms
+from tests.support.pg_util import execute, prepared, query, table_name
+from tests.support.stomp_util import drain, queue_name, send
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 

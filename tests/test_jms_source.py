@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
 
 import pytest
 
 from spark_ext.connectors.jdbc.config import checkpoint_sink_id
-from tests.pg_util import execute, prepared, query, table_name
-from tests.stomp_util import drain, queue_name, send
+from tests.support.jms import driver_argv, jms
+from tests.support.pg_util import execute, prepared, query, table_name
+from tests.support.stomp_util import drain, queue_name, send
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
-
-
-def jms(spark, services, dest: str, **opts: str):
-    r = (spark.readStream.format("hzsource").option("connector", "jms")
-         .option("host", services.stomp_host).option("port", str(services.stomp_port))
-         .option("user", services.stomp_user).option("password", services.stomp_password)
-         .option("destination", dest))
-    for k, v in opts.items():
-        r = r.option(k, v)
-    return r.load()
-
-
-def wait_for(cond, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def driver_argv(services, dest: str, ckpt, table: str) -> list[str]:
-    """``tests.drivers.jms_to_jdbc`` up to its EXPECTED argument."""
-    return [sys.executable, "-m", "tests.drivers.jms_to_jdbc", services.stomp_host, str(services.stomp_port),
-            services.stomp_user, services.stomp_password, dest, str(ckpt), services.postgres_url, table]
 
 
 def test_every_message_read_once_and_all_acknowledged(spark, services, tmp_path):

@@ -10,11 +10,11 @@ import pytest
 
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.options import Options
-from tests.conftest import Listener
-from tests.kafka_util import create_topic, numbered, produce
-from tests.pg_util import write_json_files
-from tests.test_kafka_sink import consume, end_offsets, open_transactions, prefix_of, run
-from tests.test_kafka_source import run_available_now
+from tests.support.kafka_sink import consume, end_offsets, open_transactions, prefix_of, run
+from tests.support.kafka_source import run_available_now
+from tests.support.kafka_util import create_topic, numbered, produce
+from tests.support.listeners import Listener
+from tests.support.pg_util import write_json_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -105,11 +105,11 @@ def test_source_with_wrong_security_fails_at_start_and_hides_the_password(spark,
 def test_the_doctor_reads_the_secured_settings_from_a_command_config_file(services, sasl_ssl, tmp_path,
                                                                           capsys):
     from spark_ext.connectors.kafka import doctor
-    from tests.test_kafka_sink import _plan, _prepare
+    from tests.support.kafka_sink import prepare_batch, sink_plan
 
     topic = create_topic(services.kafka_bootstrap, 1, "sec-doc")
     prefix = f"doctor-{topic}"
-    _prepare(_plan(sasl_ssl.bootstrap, topic, prefix, listener=sasl_ssl), 0, ["x"])  # left open
+    prepare_batch(sink_plan(sasl_ssl.bootstrap, topic, prefix, listener=sasl_ssl), 0, ["x"])  # left open
     props = tmp_path / "client.properties"
     props.write_text("".join(f"{k[len('kafka.'):]}={v}\n" for k, v in sasl_ssl.spark_options().items()))
     args = ["--bootstrap", sasl_ssl.bootstrap, "--prefix", prefix, "--topic", topic,

@@ -8,90 +8,26 @@ import sys
 import time
 from collections import Counter
 
-import pyarrow as pa
 import pytest
-from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from bench.common import kafka_sink_prefix, read_to_end
-from spark_ext.commit import TaskInfo
-from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 from spark_ext.connectors.kafka.sink.committer import TransactionTimedOutError
-from spark_ext.connectors.kafka.sink.writer import KafkaWriter
 from spark_ext.errors import FencedError
-from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options
-from tests.conftest import Listener
-from tests.kafka_util import create_topic
-from tests.pg_util import write_json_files
+from tests.support.kafka_sink import (
+    consume,
+    end_offsets,
+    open_transactions,
+    prefix_of,
+    prepare_batch,
+    read_all,
+    run,
+    sink_plan,
+)
+from tests.support.kafka_util import create_topic
+from tests.support.pg_util import write_json_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
-
-OPEN = ["Ongoing", "PrepareCommit", "PrepareAbort"]
-
-
-def _listener(where: str | Listener) -> Listener:
-    return Listener("plaintext", where) if isinstance(where, str) else where
-
-
-def read_all(where: str | Listener, topic: str, committed: bool = True) -> list:
-    """Every record of ``topic`` up to its end (for read_committed: the last stable offset),
-    read until the position reaches it: never "stop after some silence". ``where``: a
-    plain-text bootstrap, or a listener whose credentials the reader uses."""
-    c = KafkaConsumer(**_listener(where).kafka_python(), enable_auto_commit=False,
-                      isolation_level="read_committed" if committed else "read_uncommitted")
-    try:
-        return read_to_end(c, topic, timeout_s=60)
-    finally:
-        c.close()
-
-
-def consume(where: str | Listener, topic: str,
-            committed: bool = True) -> list[tuple[int, bytes | None, bytes]]:
-    """Every record of ``topic`` as (partition, key, value), read to the end."""
-    return [(r.partition, r.key, r.value) for r in read_all(where, topic, committed)]
-
-
-def end_offsets(bootstrap: str, topic: str) -> int:
-    """Records (and markers) ever appended to ``topic``: 0 means nothing was written."""
-    from kafka import TopicPartition
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        parts = c.partitions_for_topic(topic)
-        assert parts, f"no metadata for topic {topic}"
-        return sum(c.end_offsets([TopicPartition(topic, p) for p in parts]).values())
-    finally:
-        c.close()
-
-
-def open_transactions(where: str | Listener, prefix: str) -> list[tuple[str, int, str]]:
-    """Kafka's ListTransactions admin API: this sink's transactions still open."""
-    lis = _listener(where)
-    client = KafkaTxnClient(lis.bootstrap, security=lis.security())
-    try:
-        return client.list_transactions(prefix.replace(".", r"\.") + ".*", OPEN)
-    finally:
-        client.close()
-
-
-def prefix_of(ckpt: object) -> str:
-    return kafka_sink_prefix(ckpt)
-
-
-def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | None = None,
-        extra: dict[str, str] | None = None, **opts: str):
-    df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(str(src))
-    out = df.repartition(3, "id").selectExpr(*(select or ("CAST(id AS STRING) AS key", "v AS value")))
-    w = (out.writeStream.format("hzsink").option("connector", "kafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("checkpointLocation", str(ckpt))
-         .trigger(availableNow=True))
-    if topic:
-        w = w.option("topic", topic)
-    for k, v in {**opts, **(extra or {})}.items():
-        w = w.option(k, v)
-    return w.start()
 
 
 SECURED = pytest.mark.parametrize("listener", ["plaintext", "sasl_ssl"], indirect=True)
@@ -333,24 +269,6 @@ def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_
     assert open_transactions(bootstrap, prefix) == []
 
 
-def _plan(bootstrap: str, topic: str, prefix: str, listener: Listener | None = None,
-          opts: dict[str, str] | None = None):
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
-    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix,
-                 **(listener.spark_options() if listener else {}), **(opts or {})}, "hzsink")
-    return KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
-
-
-def _prepare(plan, batch: int, rows: list[str], partition: int = 0, attempt: int = 0):
-    data = pa.record_batch([pa.array(rows), pa.array(rows)], names=["key", "value"])
-    task = TaskInfo(query_id="q1", batch_id=batch, partition_id=partition, attempt=attempt, task_attempt_id=0)
-    writer = plan.new_writer()
-    assert isinstance(writer, KafkaWriter)
-    return writer.write(iter([data]), task)
-
-
 @SECURED
 def test_zombie_run_is_fenced(services, listener):
     """Run A prepares batch 0; run B of the same sink starts; A can no longer commit or
@@ -358,17 +276,17 @@ def test_zombie_run_is_fenced(services, listener):
     bootstrap = listener.bootstrap
     topic = create_topic(services.kafka_bootstrap, 2, "zb")
     prefix = f"zombie-{topic}"
-    plan_a = _plan(bootstrap, topic, prefix, listener=listener)
-    msg_a = _prepare(plan_a, 0, ["a1", "a2"])
+    plan_a = sink_plan(bootstrap, topic, prefix, listener=listener)
+    msg_a = prepare_batch(plan_a, 0, ["a1", "a2"])
     # B takes over: fences A's commit id, aborts A's transaction
-    plan_b = _plan(bootstrap, topic, prefix, listener=listener)
+    plan_b = sink_plan(bootstrap, topic, prefix, listener=listener)
     with pytest.raises(FencedError):
         plan_a.new_committer().commit([msg_a], 0, plan_a.claim)
-    msg_b = _prepare(plan_b, 0, ["b1"])
+    msg_b = prepare_batch(plan_b, 0, ["b1"])
     plan_b.new_committer().commit([msg_b], 0, plan_b.claim)
     # a stale attempt of B's own task id (same transactional id, older epoch) cannot commit either
-    stale = _prepare(plan_b, 1, ["s1"])
-    fresh = _prepare(plan_b, 1, ["s2"])
+    stale = prepare_batch(plan_b, 1, ["s1"])
+    fresh = prepare_batch(plan_b, 1, ["s2"])
     with pytest.raises(FencedError):
         KafkaTxnClient(bootstrap, security=listener.security()).end_txn(stale.producer, commit=True)
     plan_b.new_committer().commit([fresh], 1, plan_b.claim)
@@ -383,9 +301,9 @@ def test_abort_also_ends_the_transactions_of_attempts_whose_message_never_arrive
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 2, "ab")
     prefix = f"abort-{topic}"
-    plan = _plan(bootstrap, topic, prefix)
-    reported = _prepare(plan, 0, ["a"], partition=0)
-    _prepare(plan, 0, ["b"], partition=1)  # its message never reaches the driver
+    plan = sink_plan(bootstrap, topic, prefix)
+    reported = prepare_batch(plan, 0, ["a"], partition=0)
+    prepare_batch(plan, 0, ["b"], partition=1)  # its message never reaches the driver
     assert len(open_transactions(bootstrap, prefix)) == 2
     plan.new_committer().abort([reported], 0, plan.claim)
     assert open_transactions(bootstrap, prefix) == []
@@ -396,8 +314,8 @@ def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 1, "to")
     prefix = f"timeout-{topic}"
-    plan = _plan(bootstrap, topic, prefix, opts={"kafka.transaction.timeout.ms": "1000"})
-    msg = _prepare(plan, 0, ["x"])
+    plan = sink_plan(bootstrap, topic, prefix, opts={"kafka.transaction.timeout.ms": "1000"})
+    msg = prepare_batch(plan, 0, ["x"])
     client = KafkaTxnClient(bootstrap)
     deadline = time.monotonic() + 30
     tid = msg.producer.transactional_id
@@ -410,7 +328,7 @@ def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
     assert consume(bootstrap, topic) == []
     assert [v for _, _, v in consume(bootstrap, topic, committed=False)] == [b"x"]  # written, then aborted
     # nothing was decided, so the batch is not skipped when it is written again
-    again = _prepare(_plan(bootstrap, topic, prefix), 0, ["x"])
+    again = prepare_batch(sink_plan(bootstrap, topic, prefix), 0, ["x"])
     assert again.prepared
 
 

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
-from tests.kafka_broker import temporary_broker
-from tests.kafka_util import create_topic
-from tests.pg_util import write_json_files
-from tests.test_kafka_sink import consume, open_transactions, prefix_of
+from tests.support.kafka_broker import temporary_broker
+from tests.support.kafka_sink import consume, open_transactions, prefix_of
+from tests.support.kafka_util import create_topic
+from tests.support.pg_util import write_json_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 

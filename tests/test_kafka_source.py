@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafka_util import (
+from tests.support.kafka_source import run_available_now
+from tests.support.kafka_util import (
     add_partitions,
     create_topic,
     delete_records_before,
     numbered,
     produce,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    """Poll a condition (query progress, sink contents), never a fixed sleep."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def hz(spark, services, topic: str | None = None, **opts: str):
@@ -37,14 +28,6 @@ def hz(spark, services, topic: str | None = None, **opts: str):
     for k, v in opts.items():
         r = r.option(k, v)
     return r.load()
-
-
-def run_available_now(df, name: str, ckpt):
-    q = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(ckpt))
-         .trigger(availableNow=True).start())
-    assert q.awaitTermination(180), "still running after 180 s"
-    assert q.exception() is None, q.exception()
-    return q
 
 
 def positions(spark, table: str) -> list[tuple[int, int]]:
@@ -286,7 +269,7 @@ def test_broker_restart_mid_query_loses_and_repeats_nothing(spark, services, tmp
     """Runs last in this file: it stops and restarts the local broker (only one we started)."""
     import services as local_services
     from services.common import _stop_pid
-    from tests.conftest import ROOT
+    ROOT = Path(__file__).resolve().parent.parent
 
     # Ours to fail, never to skip: a broker started elsewhere is not ours to restart.
     assert (ROOT / ".local" / "kafka.pid").exists(), (

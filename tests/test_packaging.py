@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.wheel import build_wheel
 
 
 def test_wheel_contains_entry_modules_and_packages(tmp_path):
-    cmd = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-           "-q", "-w", str(tmp_path)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    (wheel,) = tmp_path.glob("spark_ext-*.whl")
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     # Spark imports top-level pyspark_* modules exposing DefaultSource.
     assert {"pyspark_hzsource.py", "pyspark_hzsink.py"} <= names

@@ -79,7 +79,7 @@ def test_compose_matches_local_services():
 
 @pytest.mark.services
 def test_services_env_has_the_contract_keys(services):
-    from tests.conftest import SECURED_KEYS, SERVICE_KEYS
+    from tests.support.listeners import SECURED_KEYS, SERVICE_KEYS
 
     svc = settings
     env = (ROOT / ".local" / "services.env")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import kafka_util, pg_util
 from tests.drivers import kafka_to_jdbc_app
+from tests.support import kafka_util, pg_util
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 

@@ -224,7 +224,7 @@ def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_p
     drops its later events as late; ours (min over partitions) keeps every one."""
     from pyspark.sql import functions as F
 
-    from tests.kafka_util import create_topic, produce
+    from tests.support.kafka_util import create_topic, produce
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     bootstrap = services.kafka_bootstrap
@@ -288,8 +288,8 @@ def test_windows_close_when_the_input_goes_idle(spark, services, tmp_path):
 
     from pyspark.sql import functions as F
 
-    from tests.kafka_util import create_topic, produce
-    from tests.test_kafka_source import wait_for
+    from tests.support.kafka_util import create_topic, produce
+    from tests.support.waiting import wait_for
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     bootstrap = services.kafka_bootstrap

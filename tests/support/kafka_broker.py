@@ -13,7 +13,7 @@ from pathlib import Path
 from services.common import HOST, _java
 from services.kafka import kafka_libs
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
-from tests.processes import stop_group
+from tests.support.processes import stop_group
 
 PORT, CONTROLLER_PORT = 9096, 9097
 
