@@ -117,8 +117,8 @@ def _pipelines(kind: str, slide: str, events: Any) -> tuple[Any, Any]:
     """(Spark's window aggregation, ours) over the same stream."""
     from pyspark.sql import functions as F
 
-    from spark_ext import aggregate as agg
     from spark_ext import windows
+    from spark_ext.windows import aggregate as agg
 
     aggs = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")}
     if kind == "sliding":

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_ext import aggregate as agg
-from spark_ext.aggregate import AggregateError, StateColumn, UserAggregate
 from spark_ext.errors import SparkExtError
+from spark_ext.windows import aggregate as agg
+from spark_ext.windows.aggregate import AggregateError, StateColumn, UserAggregate
 
 SCHEMA = pa.schema([("k", pa.string()), ("ts", pa.int64()), ("v", pa.float64()), ("i", pa.int64()),
                     ("x", pa.float64())])

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_ext import aggregate as agg
-from spark_ext import frames as fr
-from spark_ext.frames import WindowError
+from spark_ext.windows import aggregate as agg
+from spark_ext.windows import frames as fr
+from spark_ext.windows.frames import WindowError
 from tests.test_aggregate_unit import OPS, ORACLE, Row, check, rows, split, sum_of_squares, table, value_range
 
 SLIDES = st.sampled_from([1, 2, 3, 5, 7])

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_ext import aggregate as agg
 from spark_ext import windows
-from spark_ext.frames import WindowError
+from spark_ext.windows import aggregate as agg
+from spark_ext.windows.frames import WindowError
 
 pytestmark = [pytest.mark.spark]
 

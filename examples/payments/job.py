@@ -68,8 +68,8 @@ def payments(spark: Any, args: argparse.Namespace) -> Any:
 
 
 def account_windows(stream: Any) -> Any:
-    from spark_ext import aggregate as agg
     from spark_ext import windows
+    from spark_ext.windows import aggregate as agg
 
     return windows.sliding(stream, ["account"], "event_time", f"{SIZE_S} seconds", f"{SLIDE_S} seconds",
                            {"n": agg.count(), "total": agg.sum("amount"), "avg_amount": agg.avg("amount"),

@@ -40,8 +40,8 @@ def _source(spark: Any, spec: dict[str, Any]) -> Any:
 def _windows(df: Any) -> Any:
     """Values ``account,ts_seconds,amount`` -> 30 s windows sliding by 10 s per account,
     the watermark coalesced over the topic's partitions."""
-    from spark_ext import aggregate as agg
     from spark_ext import windows
+    from spark_ext.windows import aggregate as agg
 
     parts = df.selectExpr("partition", "split(CAST(value AS STRING), ',') AS f")
     events = parts.selectExpr("partition", "f[0] AS account", "CAST(CAST(f[1] AS DOUBLE) AS TIMESTAMP) AS ts",

@@ -16,8 +16,8 @@ from tests.drivers.session import driver_session
 def main(src: str, ckpt: str, out: str, failpoint: str = "") -> int:
     from pyspark.sql import functions as F
 
-    from spark_ext import aggregate as agg
     from spark_ext import windows
+    from spark_ext.windows import aggregate as agg
 
     spark = driver_session("windows-driver", failpoint)
     df = (spark.readStream.schema("account string, ts double, amount long").option("maxFilesPerTrigger", 1)

@@ -34,7 +34,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from spark_ext.aggregate import (
+from spark_ext.errors import ConfigurationError
+from spark_ext.windows.aggregate import (
     AggregateOperation,
     Grouping,
     States,
@@ -47,7 +48,6 @@ from spark_ext.aggregate import (
     to_numpy,
     write_states,
 )
-from spark_ext.errors import ConfigurationError
 
 FRAME, WINDOW_START, WINDOW_END = "frame", "window_start", "window_end"
 SESSION_START, SESSION_END = "session_start", "session_end"

@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from spark_ext.columnar import (
+from spark_ext.windows.columnar import (
     AggregateError,
     Grouping,
     column,
@@ -343,9 +343,18 @@ def _nonempty(value: str) -> Callable[[States], pa.Array]:
     return lambda s: pa.array(s[value], mask=s["n"] == 0)
 
 
+COUNTED = "n"  # count()'s one state: the rows counted
+
+
 def count() -> AggregateOperation:
     """Spark ``count(*)``: rows per group, int64."""
-    return UserAggregate((), [StateColumn("n", "count")], lambda s: pa.array(s["n"]), pa.int64(), "count()")
+    return UserAggregate((), [StateColumn(COUNTED, "count")], lambda s: pa.array(s[COUNTED]), pa.int64(),
+                         "count()")
+
+
+def counted_rows(table: pa.Table, prefix: str) -> np.ndarray:
+    """Per row of ``table``, the rows a ``count()`` kept under ``prefix`` has counted."""
+    return read_states(table, prefix, count())[0][COUNTED]
 
 
 def sum(c: str) -> AggregateOperation:  # shadows the builtin on purpose: Spark's name

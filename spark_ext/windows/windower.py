@@ -9,8 +9,11 @@ A windower answers, for either kind alike:
   once the watermark reached it (every one of its windows was emitted);
 - ``emit``: once the watermark moved, the windows it closed and the partials to keep.
 
-Pure Arrow and NumPy: the watermark comes in from the clock (``spark_ext.clock``), and how
-partials and state travel and persist is ``spark_ext.window_state``'s business.
+Every windowed aggregation also keeps a hidden event count (``HIDDEN_COUNT``), so that
+``drop_late`` can tell how many events the partials it drops held (``LateEvents``).
+
+Pure Arrow and NumPy: the watermark comes in from the clock (``clock.py``), and how
+partials and state travel and persist is ``state.py``'s business.
 """
 
 from __future__ import annotations
@@ -22,9 +25,38 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from spark_ext import frames as fr
-from spark_ext.aggregate import AggregateOperation
-from spark_ext.clock import MIN
+from spark_ext.windows import aggregate as agg
+from spark_ext.windows import frames as fr
+from spark_ext.windows.aggregate import AggregateOperation
+from spark_ext.windows.clock import MIN
+
+
+@dataclass(frozen=True)
+class HiddenCount:
+    """The event count kept beside the user's aggregates and left out of the output.
+
+    ``name`` is the prefix of its state column in every partial, and so in every
+    checkpoint's kept partials: it must not change (and no user aggregate may take it)."""
+
+    name: str = "hzn"
+
+    def added_to(self, ops: Mapping[str, AggregateOperation]) -> dict[str, AggregateOperation]:
+        """``ops`` plus the hidden count (the ops a windower folds with)."""
+        return {**ops, self.name: agg.count()}
+
+    def events(self, partials: pa.Table) -> np.ndarray:
+        """How many events each partial row holds."""
+        return agg.counted_rows(partials, self.name)
+
+
+HIDDEN_COUNT = HiddenCount()
+
+
+@dataclass(frozen=True)
+class LateEvents:
+    """Events dropped as late by one call (every window they belong to was already emitted)."""
+
+    events: int = 0
 
 
 class Windower(Protocol):
@@ -90,13 +122,14 @@ class SessionWindower:
         return out.rename_columns([names.get(c, c) for c in out.column_names]), keep
 
 
-def drop_late(w: Windower, partials: pa.Table, wm: int, count_column: str) -> tuple[pa.Table, int]:
+def drop_late(w: Windower, partials: pa.Table, wm: int,
+              count: HiddenCount = HIDDEN_COUNT) -> tuple[pa.Table, LateEvents]:
     """Partials whose every window closed at ``wm`` already removed: (kept, events dropped,
-    summed from the hidden count state ``count_column``)."""
+    summed from the hidden ``count``, which the windower's ops must include)."""
     if wm <= MIN or partials.num_rows == 0:
-        return partials, 0
+        return partials, LateEvents()
     late = w.last_end(partials) <= wm
     if not late.any():
-        return partials, 0
-    dropped = int(partials.column(count_column).to_numpy()[late].sum())
-    return partials.filter(pa.array(~late)), dropped
+        return partials, LateEvents()
+    dropped = int(count.events(partials)[late].sum())
+    return partials.filter(pa.array(~late)), LateEvents(dropped)

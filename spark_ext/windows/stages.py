@@ -1,0 +1,140 @@
+"""The two stages of ``spark_ext.windows``, as the functions Spark runs on executors.
+
+1. Per input partition, stateless (``mapInArrow``): events folded into partials, plus the
+   latest event time per source partition (streaming), sent as wire rows (``state.py``).
+2. Per bucket of keys: batch (``applyInArrow``) merges and emits every window; streaming
+   (``applyInPandasWithState``) moves the clock, drops late partials, keeps the rest in
+   Spark's state store and emits the windows the watermark closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_ext import compat, failpoints
+from spark_ext.windows import state as ws
+from spark_ext.windows.aggregate import AggregateOperation
+from spark_ext.windows.clock import MIN, Clock
+from spark_ext.windows.state import BUCKET
+from spark_ext.windows.windower import SessionWindower, SlidingWindower, Windower, drop_late
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything both stages need (pickled to executors)."""
+
+    kind: str  # "sliding" or "session"
+    keys: tuple[str, ...]
+    ts: str
+    slide_us: int
+    frames_per_window: int  # window size / slide
+    gap_us: int
+    lateness_us: int
+    idle_us: int | None
+    part_col: str | None
+    buckets: int
+    ops: Mapping[str, AggregateOperation]  # the user's and the hidden count
+    stage1_schema: pa.Schema  # partial frames / sessions: keys, bucket, bounds, states
+    out_schema: pa.Schema
+    streaming: bool
+    metrics: str = "windows"  # the observed metrics' name in the query's progress
+    emit_when_idle: bool = False  # wake idle buckets (Spark's processing-time timeouts)
+
+    @property
+    def output(self) -> ws.StreamOutput:
+        """What streaming stage 2 returns: the windows and the late counts."""
+        return ws.StreamOutput(self.out_schema)
+
+    @property
+    def group(self) -> list[str]:
+        return [*self.keys, BUCKET]
+
+    @property
+    def windower(self) -> Windower:
+        if self.kind == "sliding":
+            k = self.frames_per_window
+            return SlidingWindower(tuple(self.group), self.ts, self.ops, self.slide_us, k)
+        return SessionWindower(tuple(self.group), self.ts, self.ops, self.gap_us)
+
+
+# --- stage 1: executor, per input partition ----------------------------------------------------
+
+
+def stage1(spec: Spec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    windower = spec.windower
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        chunks = [b for b in batches if b.num_rows]
+        if not chunks:  # Spark calls us for empty partitions too
+            return
+        events = pa.Table.from_batches(chunks)
+        part = windower.fold(events).select(spec.stage1_schema.names).cast(spec.stage1_schema)
+        rows = [ws.partial_rows(part)]
+        if spec.streaming:
+            parts = events.column(spec.part_col) if spec.part_col else None
+            rows.append(ws.watermark_rows(events.column(spec.ts), parts, spec.buckets))
+        yield ws.wire_batch(*rows)
+    return run
+
+
+# --- stage 2: per bucket -------------------------------------------------------------------------
+
+
+def _emit(spec: Spec, state: pa.Table, wm_before: int, wm: int) -> tuple[pa.Table, pa.Table]:
+    """(windows to emit, in the output schema; partials to keep) once the watermark moved."""
+    out, keep = spec.windower.emit(state, wm_before, wm)
+    if out is None:
+        return spec.out_schema.empty_table(), keep
+    return out.select(spec.out_schema.names).cast(spec.out_schema), keep
+
+
+def batch_stage2(spec: Spec) -> Callable[[pa.Table], pa.Table]:
+    def run(table: pa.Table) -> pa.Table:
+        out, _ = _emit(spec, ws.read_wire_table(table, spec.stage1_schema).partials, MIN, -MIN)
+        return out
+    return run
+
+
+def stream_stage2(spec: Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """Per bucket and batch: the clock moves the watermark, late partials are dropped, the
+    new ones join the kept state, the windows the watermark closed are emitted."""
+    clock = Clock(spec.lateness_us, spec.idle_us)
+    windower = spec.windower
+    output = spec.output
+
+    def run(key: Any, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        _failpoint()
+        wire = ws.read_wire_frames(list(pdfs), spec.stage1_schema)
+        kept, bucket = ws.load(state, spec.buckets)
+        # The batch's processing time from the offset log: the same when a batch is replayed.
+        now = float(state.getCurrentProcessingTimeMs()) * 1000
+        moved = clock.advance(bucket.clock, now, wire.seen)
+        wm_before, wm = bucket.clock.watermark, moved.watermark
+        new, late = drop_late(windower, wire.partials, wm_before)
+        bucket = bucket.after(moved, late)
+        if late.events:
+            log.warning("dropped %s late events (every window they belong to was already emitted; "
+                        "%s in total); raise 'lateness' to keep them", late.events, bucket.late_total)
+        out, keep = _emit(spec, pa.concat_tables([t for t in (kept, new) if t is not None]), wm_before, wm)
+        ws.save(state, keep, bucket)
+        wake = clock.wake_in(moved, now) if spec.emit_when_idle else None
+        if wake is not None:
+            state.setTimeoutDuration(int(wake // 1000))
+        if out.num_rows or late.events:
+            yield output.rows(out, late).to_pandas(integer_object_nulls=True)
+    return run
+
+
+def _failpoint() -> None:
+    ident = compat.task_identity()
+    failpoints.hit("windows.stage2", ident.batch_id if ident is not None else None)
