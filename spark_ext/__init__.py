@@ -7,7 +7,7 @@ same explicitly, e.g. for a session started before the package was installed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_ext.env import configure, ensure_python_env
 from spark_ext.errors import SparkExtError
@@ -20,6 +20,15 @@ __version__ = "0.1.0"
 __all__ = ["Guarantee", "SparkExtError", "__version__", "configure", "ensure_python_env", "register"]
 
 ensure_python_env()
+
+
+def __getattr__(name: str) -> Any:
+    """``from spark_ext import aggregate`` as before windows became a package (imported on use)."""
+    if name == "aggregate":
+        from spark_ext.windows import aggregate
+
+        return aggregate
+    raise AttributeError(f"module 'spark_ext' has no attribute {name!r}")
 
 
 def register(spark: SparkSession) -> None:

@@ -21,14 +21,16 @@ def test_armed(spec, batch, rows, fires):
     assert armed("jdbc.after_decision", batch, rows, spec) is fires
 
 
-def test_the_short_campaign_crashes_at_every_failpoint_in_the_code():
-    """A failpoint added to the code without a pipeline that reaches it would never be
-    crashed by ``make test``'s campaign: list it in a pipeline of bench/faults/pipelines.py."""
+def test_make_test_crashes_at_every_failpoint_in_the_code():
+    """A failpoint added to the code that neither the sink conformance suite nor a pipeline
+    of the short campaign reaches would never be crashed by ``make test``: add it to a sink
+    case (tests/support/sinks.py) or a pipeline (bench/faults/pipelines.py)."""
     import re
     from pathlib import Path
 
     from bench.faults.campaign import short_plan
     from bench.faults.pipelines import PIPELINES
+    from tests.support.sinks import crashed_points
 
     root = Path(__file__).resolve().parent.parent
     code = {f: f.read_text() for f in (root / "spark_ext").rglob("*.py")}
@@ -40,6 +42,10 @@ def test_the_short_campaign_crashes_at_every_failpoint_in_the_code():
              for m in re.findall(r"""^    name = ["'](\w+)["']""", text, re.M)}
     assert core_points and sinks == {"jdbc", "kafka"}
     in_code |= {f"{sink}.{point}" for sink in sinks for point in core_points}
-    planned = {f.target for faults in short_plan(list(PIPELINES.values())).values() for f in faults
-               if f.kind in ("failpoint", "task")}
-    assert len(in_code) >= 16 and in_code <= planned, sorted(in_code - planned)
+    conformance = crashed_points()
+    campaign = {f.target if f.kind == "failpoint" else f"task:{f.target}"
+                for faults in short_plan(list(PIPELINES.values()), conformance).values()
+                for f in faults if f.kind in ("failpoint", "task")}
+    crashed = {p.removeprefix("task:") for p in campaign | conformance}
+    assert len(in_code) >= 16 and in_code <= crashed, sorted(in_code - crashed)
+    assert not campaign & conformance  # each point crashed once, where it is cheapest

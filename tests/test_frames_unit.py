@@ -14,7 +14,17 @@ from hypothesis import strategies as st
 from spark_ext.windows import aggregate as agg
 from spark_ext.windows import frames as fr
 from spark_ext.windows.frames import WindowError
-from tests.test_aggregate_unit import OPS, ORACLE, Row, check, rows, split, sum_of_squares, table, value_range
+from tests.support.aggregate_oracle import (
+    OPS,
+    ORACLE,
+    Row,
+    check,
+    rows,
+    split,
+    sum_of_squares,
+    table,
+    value_range,
+)
 
 SLIDES = st.sampled_from([1, 2, 3, 5, 7])
 KS = st.sampled_from([1, 2, 3, 5])

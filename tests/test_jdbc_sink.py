@@ -11,10 +11,8 @@ import pytest
 
 from spark_ext.commit import Batch, TaskInfo
 from spark_ext.connectors.jdbc import JdbcSink
-from spark_ext.connectors.jdbc.committer import JdbcCommitter
 from spark_ext.connectors.jdbc.config import checkpoint_sink_id
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable
-from spark_ext.connectors.jdbc.writer import JdbcWriter
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -99,33 +97,6 @@ def test_restart_after_a_failed_batch_writes_it_exactly_once(spark, services, tm
     assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None
     assert ids(url, table) == list(range(110))
-
-
-@pytest.mark.parametrize("point", ["jdbc.before_prepare", "jdbc.before_decision", "jdbc.after_decision",
-                                   "jdbc.mid_commit"])
-def test_kill_9_of_the_driver_then_restart_is_exactly_once(services, tmp_path, point):
-    """The driver dies in batch 1, after batch 0 committed, so a restart that rewrote a
-    committed batch would show duplicates, not only a loss."""
-    url, table = services.postgres_url, make_table(services.postgres_url, "k9")
-    write_json_files(tmp_path / "src", [40, 40, 40])
-    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src"),
-            str(tmp_path / "ckpt"), url, table]
-    crashed = subprocess.run([*argv, f"{point}@1"], start_new_session=True, capture_output=True, text=True,
-                             timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the failpoint
-    sink = checkpoint_sink_id(str(tmp_path / "ckpt"))
-    visible = ids(url, table)
-    if point == "jdbc.mid_commit":  # batch 0, and the first winner of batch 1
-        assert visible[:40] == list(range(40)) and 40 < len(visible) < 80, visible
-        assert len(set(visible)) == len(visible) and max(visible) < 80
-    else:
-        assert visible == list(range(40))  # batch 0 only
-    if point != "jdbc.before_prepare":
-        assert prepared(url, sink), "the crash should leave prepared transactions in doubt"
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert ids(url, table) == list(range(120))  # nothing lost, nothing twice
-    assert prepared(url, sink) == []  # recovery resolved every in-doubt transaction
 
 
 def test_kafka_source_into_the_2pc_sink_survives_a_kill_after_a_committed_batch(services, tmp_path):
@@ -222,34 +193,6 @@ def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_
 def _plan(url: str, table: str, sink_id: str, schema, **opts: str):
     o = Options({"url": url, "dbtable": table, "sinkid": sink_id, **opts}, "hzsink")
     return JdbcSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
-
-
-def test_zombie_run_is_fenced(services):
-    import pyarrow as pa
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    url, table = services.postgres_url, make_table(services.postgres_url, "zb")
-    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
-    sink_id = table_name("zombie")
-    old = _plan(url, table, sink_id, schema)
-    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
-    task = TaskInfo("q", 0, 0, 0, 1)
-    prepared_by_old: JdbcCommittable = old.new_writer().write(iter([rows]), task)
-    assert prepared_by_old.gid in prepared(url)
-
-    new = _plan(url, table, sink_id, schema)  # a second run takes the sink over
-    assert prepared_by_old.gid not in prepared(url)  # its in-doubt transaction was rolled back
-    with pytest.raises(FencedError, match="taken over"):
-        old.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
-    with pytest.raises(FencedError, match="taken over"):
-        old.new_committer().commit([prepared_by_old], 0, old.claim)
-    assert ids(url, table) == []
-
-    c = new.new_writer().write(iter([rows]), task)
-    new.new_committer().commit([c], 0, new.claim)
-    assert ids(url, table) == [1, 2]
-    assert isinstance(new.new_committer(), JdbcCommitter)
-    assert isinstance(new.new_writer(), JdbcWriter)
 
 
 def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):

@@ -54,3 +54,20 @@ def test_no_module_exceeds_the_size_limit():
              for d in dirs for p in (ROOT / d).rglob("*.py")}
     assert sizes, "no modules found"
     assert {k: n for k, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_public_window_imports_keep_working():
+    from spark_ext import aggregate, windows
+    from spark_ext.windows import session, sliding, tumbling
+
+    assert aggregate.__name__ == "spark_ext.windows.aggregate"
+    assert callable(windows.sliding) and callable(sliding) and callable(tumbling) and callable(session)
+
+
+def test_test_modules_share_helpers_through_tests_support_only():
+    """A test module importing another's helpers (or conftest's) couples the two; shared
+    helpers live in tests/support/."""
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p)
+                                                  if m.startswith(("tests.test_", "tests.conftest")))
+                 for p in (ROOT / "tests").glob("test_*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}

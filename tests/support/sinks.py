@@ -1,0 +1,151 @@
+"""The sinks the conformance suite (``tests/test_sink_conformance.py``) runs, one
+``SinkCase`` each. A new sink passes the suite by adding one case here.
+
+Each case says how to make a fresh target (a topic, a table) on its real service, which
+options and columns a query writing ids into it uses, how to read back what a reader
+sees as committed (``read_committed``, committed rows), what it leaves in doubt, and its
+own crash points beyond the protocol's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from spark_ext.connector import SinkConnector
+from spark_ext.connectors.jdbc import JdbcSink
+from spark_ext.connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.connectors.kafka import KafkaSink
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from tests.support import kafka_sink, kafka_util, pg_util
+
+# The protocol's crash points, hit by the core for every transactional sink.
+PROTOCOL_POINTS = ("before_decision", "after_decision", "mid_commit", "after_done")
+
+
+class SinkCase(ABC):
+    """One sink under test. ``target`` is the topic or table a test writes to."""
+
+    name: str
+    connector: SinkConnector[Any]
+    extra_points: tuple[str, ...] = ()  # the sink's own crash points in the driver
+    task_point: str  # a task killed here has prepared its transaction (Spark retries it)
+    written_point: str  # at_least_once: the tasks' rows landed, the driver not yet told
+    select: tuple[str, ...]  # the columns the sink takes, from an ``id`` column
+
+    def __init__(self, services: Any) -> None:
+        self.services = services
+
+    @abstractmethod
+    def new_target(self) -> str: ...
+
+    @abstractmethod
+    def options(self, target: str) -> dict[str, str]:
+        """The connector and its target: what a user sets besides the checkpoint and guarantee."""
+
+    @abstractmethod
+    def committed(self, target: str) -> list[int]:
+        """The ids a reader sees as committed, sorted, duplicates kept."""
+
+    @abstractmethod
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        """Transactions of the sink left open or prepared."""
+
+    @abstractmethod
+    def schema(self) -> StructType: ...
+
+    @abstractmethod
+    def rows(self, ids: list[int]) -> pa.RecordBatch: ...
+
+    def plan_options(self, target: str, checkpoint: Path) -> Options:
+        """The options Spark hands the sink for a query checkpointed at ``checkpoint``."""
+        return Options({**self.options(target), "checkpointlocation": str(checkpoint)}, "hzsink")
+
+    def argv_options(self, target: str, **more: str) -> list[str]:
+        return [f"{k}={v}" for k, v in {**self.options(target), **more}.items()]
+
+
+class KafkaCase(SinkCase):
+    name = "kafka"
+    connector = KafkaSink()
+    extra_points = ("kafka.mid_decision",)
+    task_point = "kafka.after_write"
+    written_point = "kafka.after_write"
+    select = ("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+
+    def new_target(self) -> str:
+        return kafka_util.create_topic(self.services.kafka_bootstrap, 3, "conf")
+
+    def options(self, target: str) -> dict[str, str]:
+        return {"connector": "kafka", "kafka.bootstrap.servers": self.services.kafka_bootstrap,
+                "topic": target}
+
+    def committed(self, target: str) -> list[int]:
+        return sorted(int(v) for _, _, v in kafka_sink.consume(self.services.kafka_bootstrap, target))
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        prefix = kafka_sink.prefix_of(checkpoint)
+        return [t for t, _, _ in kafka_sink.open_transactions(self.services.kafka_bootstrap, prefix)]
+
+    def schema(self) -> StructType:
+        return StructType.fromJson({"type": "struct", "fields": [
+            {"name": "key", "type": "string", "nullable": True, "metadata": {}},
+            {"name": "value", "type": "string", "nullable": True, "metadata": {}}]})
+
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        text = pa.array([str(i) for i in ids])
+        return pa.record_batch([text, text], names=["key", "value"])
+
+
+class PostgresCase(SinkCase):
+    name = "jdbc"
+    connector = JdbcSink()
+    extra_points = ("jdbc.before_prepare",)
+    task_point = "jdbc.after_prepare"
+    written_point = "jdbc.after_write"
+    select = ("id", "v")
+
+    def new_target(self) -> str:
+        table = pg_util.table_name("conf")
+        pg_util.execute(self.services.postgres_url, f"CREATE TABLE {table} (id bigint, v text)")
+        return table
+
+    def options(self, target: str) -> dict[str, str]:
+        return {"connector": "jdbc", "url": self.services.postgres_url, "dbtable": target}
+
+    def committed(self, target: str) -> list[int]:
+        rows = pg_util.query(self.services.postgres_url, f"SELECT id FROM {target} ORDER BY id")
+        return [r[0] for r in rows]
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        return pg_util.prepared(self.services.postgres_url, checkpoint_sink_id(str(checkpoint)))
+
+    def schema(self) -> StructType:
+        return StructType.fromJson({"type": "struct", "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "v", "type": "string", "nullable": True, "metadata": {}}]})
+
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        return pa.record_batch({"id": pa.array(ids, pa.int64()), "v": pa.array([f"v{i}" for i in ids])})
+
+
+SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase}
+
+
+def crashed_points() -> frozenset[str]:
+    """Every crash point the conformance suite strikes (``task:`` for a killed task)."""
+    out: set[str] = set()
+    for case in SINKS.values():
+        out.update(f"{case.name}.{p}" for p in PROTOCOL_POINTS)
+        out.update((*case.extra_points, case.written_point, f"task:{case.task_point}"))
+    return frozenset(out)
+
+
+def plan(case: SinkCase, target: str, checkpoint: Path, guarantee: Guarantee = Guarantee.EXACTLY_ONCE) -> Any:
+    """The sink's plan for a batch (step 1), as the driver builds it."""
+    return case.connector.plan(case.plan_options(target, checkpoint), case.schema(), guarantee)

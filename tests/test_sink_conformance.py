@@ -1,0 +1,149 @@
+"""The sink conformance suite: every sink, against its real service, keeps the guarantees.
+
+Each test runs for every case of ``tests/support/sinks.py``. A query writes three files
+of 40 ids, one batch each; crashes strike in batch 1, after batch 0 committed, so a
+restart that wrote a committed batch again would show duplicates, not only a loss.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_ext.commit import TaskInfo
+from spark_ext.errors import FencedError
+from tests.support.pg_util import write_json_files
+from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, plan
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+ALL = list(range(120))
+KILL_POINTS = [(name, f"{name}.{p}") for name in SINKS for p in PROTOCOL_POINTS] + \
+              [(name, p) for name, case in SINKS.items() for p in case.extra_points]
+
+
+@pytest.fixture
+def make_case(services):
+    return lambda name: SINKS[name](services)
+
+
+def _run(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", **options: str) -> \
+        subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"), str(tmp / "ckpt"),
+            "|".join(case.select), failpoint, *case.argv_options(target, **options)]
+    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=300)
+
+
+def _query(spark, case: SinkCase, tmp: Path, options: dict[str, str]):
+    """The same query in this test session's Spark: one batch a file, 3 tasks a batch."""
+    df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(str(tmp / "src"))
+    w = (df.repartition(3, "id").selectExpr(*case.select).writeStream.format("hzsink")
+         .option("checkpointLocation", str(tmp / "ckpt")).trigger(availableNow=True))
+    for k, v in options.items():
+        w = w.option(k, v)
+    return w
+
+
+@pytest.mark.parametrize(("sink", "point"), KILL_POINTS, ids=[p for _, p in KILL_POINTS])
+def test_kill_9_at_each_step_then_restart_is_exactly_once(make_case, tmp_path, sink, point):
+    case = make_case(sink)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    crashed = _run(case, tmp_path, target, f"{point}@1")
+    assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the point
+    visible = case.committed(target)
+    assert visible[:40] == list(range(40)) and len(set(visible)) == len(visible), visible
+    if point.endswith(".after_done"):
+        assert visible == list(range(80))  # batch 1 committed; Spark's commit log not yet written
+    elif point.endswith(".mid_commit"):
+        assert max(visible) < 80 and len(visible) < 80  # part of batch 1 at most, never twice
+    else:
+        assert visible == list(range(40))  # batch 0 only
+    if point.endswith((".before_decision", ".after_decision")):
+        assert case.in_doubt(tmp_path / "ckpt", target), "the crash should leave transactions in doubt"
+    done = _run(case, tmp_path, target)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert case.committed(target) == ALL  # nothing lost, nothing twice
+    assert case.in_doubt(tmp_path / "ckpt", target) == []  # the restart resolved every one
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_a_task_killed_after_it_prepared_is_retried_and_written_once(make_case, tmp_path, sink):
+    case = make_case(sink)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    done = _run(case, tmp_path, target, f"task:{case.task_point}@1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert case.committed(target) == ALL
+    assert case.in_doubt(tmp_path / "ckpt", target) == []  # the killed attempt's transaction too
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_a_zombie_run_can_neither_prepare_nor_commit(make_case, tmp_path, sink):
+    """Run A prepares batch 0; run B of the same sink takes over; A is fenced at the commit
+    and at a later prepare; B writes batch 0 and commits it; only B's rows are visible."""
+    case = make_case(sink)
+    target = case.new_target()
+    ckpt = tmp_path / "ckpt"
+    plan_a = plan(case, target, ckpt)
+    prepared_by_a = plan_a.new_writer().write(iter([case.rows([1, 2])]), TaskInfo("q", 0, 0, 0, 1))
+    plan_b = plan(case, target, ckpt)  # B's take-over
+    with pytest.raises(FencedError):
+        plan_a.new_committer().commit([prepared_by_a], 0, plan_a.claim)
+    written_by_b = plan_b.new_writer().write(iter([case.rows([3])]), TaskInfo("q", 0, 0, 0, 2))
+    plan_b.new_committer().commit([written_by_b], 0, plan_b.claim)
+    late_a = plan_a.new_writer()  # a stale task of A after B committed
+    try:
+        stale = late_a.write(iter([case.rows([4])]), TaskInfo("q", 1, 0, 0, 3))
+    except FencedError:
+        pass
+    else:
+        with pytest.raises(FencedError):
+            plan_a.new_committer().commit([stale], 1, plan_a.claim)
+    assert case.committed(target) == [3]
+    plan(case, target, ckpt)  # the next take-over resolves what A's stale task left
+    assert case.in_doubt(ckpt, target) == []
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize("guarantee", ["at_least_once", "none"])
+def test_weaker_guarantees_write_every_record(spark, make_case, tmp_path, sink, guarantee):
+    case = make_case(sink)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    q = _query(spark, case, tmp_path, {**case.options(target), "guarantee": guarantee}).start()
+    assert q.awaitTermination(180), "still running after 180 s"
+    assert q.exception() is None, q.exception()
+    assert case.committed(target) == ALL  # none too: its writers flush before the task ends
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_at_least_once_loses_nothing_when_the_driver_dies_after_the_rows_landed(make_case, tmp_path, sink):
+    case = make_case(sink)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    crashed = _run(case, tmp_path, target, f"{case.written_point}@1", guarantee="at_least_once")
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    landed = case.committed(target)
+    assert landed[:40] == list(range(40)) and len(landed) > 40  # batch 0, and some of batch 1
+    done = _run(case, tmp_path, target, guarantee="at_least_once")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert set(case.committed(target)) == set(ALL)  # nothing lost (duplicates are allowed)
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize(("option", "value", "named"), [
+    ("guarantee", "twice", "exactly_once, at_least_once, none"),
+    ("bogusOption", "1", "bogusoption"),
+])
+def test_bad_options_fail_at_start_and_write_nothing(spark, make_case, tmp_path, sink, option, value, named):
+    case = make_case(sink)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [10])
+    w = _query(spark, case, tmp_path, {**case.options(target), option: value})
+    with pytest.raises(Exception, match=named):  # Spark wraps our error in its own
+        w.start().awaitTermination(120)
+    assert case.committed(target) == []
