@@ -70,6 +70,7 @@ from spark_ext.errors import (
     CommitError,
     FatalCommitError,
     RetriableCommitError,
+    RetriesExhaustedError,
     SparkExtError,
     UnknownCommitError,
 )
@@ -362,9 +363,12 @@ class SinkPlan:
 
 
 def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s: float) -> None:
-    """Run ``fn``; retry ``RetriableCommitError`` with backoff, wrap surprises as unknown-fatal."""
+    """Run ``fn``; retry ``RetriableCommitError`` with backoff, wrap surprises as unknown-fatal.
+
+    After the last retry the failure is no longer retriable: ``RetriesExhaustedError``.
+    """
     def give_up(e: BaseException) -> BaseException:
-        return RetriableCommitError(f"{what} still failing after {retries} retries: {e}")
+        return RetriesExhaustedError(f"{what} still failing after {retries} retries: {e}")
 
     try:
         retry(fn, what=what, retry_on=RetriableCommitError, attempts=retries + 1,

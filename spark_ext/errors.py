@@ -83,6 +83,11 @@ class FatalCommitError(CommitError):
     """A known failure that retrying cannot fix (e.g. transaction aborted by timeout)."""
 
 
+class RetriesExhaustedError(FatalCommitError):
+    """A retriable failure outlasted every retry; the last one is the cause. The query
+    fails; a restart resolves what the batch left in doubt."""
+
+
 class FencedError(FatalCommitError):
     """A newer run or task attempt owns the sink; this one must stop (zombie fencing)."""
 

@@ -24,6 +24,7 @@ from spark_ext.errors import (
     FatalCommitError,
     FencedError,
     RetriableCommitError,
+    RetriesExhaustedError,
     SparkExtError,
     UnknownCommitError,
 )
@@ -87,9 +88,11 @@ def test_retriable_commit_errors_are_retried_then_succeed():
 
 def test_retriable_errors_give_up_after_the_bound():
     RecordingCommitter.fail_times = 10
-    with pytest.raises(RetriableCommitError, match="commit of batch 7 still failing after 2 retries"):
+    with pytest.raises(RetriesExhaustedError, match="commit of batch 7 still failing after 2 retries") as e:
         _writer(retries=2).commit([], 7)
     assert len(RecordingCommitter.calls) == 3
+    assert not isinstance(e.value, RetriableCommitError)  # no caller may retry it again
+    assert isinstance(e.value.__cause__, RetriableCommitError)
 
 
 @pytest.mark.parametrize("error", [FatalCommitError, FencedError])
