@@ -48,11 +48,16 @@ def _run(cmd: list[str], what: str, **kw: object) -> None:
         raise ClusterError(f"{what} failed ({' '.join(cmd[:4])} ...):\n{out}")
 
 
+EXTRAS = ("kafka", "postgres")  # the job's connectors: the Kafka source and sink, the PostgreSQL sink
+
+
 def _pins() -> list[str]:
-    """spark-ext's runtime requirements at the versions installed here, without pyspark."""
-    names = [re.split(r"[<>=!~; \[]", r, maxsplit=1)[0] for r in md.requires("spark-ext") or []
-             if "extra ==" not in r]
-    return [f"{n}=={md.version(n)}" for n in names if n.lower() != "pyspark"]
+    """spark-ext's runtime requirements and those of the job's connectors (``EXTRAS``) at the
+    versions installed here, without pyspark."""
+    wanted = [r for r in md.requires("spark-ext") or []
+              if "extra ==" not in r or any(f'extra == "{e}"' in r for e in EXTRAS)]
+    names = [re.split(r"[<>=!~; \[]", r, maxsplit=1)[0] for r in wanted]
+    return [f"{n}=={md.version(n)}" for n in names if n.lower() not in ("pyspark", "spark-ext")]
 
 
 def pack_environment(out: Path = WORK) -> Path:
