@@ -22,7 +22,7 @@ def test_armed(spec, batch, rows, fires):
 
 
 def test_make_test_crashes_at_every_failpoint_in_the_code():
-    """A failpoint added to the code that neither the sink conformance suite nor a pipeline
+    """A failpoint added to the code that neither the sink elsewhere suite nor a pipeline
     of the short campaign reaches would never be crashed by ``make test``: add it to a sink
     case (tests/support/sinks.py) or a pipeline (bench/faults/pipelines.py)."""
     import re
@@ -42,10 +42,10 @@ def test_make_test_crashes_at_every_failpoint_in_the_code():
              for m in re.findall(r"""^    name = ["'](\w+)["']""", text, re.M)}
     assert core_points and sinks == {"jdbc", "kafka"}
     in_code |= {f"{sink}.{point}" for sink in sinks for point in core_points}
-    conformance = crashed_points()
+    elsewhere = crashed_points()
     campaign = {f.target if f.kind == "failpoint" else f"task:{f.target}"
-                for faults in short_plan(list(PIPELINES.values()), conformance).values()
+                for faults in short_plan(list(PIPELINES.values()), elsewhere).values()
                 for f in faults if f.kind in ("failpoint", "task")}
-    crashed = {p.removeprefix("task:") for p in campaign | conformance}
+    crashed = {p.removeprefix("task:") for p in campaign | elsewhere}
     assert len(in_code) >= 16 and in_code <= crashed, sorted(in_code - crashed)
-    assert not campaign & conformance  # each point crashed once, where it is cheapest
+    assert not campaign & elsewhere  # each point crashed once, where it is cheapest

@@ -99,28 +99,6 @@ def test_restart_after_a_failed_batch_writes_it_exactly_once(spark, services, tm
     assert ids(url, table) == list(range(110))
 
 
-def test_kafka_source_into_the_2pc_sink_survives_a_kill_after_a_committed_batch(services, tmp_path):
-    """The Kafka source (offsets in Spark's checkpoint) into the PostgreSQL 2PC sink: the
-    driver dies after batch 1's decision, after batch 0 committed; every record once."""
-    from tests.support.kafka_util import create_topic, numbered, produce
-
-    url, table = services.postgres_url, table_name("k2pg")
-    execute(url, f"CREATE TABLE {table} (partition int, \"offset\" bigint, v text)")
-    topic = create_topic(services.kafka_bootstrap, 3, "k2pg")
-    produce(services.kafka_bootstrap, topic, numbered(3, 900))
-    ckpt = tmp_path / "ckpt"
-    argv = [sys.executable, "-m", "tests.drivers.kafka_to_jdbc", services.kafka_bootstrap, topic, str(ckpt),
-            url, table]
-    crashed = subprocess.run([*argv, "jdbc.after_decision@1"], start_new_session=True, capture_output=True,
-                             text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert query(url, f"SELECT count(*), count(DISTINCT v) FROM {table}") == [(300, 300)]  # batch 0
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(v for (v,) in query(url, f"SELECT v FROM {table}")) == sorted(f"v-{i}" for i in range(900))
-    assert prepared(url, checkpoint_sink_id(str(ckpt))) == []
-
-
 def _versioned_files(src) -> dict[int, str]:
     """Three batches where later ones update earlier keys; returns the final value per key."""
     import json
@@ -168,26 +146,6 @@ def test_guarantee_none_rewrites_a_replayed_batch(services, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     got = ids(url, table)
     assert set(got) == set(range(120)) and len(got) > 120
-
-
-def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_path):
-    """``/c``, ``/c/`` and ``file:/c`` are one checkpoint to Spark, so one sink: a restart
-    spelled another way resolves what the crashed run left in doubt."""
-    url, table = services.postgres_url, make_table(services.postgres_url, "ckname")
-    write_json_files(tmp_path / "src", [40, 40, 40])
-    ckpt = str(tmp_path / "ckpt")
-    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src")]
-    crashed = subprocess.run([*argv, ckpt, url, table, "jdbc.before_decision@1"], start_new_session=True,
-                             capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert ids(url, table) == list(range(40))  # batch 0 committed, batch 1 prepared
-    in_doubt = prepared(url, checkpoint_sink_id(ckpt))
-    assert in_doubt, "the crash should leave batch 1 prepared"
-    done = subprocess.run([*argv, f"file:{ckpt}/", url, table], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert ids(url, table) == list(range(120))
-    assert [g for g in prepared(url) if g in in_doubt] == []
-    assert checkpoint_sink_id(f"file:{ckpt}/") == checkpoint_sink_id(ckpt)
 
 
 def _plan(url: str, table: str, sink_id: str, schema, **opts: str):

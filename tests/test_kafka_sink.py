@@ -183,26 +183,6 @@ def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses
     assert open_transactions(bootstrap, prefix_of(ckpt)) == []
 
 
-def test_the_same_checkpoint_spelled_differently_is_the_same_sink(services, tmp_path):
-    """A restart with ``file:<path>/`` for ``<path>`` aborts what the crashed run left
-    open, so read_committed consumers are not held back and nothing is written twice."""
-    bootstrap = services.kafka_bootstrap
-    topic = create_topic(bootstrap, 3, "ckname")
-    write_json_files(tmp_path / "src", [40, 40, 40])
-    ckpt = str(tmp_path / "ckpt")
-    argv = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src")]
-    crashed = subprocess.run([*argv, ckpt, bootstrap, topic, "kafka.before_decision@1"],
-                             start_new_session=True, capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert open_transactions(bootstrap, prefix_of(ckpt)), "the crash should leave batch 1 open"
-    done = subprocess.run([*argv, f"file:{ckpt}/", bootstrap, topic], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert open_transactions(bootstrap, prefix_of(ckpt)) == []
-    assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(120))
-    assert prefix_of(f"file:{ckpt}/") == prefix_of(ckpt)
-
-
 def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_doctor_resolves(
         services, tmp_path, capsys):
     """The driver dies right after deciding batch 1 and stays down longer than
