@@ -13,6 +13,9 @@ A name prefixed ``task:`` (``task:jdbc.after_prepare@3``) kills only the Python 
 running the task, and only in the task's first attempt: Spark sees a failed task and
 retries it, as when an executor dies after the task prepared its transaction.
 
+With ``SPARK_EXT_FAILPOINT_LOG`` set to a file, each kill first appends its point
+(``task:name@batch`` or ``name@batch``) there, so a test can tell a fault struck.
+
 Failpoints only observe: ``hit`` returns or kills, it never changes what the caller does.
 Unset, ``hit`` is one dictionary lookup. Test-only: never set it in production.
 """
@@ -24,6 +27,7 @@ import signal
 
 ENV = "SPARK_EXT_FAILPOINTS"
 PGID_ENV = "SPARK_EXT_FAILPOINT_PGID"
+LOG_ENV = "SPARK_EXT_FAILPOINT_LOG"
 
 
 def armed(name: str, batch: int | None, rows: int | None, spec: str | None) -> bool:
@@ -46,6 +50,7 @@ def hit(name: str, batch: int | None = None, rows: int | None = None) -> None:
     if not spec:
         return
     if armed(name, batch, rows, spec):
+        _record(name, batch)
         os.killpg(int(os.environ.get(PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
         # This worker may sit in the worker daemon's group and would run on, orphaned.
         os.kill(os.getpid(), signal.SIGKILL)
@@ -54,4 +59,12 @@ def hit(name: str, batch: int | None = None, rows: int | None = None) -> None:
 
         ident = compat.task_identity()
         if ident is not None and ident.attempt == 0:
+            _record(f"task:{name}", batch)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _record(point: str, batch: int | None) -> None:
+    path = os.environ.get(LOG_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{point}@{batch}\n")

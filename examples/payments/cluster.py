@@ -75,7 +75,9 @@ def pack_environment(out: Path = WORK) -> Path:
     _run([*pip, "--no-deps", str(wheel)], "installing the spark-ext wheel")
     if not list(env.glob("lib/python*/site-packages/spark_ext/__init__.py")):
         raise ClusterError(f"the spark-ext wheel did not land in {env}")
-    _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q"],
+    # gzip level 1: several times faster to pack than the default 4, a few per cent larger
+    _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q",
+          "--compress-level", "1"],
          "packing the environment (venv-pack)")
     return archive
 
