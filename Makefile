@@ -29,7 +29,6 @@ help:
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 

@@ -234,29 +234,3 @@ def test_bad_options_fail_at_load(spark, services, opts, needle):
 
 def _batch_files(d) -> set[str]:
     return {p.name for p in d.iterdir() if p.name.isdigit()} if d.exists() else set()
-
-
-def test_kill_9_of_the_driver_mid_batch_then_restart_reads_every_record_once(spark, services, tmp_path):
-    import subprocess
-    import sys
-
-    topic = create_topic(services.kafka_bootstrap, 3, "kill9")
-    produce(services.kafka_bootstrap, topic, numbered(3, 3000))
-    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    argv = [sys.executable, "-m", "tests.drivers.kafka_to_parquet", services.kafka_bootstrap, topic,
-            str(ckpt), str(out)]
-    # Killed while batch 2's tasks read, after batches 0 and 1 committed: its offsets are
-    # logged, its commit is not, and the restart must read it again, once.
-    crashed = subprocess.run([*argv, "run", "kafka.read@2"], start_new_session=True, capture_output=True,
-                             text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert _batch_files(ckpt / "offsets") == {"0", "1", "2"}
-    assert _batch_files(ckpt / "commits") == {"0", "1"}
-
-    produce(services.kafka_bootstrap, topic, numbered(3, 600, start=3000))
-    done = subprocess.run([*argv, "finish"], timeout=300, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = spark.read.parquet(str(out)).collect()
-    got = sorted((r.partition, r.offset) for r in rows)
-    assert got == sorted((p, o) for p in range(3) for o in range(1200))  # each exactly once
-    assert sorted(r.value.decode() for r in rows) == sorted(f"v-{i}" for i in range(3600))

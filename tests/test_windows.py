@@ -6,8 +6,6 @@ import json
 import math
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -330,31 +328,6 @@ def test_windows_close_when_the_input_goes_idle(spark, services, tmp_path):
         assert waited < 3 + 15, f"idle windows came {waited:.1f} s after the data batch"
     finally:
         q.stop()
-
-
-def test_kill_9_then_restart_emits_every_window_once(spark, tmp_path):
-    from pyspark.sql import functions as F
-
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    batches = _in_order_batches(11, 5, 300)
-    _write_files(tmp_path / "src", batches)
-    argv = [sys.executable, "-m", "tests.drivers.files_to_windows", str(tmp_path / "src"),
-            str(tmp_path / "ckpt"), str(tmp_path / "out")]
-    crashed = subprocess.run([*argv, "windows.stage2@2"], start_new_session=True, capture_output=True,
-                             text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = spark.read.parquet(str(tmp_path / "out")).where("account != '~flush'")
-    df = spark.createDataFrame([r for b in batches for r in b], "account string, ts double, amount long") \
-        .where("account != '~flush'").withColumn("ts", F.col("ts").cast("timestamp"))
-    ref = (df.groupBy("account", F.window("ts", "30 seconds", "10 seconds"))
-           .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"))
-           .select("account", F.col("window.start").alias("window_start"),
-                   F.col("window.end").alias("window_end"), "n", "total", "top"))
-    rows = sorted(tuple(r) for r in got.collect())
-    assert len(rows) == len(set(rows))  # no window twice
-    assert rows == sorted(tuple(r) for r in ref.collect())
 
 
 def test_no_keys_and_empty_partitions(spark):

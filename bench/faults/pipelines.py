@@ -59,6 +59,11 @@ PIPELINES = {p.name: p for p in [
              "kafka.after_write", ("kafka",)),
 ]}
 
+# The pipelines make test's short campaign runs. kafka_to_kafka_alo runs in `make faults`
+# only: the sink conformance suite kills the at_least_once Kafka sink after its rows
+# landed, and kafka_to_kafka crashes the Kafka source.
+SHORT_PIPELINES = [name for name in PIPELINES if name != "kafka_to_kafka_alo"]
+
 
 class PipelineRun:
     """One campaign's live state of a pipeline: its checkpoint, inputs and sink."""
