@@ -63,10 +63,13 @@ class Sender:
                     self._leaders[(t.name, p.partition_index)] = p.leader_id
 
     def send(self, tp: tuple[str, int], records: bytes, count: int) -> None:
+        while len(self._pending.get(self._leaders[tp], ())) >= MAX_IN_FLIGHT:
+            self._receive(self._leaders[tp])
+        # Looked up after the wait: a recovery in it replaces the leader's pending list and
+        # may move the leader; appending to the old list would leave this batch's
+        # acknowledgement unread.
         leader = self._leaders[tp]
         pending = self._pending.setdefault(leader, [])
-        while len(pending) >= MAX_IN_FLIGHT:
-            self._receive(leader)
         try:
             self._conn(leader).send(self._request(tp, records), PRODUCE_VERSION)
         except OSError as e:
