@@ -8,6 +8,7 @@ Spark hands options over lower-cased, so every name here is lower-case.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os.path
 import posixpath
 from collections.abc import Mapping
@@ -50,6 +51,11 @@ def checkpoint_identity(location: str) -> str:
     path = posixpath.normpath(parts.path or "/")
     return f"{parts.scheme.lower()}://{parts.netloc}{'' if path == '.' else path}"
 
+
+
+def checkpoint_sink_id(checkpoint_location: str) -> str:
+    """The sink id derived from a query's checkpoint location (what ``doctor`` lists)."""
+    return "ck-" + hashlib.sha256(checkpoint_identity(checkpoint_location).encode()).hexdigest()[:16]
 
 @dataclass(frozen=True)
 class OptionSpec:

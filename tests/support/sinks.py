@@ -18,11 +18,11 @@ from pyspark.sql.types import StructType
 
 from spark_ext.connector import SinkConnector
 from spark_ext.connectors.jdbc import JdbcSink
-from spark_ext.connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.connectors.jms import JmsSink
 from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options
-from tests.support import kafka_sink, kafka_util, pg_util
+from spark_ext.options import Options, checkpoint_sink_id
+from tests.support import jms_sink, kafka_sink, kafka_util, pg_util, stomp_util
 
 # The protocol's crash points, hit by the core for every transactional sink.
 PROTOCOL_POINTS = ("before_decision", "after_decision", "mid_commit", "after_done")
@@ -134,7 +134,44 @@ class PostgresCase(SinkCase):
         return pa.record_batch({"id": pa.array(ids, pa.int64()), "v": pa.array([f"v{i}" for i in ids])})
 
 
-SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase}
+class QueueCase(SinkCase):
+    """The queue sink. Reading consumes, so what was read is kept (one case per test)."""
+
+    name = "jms"
+    connector = JmsSink()
+    task_point = "jms.after_stage"
+    written_point = "jms.after_write"
+    select = ("CAST(id AS STRING) AS body",)
+
+    def __init__(self, services: Any) -> None:
+        super().__init__(services)
+        self._read: dict[str, list[int]] = {}
+
+    def new_target(self) -> str:
+        return stomp_util.queue_name("conf")
+
+    def options(self, target: str) -> dict[str, str]:
+        s = self.services
+        return {"connector": "jms", "host": s.stomp_host, "port": str(s.stomp_port), "user": s.stomp_user,
+                "password": s.stomp_password, "destination": target}
+
+    def committed(self, target: str) -> list[int]:
+        got = self._read.setdefault(target, [])
+        got.extend(int(b) for b in stomp_util.drain(self.services, target))
+        return sorted(got)
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        return jms_sink.staged_tokens(self.services, checkpoint_sink_id(str(checkpoint)))
+
+    def schema(self) -> StructType:
+        return StructType.fromJson({"type": "struct", "fields": [
+            {"name": "body", "type": "string", "nullable": True, "metadata": {}}]})
+
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        return pa.record_batch({"body": pa.array([str(i) for i in ids])})
+
+
+SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "jms": QueueCase}
 
 
 # The queue source's ack points, each crashed after a committed batch, with the restart

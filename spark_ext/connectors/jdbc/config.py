@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec, checkpoint_identity
+from spark_ext.options import Options, OptionSpec, checkpoint_sink_id
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "upsertorderby", "createtable",
@@ -123,10 +123,6 @@ def _order_by(opts: Options, keys: tuple[str, ...]) -> str | None:
                                  "event-time column")
     return col
 
-
-def checkpoint_sink_id(checkpoint_location: str) -> str:
-    """The sink id derived from a query's checkpoint location (what ``doctor`` lists)."""
-    return "ck-" + hashlib.sha256(checkpoint_identity(checkpoint_location).encode()).hexdigest()[:16]
 
 
 def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str:

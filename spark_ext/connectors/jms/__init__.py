@@ -1,5 +1,6 @@
-"""Acknowledging queue source: ``hzsource`` connector ``jms`` (ActiveMQ Artemis over STOMP)."""
+"""ActiveMQ Artemis over STOMP: the acknowledging queue source and the queue sink (``jms``)."""
 
+from spark_ext.connectors.jms.sink import JmsSink
 from spark_ext.connectors.jms.source import JmsSource
 
-__all__ = ["JmsSource"]
+__all__ = ["JmsSink", "JmsSource"]

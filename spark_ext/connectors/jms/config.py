@@ -59,24 +59,11 @@ class JmsSourceConfig:
     @staticmethod
     def parse(opts: Options) -> JmsSourceConfig:
         SOURCE_OPTIONS.check(opts.raw(), "hzsource connector 'jms'")
-        host, port = opts.get_str("host", "127.0.0.1") or "127.0.0.1", opts.get_int("port", 61613, minimum=1)
-        url = opts.get_str("brokerurl")
-        if url is not None:
-            parts = urlsplit(url)
-            if parts.scheme not in ("stomp", "tcp") or not parts.hostname:
-                raise InvalidOptionError(
-                    f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor)"
-                )
-            host, port = parts.hostname, parts.port or 61613
-        dest = opts.require("destination")
-        if not dest.startswith(("/queue/", "/topic/")) or len(dest) <= len("/queue/"):
-            raise InvalidOptionError(
-                f"option 'destination' is {dest!r}; expected /queue/<name> (acknowledged, replayable) "
-                "or /topic/<name>"
-            )
+        host, port = broker_address(opts)
+        dest = destination(opts, "/queue/<name> (acknowledged, replayable) or /topic/<name>")
         return JmsSourceConfig(
             host=host,
-            port=int(port or 61613),
+            port=port,
             user=opts.get_str("user"),
             password=opts.get_str("password"),
             destination=dest,
@@ -91,3 +78,25 @@ class JmsSourceConfig:
             connect_timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
             reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 120_000, minimum=0) or 0) / 1000.0,
         )
+
+
+def broker_address(opts: Options) -> tuple[str, int]:
+    """Options host/port, or brokerUrl (stomp://host:port), which wins."""
+    host, port = opts.get_str("host", "127.0.0.1") or "127.0.0.1", opts.get_int("port", 61613, minimum=1)
+    url = opts.get_str("brokerurl")
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("stomp", "tcp") or not parts.hostname:
+            raise InvalidOptionError(
+                f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor)"
+            )
+        host, port = parts.hostname, parts.port or 61613
+    return host, int(port or 61613)
+
+
+def destination(opts: Options, expected: str) -> str:
+    """Option destination: /queue/<name> or /topic/<name>."""
+    dest = opts.require("destination")
+    if not dest.startswith(("/queue/", "/topic/")) or len(dest) <= len("/queue/"):
+        raise InvalidOptionError(f"option 'destination' is {dest!r}; expected {expected}")
+    return dest

@@ -1,0 +1,5 @@
+"""Queue sink: ``hzsink`` connector ``jms`` (ActiveMQ Artemis over STOMP)."""
+
+from spark_ext.connectors.jms.sink.connector import JmsSink
+
+__all__ = ["JmsSink"]

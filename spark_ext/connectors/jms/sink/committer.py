@@ -1,0 +1,347 @@
+"""Driver side of the queue sink: decide a batch, move its winners into the destination.
+
+STOMP transactions belong to one connection, so a task cannot prepare one for the driver
+to commit. Instead a task commits its messages into the sink's *staging queue*
+(``spark_ext.<sink id>.staging``), tagged with its attempt's token, and the driver, once
+the batch is decided, asks the broker to move the winners' messages into the destination
+(``QueueControl.moveMessages`` over STOMP management). Each message moves in its own
+broker transaction, so a message is in staging or in the destination, never both: a move
+broken off by a crash is finished by moving what is left.
+
+The sink's record lives in its *log queue* (``spark_ext.<sink id>.log``): messages nobody
+consumes, each holding the whole state (sequence number, fencing epoch, last decision,
+finished or not); the one with the highest sequence number is the state. A new entry is
+appended with compare-and-set: it carries the duplicate id ``<log>.<seq>``, sent in a
+STOMP transaction, and Artemis rolls back a transaction holding an id it has seen, so of
+two writers appending the same sequence number one commits and the other learns it lost.
+
+The primitives ``spark_ext.commit.TwoPhaseCommitter`` calls, in its order:
+
+- ``take_over`` (1): append a new epoch (fencing every older run: their decisions would need
+  the old epoch at the tail), finish a decided batch left unfinished, remove everything
+  else in staging (attempts of batches never decided);
+- ``check`` (4a): the epoch is still ours, and every winner's messages are all in staging;
+- ``record`` (4b): append the decision, under our epoch;
+- ``commit_winner`` (4c): move the winner's messages; ``finish``: append "finished";
+- ``roll_back_others`` (4d) / ``roll_back`` (5): remove the batch's other staged messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.connectors.jms import wire
+from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, SessionError
+from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER
+from spark_ext.connectors.jms.sink.writer import JmsCommittable, open_session
+from spark_ext.errors import CommitError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.retry import Deadline
+
+log = logging.getLogger(__name__)
+
+SEQ_HEADER = "spark_ext_seq"
+RECORD_HEADER = "spark_ext_record"
+_CAS_TRIES = 20
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Winner:
+    token: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class JmsDecision:
+    """Batch ``batch_id`` of query ``query_id`` commits these attempts' messages."""
+
+    batch_id: int
+    query_id: str
+    winners: tuple[Winner, ...]
+
+
+@dataclass(frozen=True)
+class SinkState:
+    """One entry of the log: the sink's whole state after one change."""
+
+    seq: int
+    epoch: int
+    decision: JmsDecision | None
+    done: bool
+    nonce: str = ""
+
+    def encode(self) -> str:
+        d = self.decision
+        return json.dumps({"s": self.seq, "e": self.epoch, "f": self.done, "n": self.nonce,
+                           "d": None if d is None else [d.batch_id, d.query_id,
+                                                         [[w.token, w.rows] for w in d.winners]]},
+                          separators=(",", ":"))
+
+    @staticmethod
+    def decode(raw: str) -> SinkState:
+        v = json.loads(raw)
+        d = v["d"]
+        decision = None if d is None else JmsDecision(int(d[0]), d[1],
+                                                      tuple(Winner(t, int(r)) for t, r in d[2]))
+        return SinkState(int(v["s"]), int(v["e"]), decision, bool(v["f"]), v.get("n", ""))
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def token_filter(tokens: Sequence[str]) -> str:
+    return f"{TXN_HEADER} IN ({', '.join(_quote(t) for t in tokens)})"
+
+
+def batch_filter(batch_id: int) -> str:
+    return f"{BATCH_HEADER} = {_quote(str(batch_id))}"
+
+
+class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
+    """Decides, moves and removes staged messages. Driver only."""
+
+    name = "jms"
+
+    def __init__(self, cfg: JmsSinkConfig) -> None:
+        self.cfg = cfg
+        self._session: BrokerSession | None = None
+
+    # --- the connection and the log ------------------------------------------------------------
+
+    @property
+    def session(self) -> BrokerSession:
+        if self._session is None or self._session.failed is not None:
+            if self._session is not None:
+                self._session.close()
+            self._session = open_session(self.cfg)
+        return self._session
+
+    @contextmanager
+    def connected(self) -> Iterator[None]:
+        try:
+            yield
+        except SessionError as e:  # the broker went away mid-step: the step is retried
+            raise RetriableCommitError(str(e)) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _queue(self, name: str, operation: str, *args: Any) -> Any:
+        return self.session.call(f"queue.{name}", operation, *args)
+
+    def ensure_queues(self) -> None:
+        """The destination's queue and the sink's own two, durable and anycast (a STOMP
+        send to /queue/<name> would auto-create the same); existing ones are left as they are."""
+        for name in (self.cfg.queue, self.cfg.staging, self.cfg.log):
+            conf = {"name": name, "address": name, "routing-type": "ANYCAST", "durable": True}
+            self.session.call("broker", "createQueue", json.dumps(conf), True)
+
+    def state(self) -> SinkState | None:
+        """The log's newest entry (None: the sink never ran)."""
+        listed = self._queue(self.cfg.log, "listMessagesAsJSON", "")
+        entries = [SinkState.decode(m[RECORD_HEADER]) for m in json.loads(listed) if RECORD_HEADER in m]
+        return max(entries, key=lambda e: e.seq, default=None)
+
+    def _append(self, prev: SinkState | None, epoch: int, decision: JmsDecision | None,
+                done: bool) -> SinkState | None:
+        """Append the entry after ``prev``; None when another writer appended first."""
+        new = SinkState(prev.seq + 1 if prev else 0, epoch, decision, done, uuid.uuid4().hex)
+        s, tx = self.session, "log-" + new.nonce
+        frame = (f"SEND\ndestination:/queue/{self.cfg.log}\ntransaction:{tx}\npersistent:true\n"
+                 f"_AMQ_DUPL_ID:{self.cfg.log}.{new.seq}\n{SEQ_HEADER}:{new.seq}\n"
+                 f"{RECORD_HEADER}:{wire.escape(new.encode())}\n\n\x00")
+        try:
+            s.begin(tx)
+            s.send(frame.encode())
+            s.commit(tx)
+            return new
+        except SessionError as e:
+            refused = s.failed is not None
+            now = self.state()  # on a new connection
+            if now is not None and now.nonce == new.nonce:
+                return new  # committed; only its receipt was lost
+            if now is not None and now.seq >= new.seq:
+                return None  # lost the race
+            if refused:
+                raise RetriableCommitError(f"appending to {self.cfg.log} failed: {e}") from None
+            raise
+
+    def _until_appended(self, step: Callable[[SinkState | None], T | None], what: str) -> T:
+        """Run ``step`` on the newest state until it returns a value (None: lost a race, read again)."""
+        for _ in range(_CAS_TRIES):
+            out = step(self.state())
+            if out is not None:
+                return out
+        raise RetriableCommitError(f"{what}: the log {self.cfg.log} kept changing under this run "
+                                   f"({_CAS_TRIES} tries); is another query writing with the same sinkId?")
+
+    def _staged(self, where: str) -> int:
+        return int(self._queue(self.cfg.staging, "countMessages", where))
+
+    def _remove(self, where: str) -> int:
+        return int(self._queue(self.cfg.staging, "removeMessages", where))
+
+    # --- step 1 ------------------------------------------------------------------------------------
+
+    def take_over(self) -> Claim[int]:
+        """Fence older runs (a new epoch), finish a decided batch, remove what is left staged."""
+        try:
+            self.ensure_queues()
+            ours = self._until_appended(self._new_epoch, "taking the sink over")
+            committed = 0
+            if ours.decision is not None and not ours.done:
+                log.warning("finishing batch %s, decided before a crash", ours.decision.batch_id)
+                for w in ours.decision.winners:
+                    self._move(w)
+                committed = len(ours.decision.winners)
+                self._mark_done(ours.epoch, ours.decision)
+            rolled_back = self._remove("")
+            self._prune()
+            d = ours.decision
+            last = DecidedBatch(d.batch_id, d.query_id) if d is not None else None
+            return Claim(ours.epoch, last, committed=committed, rolled_back=rolled_back)
+        except SessionError as e:
+            raise ConnectorError(f"taking over the queue sink at {self.cfg.where} failed: {e}") from None
+        finally:
+            self.close()
+
+    def _new_epoch(self, now: SinkState | None) -> SinkState | None:
+        ours = self._append(now, (now.epoch if now else 0) + 1, now.decision if now else None,
+                            now.done if now else True)
+        if ours is None and now is None and self.state() is None:
+            # the first entry's duplicate id is known to the broker, yet the log is empty
+            raise FatalCommitError(
+                f"the sink's log queue {self.cfg.log} is empty although the sink ran before: it was purged "
+                "by hand, so nothing tells which batch was last decided. Start the query with a new "
+                "checkpoint location or sinkId")
+        return ours
+
+    def _prune(self, keep: int = 3) -> None:
+        """Drop log entries older than the newest ``keep`` (the newest alone is the state)."""
+        listed = json.loads(self._queue(self.cfg.log, "listMessagesAsJSON", ""))
+        seqs = sorted(int(m[SEQ_HEADER]) for m in listed if SEQ_HEADER in m)
+        old = seqs[:-keep]
+        if old:
+            listed_old = ", ".join(_quote(str(s)) for s in old)
+            self._queue(self.cfg.log, "removeMessages", f"{SEQ_HEADER} IN ({listed_old})")
+
+    # --- the primitives of steps 4 and 5 ----------------------------------------------------------
+
+    def recorded(self, batch: Batch[JmsCommittable]) -> JmsDecision | None:
+        now = self.state()
+        d = now.decision if now else None
+        return d if d is not None and (d.batch_id, d.query_id) == (batch.batch_id, batch.query_id) else None
+
+    def check(self, batch: Batch[JmsCommittable]) -> None:
+        fence = _fence(batch)
+        now = self.state()
+        if now is None or now.epoch != fence:
+            raise FencedError(f"batch {batch.batch_id}: another run of sink {self.cfg.sink_id!r} took over "
+                              "after this batch began; this run stops without committing (zombie fencing)")
+        for c in batch.prepared:
+            assert c.token is not None
+            staged = self._staged(token_filter([c.token]))
+            if staged != c.rows:
+                self._remove(token_filter([x.token for x in batch.prepared if x.token]))
+                raise FatalCommitError(
+                    f"batch {batch.batch_id}: attempt {c.token} staged {c.rows} messages but {staged} are in "
+                    f"{self.cfg.staging}; something removed or consumed them. Nothing of the batch was "
+                    "committed; restart the query to write it again, and keep consumers off the staging "
+                    "queue")
+
+    def record(self, batch: Batch[JmsCommittable]) -> JmsDecision:
+        fence = _fence(batch)
+        decision = JmsDecision(batch.batch_id, str(batch.query_id),
+                               tuple(Winner(str(c.token), c.rows) for c in batch.prepared))
+
+        def step(now: SinkState | None) -> JmsDecision | None:
+            if now is not None and now.decision is not None and \
+                    (now.decision.batch_id, now.decision.query_id) == (decision.batch_id, decision.query_id):
+                return now.decision  # recorded already (a race, or a receipt lost on the way)
+            if now is None or now.epoch != fence:
+                raise FencedError(f"batch {batch.batch_id}: another run of sink {self.cfg.sink_id!r} took "
+                                  "over; this run decides nothing (zombie fencing)")
+            return decision if self._append(now, fence, decision, False) is not None else None
+
+        return self._until_appended(step, f"recording batch {batch.batch_id}")
+
+    def finished(self, decision: JmsDecision) -> bool:
+        now = self.state()
+        return now is not None and now.decision == decision and now.done
+
+    def winners(self, decision: JmsDecision) -> Sequence[Winner]:
+        return decision.winners
+
+    def commit_winner(self, decision: JmsDecision, winner: Winner) -> bool:
+        self._move(winner)
+        return True
+
+    def _move(self, winner: Winner) -> int:
+        """Move every staged message of ``winner`` into the destination, in order. The broker
+        moves what its queue holds in memory at the call, so this repeats until none is left."""
+        where = token_filter([winner.token])
+        moved = 0
+        deadline = Deadline(self.cfg.commit_timeout_s)
+        while True:
+            moved += int(self._queue(self.cfg.staging, "moveMessages", where, self.cfg.queue, False))
+            if self._staged(where) == 0:
+                return moved
+            if deadline.expired:
+                raise RetriableCommitError(f"moving {winner.token} into {self.cfg.queue}: messages still "
+                                           f"staged after {self.cfg.commit_timeout_s:.0f} s")
+
+    def lost(self, decision: JmsDecision, lost: Sequence[Any]) -> CommitError:
+        return FatalCommitError(f"batch {decision.batch_id}: {len(lost)} attempts could not be moved")
+
+    def finish(self, batch: Batch[JmsCommittable], decision: JmsDecision) -> None:
+        self._mark_done(_fence(batch), decision)
+
+    def _mark_done(self, epoch: int, decision: JmsDecision) -> None:
+        def step(now: SinkState | None) -> bool | None:
+            if now is None or now.decision != decision or now.done or now.epoch != epoch:
+                return True  # finished already, or a newer run owns the sink and finishes it
+            return True if self._append(now, epoch, decision, True) is not None else None
+
+        self._until_appended(step, f"finishing batch {decision.batch_id}")
+
+    def roll_back_others(self, batch: Batch[JmsCommittable], decision: JmsDecision) -> None:
+        self._roll_back(batch, keep=[w.token for w in decision.winners])
+
+    def roll_back(self, batch: Batch[JmsCommittable]) -> None:
+        self._roll_back(batch, keep=[])
+
+    def _roll_back(self, batch: Batch[JmsCommittable], keep: list[str]) -> None:
+        """Remove the batch's staged messages but ``keep``'s: all of the batch's while this run
+        owns the sink (attempts whose message never came included), else only the reported ones."""
+        now = self.state()
+        owns = batch.claim is not None and now is not None and now.epoch == batch.claim.fence
+        if owns:
+            where = batch_filter(batch.batch_id)
+            if keep:
+                where += f" AND NOT ({token_filter(keep)})"
+        else:
+            tokens = [c.token for c in batch.committables if c.token and c.token not in keep]
+            if not tokens:
+                return
+            where = token_filter(tokens)
+        self._remove(where)
+
+
+def _fence(batch: Batch[JmsCommittable]) -> int:
+    if batch.claim is None:
+        raise FatalCommitError(f"batch {batch.batch_id}: its tasks reported no claim; exactly_once plans "
+                               "take the sink over before the tasks run, so this is a bug")
+    return int(batch.claim.fence)

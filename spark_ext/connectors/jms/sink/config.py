@@ -1,0 +1,109 @@
+"""Options of the queue sink (STOMP), parsed on the driver into a frozen, picklable config.
+
+The password travels inside the config to executors (they log in) but never into a
+message or a log line (``__repr__``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from spark_ext.connectors.jms.config import broker_address, destination
+from spark_ext.errors import InvalidOptionError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options, OptionSpec, checkpoint_sink_id
+
+SINK_OPTIONS = OptionSpec(
+    names=frozenset({"host", "port", "user", "password", "brokerurl", "destination", "sinkid", "persistent",
+                     "connecttimeoutms", "committimeoutms"}),
+    required=frozenset({"destination"}),
+)
+
+_SINK_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+#: Every queue the sink keeps for itself starts with this (one security-setting covers them).
+QUEUE_PREFIX = "spark_ext."
+
+
+@dataclass(frozen=True)
+class JmsSinkConfig:
+    """Broker address, destination, the sink's own queues. Picklable; no connection."""
+
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+    destination: str
+    guarantee: Guarantee
+    sink_id: str
+    persistent: bool
+    timeout_s: float
+    commit_timeout_s: float
+
+    def __repr__(self) -> str:  # never show the password
+        return f"JmsSinkConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
+
+    @property
+    def where(self) -> str:
+        return f"stomp://{self.host}:{self.port}{self.destination}"
+
+    @property
+    def queue(self) -> str:
+        """The destination's queue (and address) name on the broker."""
+        return self.destination.split("/", 2)[2]
+
+    @property
+    def staging(self) -> str:
+        """Where exactly-once tasks put their messages until the batch is decided."""
+        return f"{QUEUE_PREFIX}{self.sink_id}.staging"
+
+    @property
+    def log(self) -> str:
+        """The sink's record: its fencing epoch and the last decided batch."""
+        return f"{QUEUE_PREFIX}{self.sink_id}.log"
+
+    @staticmethod
+    def parse(opts: Options, guarantee: Guarantee) -> JmsSinkConfig:
+        host, port = broker_address(opts)
+        dest = destination(opts, "/queue/<name> (or /topic/<name> without exactly_once)")
+        if guarantee is Guarantee.EXACTLY_ONCE and dest.startswith("/topic/"):
+            raise InvalidOptionError(
+                f"option 'destination' is {dest!r}: exactly_once writes to a queue (/queue/<name>), "
+                "because a decided batch is moved into the destination's queue by the broker. Write "
+                "to a queue, or use guarantee at_least_once for a topic")
+        persistent = opts.get_bool("persistent", True)
+        if guarantee is Guarantee.EXACTLY_ONCE and not persistent:
+            raise InvalidOptionError(
+                "option 'persistent' is false, but exactly_once must store every message of a decided "
+                "batch durably (a broker restart would lose non-persistent ones); drop the option or "
+                "use guarantee at_least_once or none")
+        return JmsSinkConfig(
+            host=host,
+            port=port,
+            user=opts.get_str("user"),
+            password=opts.get_str("password"),
+            destination=dest,
+            guarantee=guarantee,
+            sink_id=_sink_id(opts, guarantee, dest),
+            persistent=persistent,
+            timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
+            commit_timeout_s=(opts.get_int("committimeoutms", 120_000, minimum=1) or 120_000) / 1000.0,
+        )
+
+
+def _sink_id(opts: Options, guarantee: Guarantee, dest: str) -> str:
+    """``sinkId``, else derived from the checkpoint location (one checkpoint, one sink)."""
+    given = opts.get_str("sinkid")
+    if given is not None:
+        if not _SINK_ID.match(given):
+            raise InvalidOptionError(f"option 'sinkId' is {given!r}; use 1-64 letters, digits, '_' or '-'")
+        return given
+    ckpt = opts.checkpoint()
+    if ckpt is not None:
+        return checkpoint_sink_id(ckpt)
+    if guarantee is Guarantee.EXACTLY_ONCE:
+        raise InvalidOptionError(
+            "hzsink connector 'jms' with guarantee exactly_once needs a stable sink id to find what a "
+            "crashed run left: set .option('checkpointLocation', ...) on writeStream, or "
+            ".option('sinkId', ...)")
+    return "none"

@@ -1,0 +1,76 @@
+"""Queue sink: ``hzsink`` connector ``jms`` (ActiveMQ Artemis over STOMP)."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+from spark_ext.commit import Claim
+from spark_ext.connector import SinkConnector
+from spark_ext.connectors.jms.session import BrokerSession
+from spark_ext.connectors.jms.sink.committer import JmsCommitter
+from spark_ext.connectors.jms.sink.config import SINK_OPTIONS, JmsSinkConfig
+from spark_ext.connectors.jms.sink.records import check_schema
+from spark_ext.connectors.jms.sink.writer import (
+    JmsWriter,
+    PlainJmsWriter,
+    StagingJmsWriter,
+    TransactionalJmsWriter,
+    open_session,
+)
+from spark_ext.errors import ConfigurationError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+
+#: The log's compare-and-set needs the ids of a few recent entries remembered, across restarts.
+MIN_ID_CACHE = 100
+
+
+class BrokerSettingError(ConfigurationError):
+    """The broker runs with a setting exactly-once cannot be made safe with."""
+
+
+class JmsSink(SinkConnector[JmsSinkConfig]):
+    """``df.writeStream.format("hzsink").option("connector", "jms")``."""
+
+    name = "jms"
+    option_spec = SINK_OPTIONS
+
+    def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> JmsSinkConfig:
+        cfg = JmsSinkConfig.parse(options, guarantee)
+        check_schema({f.name: f.dataType.simpleString() for f in schema.fields}, cfg.where)
+        return cfg
+
+    def validate(self, config: JmsSinkConfig, schema: StructType) -> JmsSinkConfig:
+        """Step 1: the broker takes our login and, for exactly-once, our management calls and
+        the settings the sink's log relies on."""
+        with open_session(config) as session:
+            if config.guarantee is Guarantee.EXACTLY_ONCE:
+                _check_broker(session)
+        return config
+
+    def new_writer(self, config: JmsSinkConfig, claim: Claim[int] | None) -> JmsWriter:
+        if config.guarantee is Guarantee.EXACTLY_ONCE:
+            assert claim is not None, "exactly_once plans take the sink over first"
+            return StagingJmsWriter(config, claim)
+        if config.guarantee is Guarantee.AT_LEAST_ONCE:
+            return TransactionalJmsWriter(config)
+        return PlainJmsWriter(config)
+
+    def new_committer(self, config: JmsSinkConfig) -> JmsCommitter:
+        return JmsCommitter(config)
+
+
+def _check_broker(session: BrokerSession) -> None:
+    if not session.attribute("broker", "PersistenceEnabled"):
+        raise BrokerSettingError(
+            "the broker runs with persistence-enabled=false: a restart would lose staged and decided "
+            "messages. Enable persistence in broker.xml, or use guarantee at_least_once")
+    if not session.attribute("broker", "PersistIDCache"):
+        raise BrokerSettingError(
+            "the broker runs with persist-id-cache=false: after a restart two runs of the sink could both "
+            "record a decision. Set persist-id-cache to true in broker.xml")
+    size = int(session.attribute("broker", "IDCacheSize"))
+    if size < MIN_ID_CACHE:
+        raise BrokerSettingError(
+            f"the broker's id-cache-size is {size}: the sink's log (compare-and-set by duplicate id) needs "
+            f"at least {MIN_ID_CACHE}. Raise id-cache-size in broker.xml (the default is 20000)")
