@@ -150,3 +150,46 @@ def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():
     assert b"\n" in got  # our heart-beats went out meanwhile
     sock.close()
     server.close()
+
+
+class _Attributes:
+    """The broker attributes the queue sink reads at start (a stand-in for a management session)."""
+
+    def __init__(self, **values: object) -> None:
+        self.values = {"PersistenceEnabled": True, "PersistIDCache": True, "IDCacheSize": 20000, **values}
+
+    def attribute(self, resource: str, name: str) -> object:
+        assert resource == "broker"
+        return self.values[name]
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    ({"IDCacheSize": 10}, "id-cache-size is 10"),
+    ({"PersistIDCache": False}, "persist-id-cache"),
+    ({"PersistenceEnabled": False}, "persistence-enabled"),
+])
+def test_queue_sink_refuses_broker_settings_it_cannot_be_exactly_once_with(setting, named):
+    from spark_ext.connectors.jms.sink.connector import BrokerSettingError, _check_broker
+
+    _check_broker(_Attributes())  # the defaults pass
+    with pytest.raises(BrokerSettingError, match=named):
+        _check_broker(_Attributes(**setting))
+
+
+def test_queue_sink_frames_escape_headers_and_refuse_reserved_names():
+    import pyarrow as pa
+
+    from spark_ext.connectors.jms.sink.records import BadMessageError, common_headers, send_frames
+
+    common = common_headers("/queue/q", True, "tx", {"spark_ext_txn": "t"})
+    rb = pa.record_batch({"body": pa.array(["a:b"]),
+                          "headers": pa.array([[("k:1", "v\nx")]], pa.map_(pa.string(), pa.string()))})
+    frame = next(send_frames(rb, common))
+    headers, body = wire.parse_message(frame[:-1])
+    assert headers["k:1"] == "v\nx" and headers["transaction"] == "tx" and body == b"a:b"
+    assert b"content-length" not in frame  # a string body: a TextMessage
+    bad = pa.record_batch({"body": pa.array(["x"]),
+                           "headers": pa.array([[("destination", "/queue/other")]],
+                                               pa.map_(pa.string(), pa.string()))})
+    with pytest.raises(BadMessageError, match="'destination'"):
+        next(send_frames(bad, common))

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import kafka_sink_prefix, read_to_end, run_sql, services_env
-from spark_ext.connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.options import checkpoint_sink_id
 
 KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
                      "kafka.mid_commit", "kafka.after_done")
 JDBC_SINK_POINTS = ("jdbc.before_prepare", "jdbc.after_prepare", "jdbc.before_decision",
                     "jdbc.after_decision", "jdbc.mid_commit", "jdbc.after_done")
+JMS_SINK_POINTS = ("jms.before_decision", "jms.after_decision", "jms.mid_commit", "jms.after_done")
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 
 
@@ -28,7 +29,7 @@ class Pipeline:
 
     name: str
     source: str  # kafka | jms
-    sink: str  # kafka | jdbc
+    sink: str  # kafka | jdbc | jms
     guarantee: str
     points: tuple[str, ...]  # driver crash points of its source and sink, each crashed once
     task_point: str  # where a task dies after preparing (Spark retries it): a failpoint name
@@ -57,12 +58,15 @@ PIPELINES = {p.name: p for p in [
              ("artemis", "postgres")),
     Pipeline("kafka_to_kafka_alo", "kafka", "kafka", "at_least_once", ("kafka.read", "kafka.after_write"),
              "kafka.after_write", ("kafka",)),
+    Pipeline("kafka_to_jms", "kafka", "jms", "exactly_once", ("kafka.read", *JMS_SINK_POINTS),
+             "jms.after_stage", ("kafka", "artemis"), resets=True),
 ]}
 
-# The pipelines make test's short campaign runs. kafka_to_kafka_alo runs in `make faults`
-# only: the sink conformance suite kills the at_least_once Kafka sink after its rows
-# landed, and kafka_to_kafka crashes the Kafka source.
-SHORT_PIPELINES = [name for name in PIPELINES if name != "kafka_to_kafka_alo"]
+# The pipelines make test's short campaign runs. kafka_to_kafka_alo and kafka_to_jms run in
+# `make faults` only: the sink conformance suite kills the at_least_once Kafka sink after
+# its rows landed and the queue sink at each of its points, and kafka_to_kafka crashes the
+# Kafka source.
+SHORT_PIPELINES = [name for name in PIPELINES if name not in ("kafka_to_kafka_alo", "kafka_to_jms")]
 
 
 class PipelineRun:
@@ -174,10 +178,15 @@ class PipelineRun:
         if self.p.sink == "jdbc":
             rows = run_sql(self.env["POSTGRES_URL"], f"SELECT id, v FROM {self.out}")
             return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
+        if self.p.sink == "jms":
+            return _read_queue(self.env, self.out)
         return _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out)
 
     def in_doubt(self) -> int:
-        """Prepared PostgreSQL transactions or open Kafka transactions of the sink."""
+        """Prepared PostgreSQL transactions, open Kafka transactions, or messages left in the
+        queue sink's staging queue."""
+        if self.p.sink == "jms":
+            return _staged(self.env, checkpoint_sink_id(str(self.checkpoint)))
         if self.p.sink == "jdbc":
             sink = checkpoint_sink_id(str(self.checkpoint))
             return int(run_sql(self.env["POSTGRES_URL"],
@@ -239,3 +248,48 @@ def _read_committed(bootstrap: str, topic: str) -> list[str]:
         c.close()
 
 
+
+
+def _read_queue(env: dict[str, str], queue: str) -> list[str]:
+    """Every message body on ``queue``, consumed by an independent STOMP client up to a
+    sentinel sent now (the queue is FIFO, so nothing committed is left behind it)."""
+    import threading
+
+    import stomp
+
+    sentinel = f"sentinel-{uuid.uuid4().hex}"
+    got: list[str] = []
+    done = threading.Event()
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            if frame.body == sentinel:
+                done.set()
+            else:
+                got.append(frame.body)
+
+    conn = stomp.Connection12([(env["STOMP_HOST"], int(env["STOMP_PORT"]))], heartbeats=(0, 0))
+    conn.connect(env["STOMP_USER"], env["STOMP_PASSWORD"], wait=True)
+    try:
+        conn.send(f"/queue/{queue}", sentinel, headers={"persistent": "true"})
+        conn.set_listener("read", Listener())
+        conn.subscribe(f"/queue/{queue}", id="read", ack="auto")
+        if not done.wait(120):
+            raise RuntimeError(f"the sentinel did not come back from /queue/{queue} within 120 s")
+        return got
+    finally:
+        conn.disconnect()
+
+
+def _staged(env: dict[str, str], sink_id: str) -> int:
+    from spark_ext.connectors.jms.session import BrokerSession, ManagementError
+    from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX
+
+    with BrokerSession(env["STOMP_HOST"], int(env["STOMP_PORT"]), env["STOMP_USER"], env["STOMP_PASSWORD"],
+                       30.0) as s:
+        try:
+            return int(s.call(f"queue.{QUEUE_PREFIX}{sink_id}.staging", "countMessages", ""))
+        except ManagementError as e:
+            if "AMQ229067" in str(e):  # never staged anything
+                return 0
+            raise

@@ -3,7 +3,7 @@
 Usage: python -m tests.drivers.campaign SPEC_JSON [FAILPOINT|-]
 
 SPEC_JSON names the source (``kafka``: a topic of records keyed by a unique id; ``jms``:
-a queue whose message bodies are the ids), the sink (``kafka`` topic or ``jdbc`` table,
+a queue whose message bodies are the ids), the sink (``kafka`` topic, ``jdbc`` table or ``jms`` queue,
 its guarantee and options) and the checkpoint. The query runs on ``local[2,3]`` so a
 failed task is retried, as on a cluster. A Kafka source is read to its end
 (``Trigger.AvailableNow``); a queue has no end, so the query stops once the sink holds
@@ -54,10 +54,17 @@ def _windows(df: Any) -> Any:
 def _sink(df: Any, spec: dict[str, Any]) -> Any:
     if spec["sink"] == "kafka":
         df = df.selectExpr("id AS key", "id AS value")
+    elif spec["sink"] == "jms":
+        df = df.selectExpr("id AS body")
     w = df.writeStream.format("hzsink").option("checkpointLocation", spec["checkpoint"])
     if spec["sink"] == "kafka":
         w = (w.option("connector", "kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
              .option("topic", spec["out"]))
+    elif spec["sink"] == "jms":
+        w = (w.option("connector", "jms").option("host", spec["stomp_host"])
+             .option("port", spec["stomp_port"]).option("user", spec["stomp_user"])
+             .option("password", spec["stomp_password"])
+             .option("destination", f"/queue/{spec['out']}"))
     else:
         w = w.option("connector", "jdbc").option("url", spec["url"]).option("dbtable", spec["out"])
     for k, v in spec.get("options", {}).items():
