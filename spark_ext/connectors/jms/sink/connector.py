@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from pyspark.sql.types import StructType
 
 from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
-from spark_ext.connectors.jms.session import BrokerSession
 from spark_ext.connectors.jms.sink.committer import JmsCommitter
 from spark_ext.connectors.jms.sink.config import SINK_OPTIONS, JmsSinkConfig
 from spark_ext.connectors.jms.sink.records import check_schema
@@ -23,6 +24,10 @@ from spark_ext.options import Options
 
 #: The log's compare-and-set needs the ids of a few recent entries remembered, across restarts.
 MIN_ID_CACHE = 100
+
+
+class BrokerAttributes(Protocol):
+    def attribute(self, resource: str, name: str) -> Any: ...
 
 
 class BrokerSettingError(ConfigurationError):
@@ -60,7 +65,7 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
         return JmsCommitter(config)
 
 
-def _check_broker(session: BrokerSession) -> None:
+def _check_broker(session: BrokerAttributes) -> None:
     if not session.attribute("broker", "PersistenceEnabled"):
         raise BrokerSettingError(
             "the broker runs with persistence-enabled=false: a restart would lose staged and decided "
