@@ -9,6 +9,7 @@ import uuid
 import pyarrow as pa
 import pytest
 import stomp
+from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_ext.commit import TaskInfo
 from spark_ext.connectors.jms import JmsSink
@@ -24,6 +25,9 @@ pytestmark = pytest.mark.services
 def _options(services, dest: str, **more: str) -> dict[str, str]:
     return {"connector": "jms", "host": services.stomp_host, "port": str(services.stomp_port),
             "user": services.stomp_user, "password": services.stomp_password, "destination": dest, **more}
+
+
+_BODY = StructType([StructField("body", StringType())])
 
 
 def _config(services, dest: str) -> JmsSinkConfig:
@@ -118,3 +122,35 @@ def test_bad_input_fails_at_start_naming_the_fix(spark, services, tmp_path, chan
     with pytest.raises(Exception, match=named):  # Spark wraps our error in its own
         w.start().awaitTermination(60)
     assert stomp_util.drain(services, dest, timeout=10) == []
+
+
+def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, monkeypatch):
+    """A driver decided batch 0 and died before moving it; another attempt's messages are
+    still staged. ``doctor jms list`` shows both; ``resolve`` moves the winner only."""
+    from spark_ext import cli
+    from spark_ext.commit import Batch
+    from spark_ext.connectors.jms.doctor import PASSWORD_ENV
+
+    dest = stomp_util.queue_name("doctor")
+    sink_id = f"t-{uuid.uuid4().hex[:12]}"
+    opts = Options(_options(services, dest, sinkid=sink_id), "hzsink")
+    sink = JmsSink()
+    plan = sink.plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    rows = pa.record_batch({"body": pa.array(["1", "2", "3"])})
+    winner = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+    plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 1, 2))  # a failed attempt's
+    committer = plan.new_committer()
+    batch = Batch(0, (winner,), plan.claim)
+    committer.check(batch)
+    committer.record(batch)  # decided; the driver dies here
+    committer.close()
+
+    monkeypatch.setenv(PASSWORD_ENV, services.stomp_password)
+    where = ["--broker", f"stomp://{services.stomp_host}:{services.stomp_port}",
+             "--user", services.stomp_user, "--sink-id", sink_id]
+    assert cli.main(["doctor", "jms", "list", *where]) == 0
+    listed = capsys.readouterr().out
+    assert "decision batch=0 query=q done=False" in listed and "6 staged message(s)" in listed
+    assert cli.main(["doctor", "jms", "resolve", *where, "--destination", dest, "--watch", "0.2"]) == 0
+    assert sorted(stomp_util.drain(services, dest)) == ["1", "2", "3"]
+    assert jms_sink.staged_tokens(services, sink_id) == []

@@ -1,0 +1,138 @@
+"""Operator tool for the queue sink: its last decision and what is left in staging.
+
+A crashed query finishes its own batch and clears its staging queue when it restarts.
+Use this when it will not restart::
+
+    spark-ext doctor jms list    --broker stomp://HOST:61613 --user USER --checkpoint PATH
+    spark-ext doctor jms resolve --broker stomp://HOST:61613 --user USER --checkpoint PATH \\
+                                 --destination /queue/NAME
+
+``--sink-id ID`` instead of ``--checkpoint`` when the query set option ``sinkId``. The
+password comes from the environment variable ``SPARK_EXT_JMS_PASSWORD`` (never the
+command line, where other users of the machine could read it). ``resolve`` moves the
+winners of a decided, unfinished batch into the destination, marks it finished and
+removes every other staged message; it takes the sink over (a newer epoch), so it refuses
+while the sink's log moves during ``--watch`` seconds (its query is running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+
+from spark_ext.connectors.jms.session import ManagementError
+from spark_ext.connectors.jms.sink.committer import JmsCommitter, SinkState
+from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+from spark_ext.connectors.jms.sink.records import TXN_HEADER
+from spark_ext.errors import SparkExtError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+
+PASSWORD_ENV = "SPARK_EXT_JMS_PASSWORD"
+
+
+def _config(args: argparse.Namespace) -> JmsSinkConfig:
+    opts = {"brokerurl": args.broker, "destination": args.destination or "/queue/unknown"}
+    if args.user:
+        opts["user"] = args.user
+    if os.environ.get(PASSWORD_ENV):
+        opts["password"] = os.environ[PASSWORD_ENV]
+    if args.sink_id:
+        opts["sinkid"] = args.sink_id
+    else:
+        opts["checkpointlocation"] = args.checkpoint
+    return JmsSinkConfig.parse(Options(opts, "spark-ext doctor jms"), Guarantee.EXACTLY_ONCE)
+
+
+def staged(committer: JmsCommitter) -> Counter[str]:
+    """Messages in the sink's staging queue, per attempt token."""
+    try:
+        listed = json.loads(committer._queue(committer.cfg.staging, "listMessagesAsJSON", ""))
+    except ManagementError as e:
+        if "AMQ229067" in str(e):  # no staging queue: the sink never ran exactly-once here
+            return Counter()
+        raise
+    return Counter(m.get(TXN_HEADER, "?") for m in listed)
+
+
+def _state(committer: JmsCommitter) -> SinkState | None:
+    try:
+        return committer.state()
+    except ManagementError as e:
+        if "AMQ229067" in str(e):
+            return None
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-ext doctor jms <list|resolve> ...`` (``argv`` starts after ``jms``)."""
+    ap = argparse.ArgumentParser(prog="spark-ext doctor jms", description=(__doc__ or "").split("\n")[0])
+    sub = ap.add_subparsers(dest="action", required=True)
+    for name in ("list", "resolve"):
+        p = sub.add_parser(name)
+        p.add_argument("--broker", required=True, help="stomp://host:port of the broker's STOMP acceptor")
+        p.add_argument("--user", help=f"the broker user (password: ${PASSWORD_ENV})")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--checkpoint", help="the query's checkpoint location")
+        which.add_argument("--sink-id", help="the query's sinkId option")
+        p.add_argument("--destination", required=name == "resolve",
+                       help="the sink's destination, /queue/NAME")
+        if name == "resolve":
+            p.add_argument("--watch", type=float, default=5.0,
+                           help="seconds to watch for a running query first (default 5)")
+    args = ap.parse_args(argv)
+    try:
+        cfg = _config(args)
+        if args.action == "list":
+            return _list(cfg)
+        return _resolve(cfg, args.watch)
+    except (SparkExtError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _list(cfg: JmsSinkConfig) -> int:
+    committer = JmsCommitter(cfg)
+    try:
+        state, left = _state(committer), staged(committer)
+    finally:
+        committer.close()
+    if state is None:
+        print(f"sink {cfg.sink_id}: no log (never ran exactly-once on this broker)")
+    else:
+        d = state.decision
+        print(f"sink {cfg.sink_id}: epoch={state.epoch} entry={state.seq}")
+        if d is None:
+            print("no decision recorded")
+        else:
+            print(f"decision batch={d.batch_id} query={d.query_id} done={state.done} "
+                  f"winners={','.join(f'{w.token}:{w.rows}' for w in d.winners)}")
+    for token, n in sorted(left.items()):
+        print(f"staged {token} messages={n}")
+    print(f"{sum(left.values())} staged message(s) in {cfg.staging}")
+    return 0
+
+
+def _resolve(cfg: JmsSinkConfig, watch_s: float) -> int:
+    committer = JmsCommitter(cfg)
+    try:
+        before = _state(committer)
+        time.sleep(watch_s)  # a running query appends to the log every batch
+        if _state(committer) != before:
+            print("error: the sink's log changed while watching: its query is running; stop it first (a "
+                  "running query resolves its own batches)", file=sys.stderr)
+            return 1
+    finally:
+        committer.close()
+    claim = JmsCommitter(cfg).take_over()
+    print(f"sink {cfg.sink_id}: {claim.committed} attempt(s) moved into {cfg.queue}, "
+          f"{claim.rolled_back} staged message(s) removed; epoch {claim.fence}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
