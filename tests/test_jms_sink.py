@@ -140,6 +140,7 @@ def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, mo
     winner = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
     plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 1, 2))  # a failed attempt's
     committer = plan.new_committer()
+    assert isinstance(committer, JmsCommitter)
     batch = Batch(0, (winner,), plan.claim)
     committer.check(batch)
     committer.record(batch)  # decided; the driver dies here
