@@ -24,6 +24,7 @@ CASES: dict[str, str] = {
     "kafka_read_sasl_ssl": "bench.kafka_read:run_sasl_ssl",
     "jdbc_write": "bench.jdbc_write:run",
     "jms_read": "bench.jms_read:run",
+    "jms_write": "bench.jms_write:run",
     "kafka_write": "bench.kafka_write:run",
     "window_sliding_1": "bench.windows:sliding_1",
     "window_sliding_12": "bench.windows:sliding_12",

@@ -155,3 +155,16 @@ def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, mo
     assert cli.main(["doctor", "jms", "resolve", *where, "--destination", dest, "--watch", "0.2"]) == 0
     assert sorted(stomp_util.drain(services, dest)) == ["1", "2", "3"]
     assert jms_sink.staged_tokens(services, sink_id) == []
+
+
+def test_a_batch_larger_than_the_brokers_browse_page_commits_whole(services):
+    """Two tasks of 700 messages each: more than the 200 messages the broker's filtered
+    counts look at by default, so both attempts must still be found whole, and moved."""
+    dest = stomp_util.queue_name("big")
+    opts = Options(_options(services, dest, sinkid=f"t-{uuid.uuid4().hex[:12]}"), "hzsink")
+    plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    ids = [[str(p * 1000 + i) for i in range(700)] for p in (0, 1)]
+    done = [plan.new_writer().write(iter([pa.record_batch({"body": pa.array(b)})]), TaskInfo("q", 0, p, 0, p))
+            for p, b in enumerate(ids)]
+    plan.new_committer().commit(done, 0, plan.claim)
+    assert stomp_util.drain(services, dest) == ids[0] + ids[1]  # every message, each task in order

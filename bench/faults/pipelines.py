@@ -288,7 +288,7 @@ def _staged(env: dict[str, str], sink_id: str) -> int:
     with BrokerSession(env["STOMP_HOST"], int(env["STOMP_PORT"]), env["STOMP_USER"], env["STOMP_PASSWORD"],
                        30.0) as s:
         try:
-            return int(s.call(f"queue.{QUEUE_PREFIX}{sink_id}.staging", "countMessages", ""))
+            return int(s.attribute(f"queue.{QUEUE_PREFIX}{sink_id}.staging", "MessageCount"))
         except ManagementError as e:
             if "AMQ229067" in str(e):  # never staged anything
                 return 0

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from spark_ext.connectors.jms.session import BrokerSession, ManagementError
-from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX
-from spark_ext.connectors.jms.sink.records import TXN_HEADER
 
 
 def session(services: Any) -> BrokerSession:
@@ -17,14 +14,22 @@ def session(services: Any) -> BrokerSession:
 
 def staged_tokens(services: Any, sink_id: str) -> list[str]:
     """The attempts with messages in the sink's staging queue (none if it does not exist)."""
-    with session(services) as s:
-        try:
-            listed = s.call(f"queue.{QUEUE_PREFIX}{sink_id}.staging", "listMessagesAsJSON", "")
-        except ManagementError as e:
-            if "AMQ229067" in str(e):  # no such queue: the sink never staged anything
-                return []
-            raise
-    return sorted({m[TXN_HEADER] for m in json.loads(listed) if TXN_HEADER in m})
+    from spark_ext.connectors.jms.sink.committer import JmsCommitter
+    from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    opts = {"host": services.stomp_host, "port": str(services.stomp_port), "user": services.stomp_user,
+            "password": services.stomp_password, "destination": "/queue/unused", "sinkid": sink_id}
+    committer = JmsCommitter(JmsSinkConfig.parse(Options(opts, "test"), Guarantee.EXACTLY_ONCE))
+    try:
+        return sorted(committer.staged())
+    except ManagementError as e:
+        if "AMQ229067" in str(e):  # no such queue: the sink never staged anything
+            return []
+        raise
+    finally:
+        committer.close()
 
 
 def count(services: Any, queue: str) -> int:

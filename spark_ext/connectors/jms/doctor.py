@@ -18,16 +18,13 @@ while the sink's log moves during ``--watch`` seconds (its query is running).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from collections import Counter
 
 from spark_ext.connectors.jms.session import ManagementError
 from spark_ext.connectors.jms.sink.committer import JmsCommitter, SinkState
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
-from spark_ext.connectors.jms.sink.records import TXN_HEADER
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -48,15 +45,14 @@ def _config(args: argparse.Namespace) -> JmsSinkConfig:
     return JmsSinkConfig.parse(Options(opts, "spark-ext doctor jms"), Guarantee.EXACTLY_ONCE)
 
 
-def staged(committer: JmsCommitter) -> Counter[str]:
+def staged(committer: JmsCommitter) -> dict[str, int]:
     """Messages in the sink's staging queue, per attempt token."""
     try:
-        listed = json.loads(committer._queue(committer.cfg.staging, "listMessagesAsJSON", ""))
+        return committer.staged()
     except ManagementError as e:
         if "AMQ229067" in str(e):  # no staging queue: the sink never ran exactly-once here
-            return Counter()
+            return {}
         raise
-    return Counter(m.get(TXN_HEADER, "?") for m in listed)
 
 
 def _state(committer: JmsCommitter) -> SinkState | None:

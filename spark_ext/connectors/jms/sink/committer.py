@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 SEQ_HEADER = "spark_ext_seq"
 RECORD_HEADER = "spark_ext_record"
 _CAS_TRIES = 20
+_UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
+_ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
 T = TypeVar("T")
 
 
@@ -149,6 +152,17 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
             conf = {"name": name, "address": name, "routing-type": "ANYCAST", "durable": True}
             self.session.call("broker", "createQueue", json.dumps(conf), True)
 
+    def staged(self, where: str = "") -> dict[str, int]:
+        """Staged messages per attempt token (of those matching ``where``), in one pass.
+
+        The broker's filtered counts look at only the first ``management-browse-page-size``
+        messages of a queue (default 200), so the sink lifts that limit for its staging
+        address first (again on every call: a broker restart may have dropped it)."""
+        self.session.call("broker", "addAddressSettings", self.cfg.staging, _UNLIMITED_BROWSE)
+        counted = self._queue(self.cfg.staging, "countMessages", where or f"{TXN_HEADER} IS NOT NULL",
+                              TXN_HEADER)
+        return {k: int(v) for k, v in json.loads(counted).items()}
+
     def state(self) -> SinkState | None:
         """The log's newest entry (None: the sink never ran)."""
         listed = self._queue(self.cfg.log, "listMessagesAsJSON", "")
@@ -187,9 +201,6 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                 return out
         raise RetriableCommitError(f"{what}: the log {self.cfg.log} kept changing under this run "
                                    f"({_CAS_TRIES} tries); is another query writing with the same sinkId?")
-
-    def _staged(self, where: str) -> int:
-        return int(self._queue(self.cfg.staging, "countMessages", where))
 
     def _remove(self, where: str) -> int:
         return int(self._queue(self.cfg.staging, "removeMessages", where))
@@ -251,16 +262,21 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         if now is None or now.epoch != fence:
             raise FencedError(f"batch {batch.batch_id}: another run of sink {self.cfg.sink_id!r} took over "
                               "after this batch began; this run stops without committing (zombie fencing)")
-        for c in batch.prepared:
-            assert c.token is not None
-            staged = self._staged(token_filter([c.token]))
-            if staged != c.rows:
-                self._remove(token_filter([x.token for x in batch.prepared if x.token]))
-                raise FatalCommitError(
-                    f"batch {batch.batch_id}: attempt {c.token} staged {c.rows} messages but {staged} are in "
-                    f"{self.cfg.staging}; something removed or consumed them. Nothing of the batch was "
-                    "committed; restart the query to write it again, and keep consumers off the staging "
-                    "queue")
+        want = {str(c.token): c.rows for c in batch.prepared}
+        deadline = Deadline(_ARRIVAL_S)
+        while True:
+            counts = self.staged(batch_filter(batch.batch_id))
+            short = {t: (n, counts.get(t, 0)) for t, n in want.items() if counts.get(t, 0) != n}
+            if not short or deadline.expired:
+                break
+            time.sleep(0.2)  # committed messages reach the queue's memory a moment after the receipt
+        if short:
+            self._remove(token_filter(list(want)))
+            token, (rows, found) = next(iter(short.items()))
+            raise FatalCommitError(
+                f"batch {batch.batch_id}: attempt {token} staged {rows} messages but {found} are in "
+                f"{self.cfg.staging}; something removed or consumed them. Nothing of the batch was "
+                "committed; restart the query to write it again, and keep consumers off the staging queue")
 
     def record(self, batch: Batch[JmsCommittable]) -> JmsDecision:
         fence = _fence(batch)
@@ -297,7 +313,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         deadline = Deadline(self.cfg.commit_timeout_s)
         while True:
             moved += int(self._queue(self.cfg.staging, "moveMessages", where, self.cfg.queue, False))
-            if self._staged(where) == 0:
+            if self.staged(where).get(winner.token, 0) == 0:
                 return moved
             if deadline.expired:
                 raise RetriableCommitError(f"moving {winner.token} into {self.cfg.queue}: messages still "
