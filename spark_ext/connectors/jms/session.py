@@ -112,17 +112,19 @@ class BrokerSession:
         """COMMIT and wait for its receipt: the transaction's messages are stored."""
         self.receipt("COMMIT", {"transaction": tx}, f"committing transaction {tx}")
 
-    def call(self, resource: str, operation: str, *args: Any) -> Any:
-        """One management operation (``QueueControl`` / ``ActiveMQServerControl``): its result."""
+    def call(self, resource: str, operation: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """One management operation (``QueueControl`` / ``ActiveMQServerControl``): its result.
+        ``timeout_s``: for a long one (a move of many messages); default the session's."""
         return self._manage({"_AMQ_ResourceName": resource, "_AMQ_OperationName": operation}, list(args),
-                            f"{operation} on {resource}")
+                            f"{operation} on {resource}", timeout_s)
 
     def attribute(self, resource: str, name: str) -> Any:
         """One management attribute, e.g. ``attribute("broker", "IDCacheSize")``."""
         return self._manage({"_AMQ_ResourceName": resource, "_AMQ_Attribute": name}, [],
                             f"{name} of {resource}")
 
-    def _manage(self, headers: dict[str, str], args: list[Any], what: str) -> Any:
+    def _manage(self, headers: dict[str, str], args: list[Any], what: str,
+                timeout_s: float | None = None) -> Any:
         if self._reply_to is None:
             self._reply_to = f"/temp-queue/spark-ext-{uuid.uuid4().hex}"
             self.receipt("SUBSCRIBE", {"destination": self._reply_to, "id": "replies", "ack": "auto"},
@@ -131,7 +133,7 @@ class BrokerSession:
         # No content-length: the broker reads a management request's parameters from a text body.
         self.send(wire.encode("SEND", {"destination": MANAGEMENT, "reply-to": self._reply_to,
                                        "correlation-id": cid, **headers}, json.dumps(args).encode()))
-        self._wait(lambda: cid in self._replies, what)
+        self._wait(lambda: cid in self._replies, what, timeout_s)
         with self._cond:
             reply_headers, body = self._replies.pop(cid)
         result = json.loads(body.decode("utf-8")) if body.strip() else [None]
@@ -144,13 +146,14 @@ class BrokerSession:
             raise ManagementError(f"{self.where}: {what} failed: {value}")
         return value
 
-    def _wait(self, done: Any, what: str) -> None:
-        deadline = Deadline(self.timeout_s)
+    def _wait(self, done: Any, what: str, timeout_s: float | None = None) -> None:
+        limit = timeout_s or self.timeout_s
+        deadline = Deadline(limit)
         with self._cond:
             while not done():
                 self._raise_if_failed()
                 if deadline.expired:
-                    raise SessionError(f"{self.where} did not answer {what} within {self.timeout_s:.0f} s")
+                    raise SessionError(f"{self.where} did not answer {what} within {limit:.0f} s")
                 self._cond.wait(min(0.5, max(deadline.remaining, 0.01)))
 
     def _raise_if_failed(self) -> None:
@@ -163,6 +166,11 @@ class BrokerSession:
     def failed(self) -> str | None:
         """The broker's ERROR message, if it sent one."""
         return self._error
+
+    @property
+    def usable(self) -> bool:
+        """Neither refused by the broker nor closed."""
+        return self._open and self._error is None
 
     def close(self) -> None:
         """DISCONNECT (waiting briefly for its receipt) and close the socket."""

@@ -122,7 +122,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
     @property
     def session(self) -> BrokerSession:
-        if self._session is None or self._session.failed is not None:
+        if self._session is None or not self._session.usable:
             if self._session is not None:
                 self._session.close()
             self._session = open_session(self.cfg)
@@ -312,7 +312,8 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         moved = 0
         deadline = Deadline(self.cfg.commit_timeout_s)
         while True:
-            moved += int(self._queue(self.cfg.staging, "moveMessages", where, self.cfg.queue, False))
+            moved += int(self.session.call(f"queue.{self.cfg.staging}", "moveMessages", where, self.cfg.queue,
+                                           False, timeout_s=self.cfg.commit_timeout_s))
             if self.staged(where).get(winner.token, 0) == 0:
                 return moved
             if deadline.expired:
