@@ -86,26 +86,34 @@ def test_message_without_the_id_header_stops_the_query_and_nothing_is_acked(spar
     assert sorted(drain(services, dest)) == ["x0", "x1", "x2"]  # none was acknowledged
 
 
-# Spark batch 2 (jdbc) / the source's second batch with messages (jms): always after at
-# least one batch of 50 committed, so a restart that rewrote it would show duplicates.
-@pytest.mark.parametrize("point", ["jdbc.before_decision@2", "jms.before_ack@2", "jms.mid_ack@2"])
-def test_kill_9_then_restart_every_message_exactly_once_in_postgres(services, tmp_path, point):
+# The driver is killed at each point in turn, each run after batches of its own committed
+# (so a restart that rewrote one would show duplicates). jms points: @N is the source's
+# batch seq N (Spark batch N-1, acknowledged while batch N plans); jdbc: Spark's batch N.
+KILLS = ("jms.before_ack@2", "jms.mid_ack@4", "jdbc.before_decision@6")
+
+
+def test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in_postgres(services, tmp_path):
     dest, table = queue_name("k9"), table_name("jmsk9")
     url = services.postgres_url
     execute(url, f"CREATE TABLE {table} (message_id text, body text)")
-    send(services, dest, [f"p{i}" for i in range(200)])
-    base = [*driver_argv(services, dest, tmp_path / "ckpt", table), "200"]
-    crashed = subprocess.run([*base, point], start_new_session=True, capture_output=True, text=True,
-                             timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    committed = [b for (b,) in query(url, f"SELECT body FROM {table}")]
-    # at least one batch landed before the crash (batch sizes depend on what had arrived)
-    assert 0 < len(committed) < 200 and len(set(committed)) == len(committed), len(committed)
-    assert set(committed) <= {f"p{i}" for i in range(200)}
+    sent = [f"p{i}" for i in range(400)]
+    send(services, dest, sent)
+    base = [*driver_argv(services, dest, tmp_path / "ckpt", table), "400"]
+    landed = 0
+    for point in KILLS:
+        crashed = subprocess.run([*base, point], start_new_session=True, capture_output=True, text=True,
+                                 timeout=300)
+        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-2000:]}"
+        committed = [b for (b,) in query(url, f"SELECT body FROM {table}")]
+        # this run committed batches of its own before the crash, nothing twice
+        assert landed < len(committed) < 400, (point, len(committed))
+        assert len(set(committed)) == len(committed), point
+        assert set(committed) <= set(sent)
+        landed = len(committed)
     done = subprocess.run(base, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
-    assert sorted(b for b, _ in rows) == sorted(f"p{i}" for i in range(200))
+    assert sorted(b for b, _ in rows) == sorted(sent)
     assert all(n == 1 for _, n in rows)  # redelivered duplicates were dropped
     assert prepared(url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
     assert drain(services, dest) == []  # and everything is acknowledged

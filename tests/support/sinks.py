@@ -175,8 +175,8 @@ SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "j
 
 
 # The queue source's ack points, each crashed after a committed batch, with the restart
-# checked exactly once, by tests/test_jms_source.py::test_kill_9_then_restart_every_message_
-# exactly_once_in_postgres.
+# checked exactly once, by tests/test_jms_source.py::test_kill_9_at_each_point_in_turn_then_
+# restart_every_message_exactly_once_in_postgres.
 QUEUE_SOURCE_POINTS = ("jms.before_ack", "jms.mid_ack")
 
 
