@@ -25,11 +25,12 @@ from bench.faults.pipelines import Pipeline, PipelineRun
 
 EPISODE_TIMEOUT_S = 300
 RUSH = 2000  # records per batch for a run that only has to read the rest of its input
+FREEZE_S = 20  # how long a frozen service stays stopped (SIGSTOP ... SIGCONT)
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: ``kind`` is kill | failpoint | task | restart | zombie | reset; ``target``
+    """One fault: ``kind`` is kill | failpoint | task | restart | freeze | zombie | reset; ``target``
     names the failpoint or service; ``after``: batches the run commits first."""
 
     kind: str
@@ -46,7 +47,7 @@ def plan(p: Pipeline, seed: int, crashes: int, every_point: bool = True) -> list
     rng = random.Random(f"{seed}/{p.name}")
     faults = [Fault("failpoint", fp, rng.randint(1, 2)) for fp in p.points] if every_point else []
     menu = [Fault("kill"), Fault("kill"), Fault("task", p.task_point), Fault("zombie"),
-            *(Fault("restart", s) for s in p.services)]
+            *(Fault("restart", s) for s in p.services), *(Fault("freeze", s) for s in p.services)]
     if p.resets:
         menu.append(Fault("reset"))
     while len(faults) < crashes:
@@ -183,6 +184,27 @@ class Episodes:
             if r.returncode != 0:
                 raise CampaignError(f"`services {verb} {f.target}` failed: "
                                     f"{r.stdout[-1500:]}{r.stderr[-1500:]}")
+        self.injected += 1
+        self.end([p], kill=self.wait_batches([p], 2))
+
+    def _freeze(self, f: Fault) -> None:
+        """The service's whole process group stopped (SIGSTOP) for ``FREEZE_S`` under the
+        running query, as a long GC pause or a hung VM would, then resumed."""
+        from services.common import _read_pid
+
+        p = self.start()
+        if not self.wait_batches([p], f.after):
+            self.end([p], kill=False)
+            return
+        pid = _read_pid(f.target)
+        if pid is None:
+            raise CampaignError(f"{f.target} is not running: nothing to freeze")
+        self.say(f"freezing {f.target} for {FREEZE_S} s under the running query")
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            time.sleep(FREEZE_S)
+        finally:
+            os.killpg(pid, signal.SIGCONT)
         self.injected += 1
         self.end([p], kill=self.wait_batches([p], 2))
 
