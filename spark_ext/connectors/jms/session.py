@@ -20,7 +20,7 @@ from typing import Any
 
 from spark_ext.connectors.jms import wire
 from spark_ext.errors import ConnectorError
-from spark_ext.retry import Deadline
+from spark_ext.retry import Backoff, Deadline, retry
 
 MANAGEMENT = "activemq.management"
 _HEARTBEAT_MS = 10_000
@@ -28,6 +28,11 @@ _HEARTBEAT_MS = 10_000
 
 class SessionError(ConnectorError):
     """The broker answered with ERROR, closed the connection, or did not answer in time."""
+
+
+class BrokerUnavailableError(SessionError):
+    """The broker did not take the connection or did not answer the login (down, restarting,
+    frozen): worth waiting for, unlike a refused login."""
 
 
 class ManagementError(ConnectorError):
@@ -44,17 +49,19 @@ class BrokerSession:
         try:
             self._sock = wire.StompSocket(host, port, timeout_s)
         except OSError as e:
-            raise ConnectorError(f"cannot connect to {self.where}: {type(e).__name__}: {e}. Check options "
-                                 "host/port (or brokerUrl)") from None
+            raise BrokerUnavailableError(f"cannot connect to {self.where}: {type(e).__name__}: {e}. Check "
+                                         "options host/port (or brokerUrl)") from None
         try:
             self._sock.login(user, password, _HEARTBEAT_MS, timeout_s)
         except wire.WireError as e:
             self._sock.close()
+            if str(e).startswith(("no answer", "the broker closed")):
+                raise BrokerUnavailableError(f"{self.where} did not answer the login: {e}") from None
             raise ConnectorError(f"{self.where} refused the login as user {user!r}: {e}. Check options user "
                                  "and password") from None
         except OSError as e:
             self._sock.close()
-            raise ConnectorError(f"cannot connect to {self.where}: {type(e).__name__}: {e}") from None
+            raise BrokerUnavailableError(f"cannot connect to {self.where}: {type(e).__name__}: {e}") from None
         self._cond = threading.Condition()
         self._receipts: set[str] = set()
         self._replies: dict[str, tuple[dict[str, str], bytes]] = {}
@@ -189,3 +196,12 @@ class BrokerSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def connect(host: str, port: int, user: str | None, password: str | None, timeout_s: float,
+            wait_s: float) -> BrokerSession:
+    """A session, waiting up to ``wait_s`` for a broker that is down, restarting or frozen
+    (a refused login fails at once)."""
+    return retry(lambda: BrokerSession(host, port, user, password, timeout_s),
+                 what=f"connecting to {host}:{port}", retry_on=BrokerUnavailableError,
+                 timeout_s=max(wait_s, 0.001), backoff=Backoff(initial_s=0.2, max_s=2.0))

@@ -44,7 +44,7 @@ from spark_ext.connectors.jms.sink.config import JmsSinkConfig
 from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER
 from spark_ext.connectors.jms.sink.writer import JmsCommittable, open_session
 from spark_ext.errors import CommitError, FatalCommitError, FencedError, RetriableCommitError
-from spark_ext.retry import Deadline
+from spark_ext.retry import Backoff, Deadline, retry
 
 log = logging.getLogger(__name__)
 
@@ -208,26 +208,32 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
     # --- step 1 ------------------------------------------------------------------------------------
 
     def take_over(self) -> Claim[int]:
-        """Fence older runs (a new epoch), finish a decided batch, remove what is left staged."""
+        """Fence older runs (a new epoch), finish a decided batch, remove what is left staged.
+        Every step is idempotent, so a broker lost on the way is waited for and it starts again."""
         try:
-            self.ensure_queues()
-            ours = self._until_appended(self._new_epoch, "taking the sink over")
-            committed = 0
-            if ours.decision is not None and not ours.done:
-                log.warning("finishing batch %s, decided before a crash", ours.decision.batch_id)
-                for w in ours.decision.winners:
-                    self._move(w)
-                committed = len(ours.decision.winners)
-                self._mark_done(ours.epoch, ours.decision)
-            rolled_back = self._remove("")
-            self._prune()
-            d = ours.decision
-            last = DecidedBatch(d.batch_id, d.query_id) if d is not None else None
-            return Claim(ours.epoch, last, committed=committed, rolled_back=rolled_back)
+            return retry(self._take_over, what="taking over the queue sink", retry_on=SessionError,
+                         timeout_s=max(self.cfg.reconnect_timeout_s, 0.001), on_retry=lambda e: self.close(),
+                         backoff=Backoff(initial_s=0.5, max_s=2.0))
         except SessionError as e:
             raise ConnectorError(f"taking over the queue sink at {self.cfg.where} failed: {e}") from None
         finally:
             self.close()
+
+    def _take_over(self) -> Claim[int]:
+        self.ensure_queues()
+        ours = self._until_appended(self._new_epoch, "taking the sink over")
+        committed = 0
+        if ours.decision is not None and not ours.done:
+            log.warning("finishing batch %s, decided before a crash", ours.decision.batch_id)
+            for w in ours.decision.winners:
+                self._move(w)
+            committed = len(ours.decision.winners)
+            self._mark_done(ours.epoch, ours.decision)
+        rolled_back = self._remove("")
+        self._prune()
+        d = ours.decision
+        last = DecidedBatch(d.batch_id, d.query_id) if d is not None else None
+        return Claim(ours.epoch, last, committed=committed, rolled_back=rolled_back)
 
     def _new_epoch(self, now: SinkState | None) -> SinkState | None:
         ours = self._append(now, (now.epoch if now else 0) + 1, now.decision if now else None,

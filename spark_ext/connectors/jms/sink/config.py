@@ -16,7 +16,7 @@ from spark_ext.options import Options, OptionSpec, checkpoint_sink_id
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"host", "port", "user", "password", "brokerurl", "destination", "sinkid", "persistent",
-                     "connecttimeoutms", "committimeoutms"}),
+                     "connecttimeoutms", "committimeoutms", "reconnecttimeoutms"}),
     required=frozenset({"destination"}),
 )
 
@@ -39,6 +39,7 @@ class JmsSinkConfig:
     persistent: bool
     timeout_s: float
     commit_timeout_s: float
+    reconnect_timeout_s: float = 60.0
 
     def __repr__(self) -> str:  # never show the password
         return f"JmsSinkConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
@@ -88,6 +89,7 @@ class JmsSinkConfig:
             persistent=persistent,
             timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
             commit_timeout_s=(opts.get_int("committimeoutms", 120_000, minimum=1) or 120_000) / 1000.0,
+            reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 60_000, minimum=0) or 0) / 1000.0,
         )
 
 

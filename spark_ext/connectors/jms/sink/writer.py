@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
-from spark_ext.connectors.jms.session import BrokerSession
+from spark_ext.connectors.jms.session import BrokerSession, connect
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
 from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER, common_headers, send_frames
 
@@ -50,7 +50,8 @@ def token_for(sink_id: str, epoch: int, task: TaskInfo) -> str:
 
 
 def open_session(cfg: JmsSinkConfig) -> BrokerSession:
-    return BrokerSession(cfg.host, cfg.port, cfg.user, cfg.password, cfg.timeout_s)
+    """A session; a broker that is away (restarting, frozen) is waited for up to reconnectTimeoutMs."""
+    return connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.timeout_s, cfg.reconnect_timeout_s)
 
 
 def _send_all(session: BrokerSession, batches: Iterator[pa.RecordBatch], common: bytes) -> int:
