@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -26,7 +25,15 @@ from typing import Any
 
 import stomp
 
-from bench.common import RESULTS_DIR, BenchError, Result, services_env, spark_session, timed_parquet_stream
+from bench.common import (
+    RESULTS_DIR,
+    BenchError,
+    Result,
+    drain_queue,
+    services_env,
+    spark_session,
+    timed_parquet_stream,
+)
 
 
 def _stage(spark: Any, rows: int, path: str) -> None:
@@ -51,30 +58,6 @@ def _bare(env: dict[str, str], queue: str, bodies: list[str]) -> float:
         conn.send(queue, b, headers={"persistent": "true"})
     conn.disconnect()  # waits for the receipt: the broker stored everything before it
     return time.monotonic() - t0
-
-
-def _drain(env: dict[str, str], queue: str) -> Counter[str]:
-    sentinel = f"sentinel-{uuid.uuid4().hex}"
-    got: Counter[str] = Counter()
-    done = threading.Event()
-
-    class Listener(stomp.ConnectionListener):
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            if frame.body == sentinel:
-                done.set()
-            else:
-                got[frame.body] += 1
-
-    conn = _connect(env)
-    try:
-        conn.send(queue, sentinel, headers={"persistent": "true"})
-        conn.set_listener("drain", Listener())
-        conn.subscribe(queue, id="drain", ack="auto")
-        if not done.wait(600):
-            raise BenchError(f"jms_write: {queue} not drained within 600 s")
-        return got
-    finally:
-        conn.disconnect()
 
 
 def run() -> Result:
@@ -106,7 +89,8 @@ def run() -> Result:
             bt = _bare(env, q_bare, bodies)
             rates["bare"] = max(rates.get("bare", 0.0), rows / bt)
             print(f"[bench] jms_write bare round {i}: {rows} messages in {bt:.2f} s", file=sys.stderr)
-            outputs[f"ours{i}"], outputs[f"bare{i}"] = _drain(env, q_ours), _drain(env, q_bare)
+            outputs[f"ours{i}"] = Counter(drain_queue(env, q_ours, 600))
+            outputs[f"bare{i}"] = Counter(drain_queue(env, q_bare, 600))
     expected = Counter(bodies)
     equal = all(out == expected for out in outputs.values())
     RESULTS_DIR.mkdir(exist_ok=True)

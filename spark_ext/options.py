@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import os.path
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -56,6 +57,29 @@ def checkpoint_identity(location: str) -> str:
 def checkpoint_sink_id(checkpoint_location: str) -> str:
     """The sink id derived from a query's checkpoint location (what ``doctor`` lists)."""
     return "ck-" + hashlib.sha256(checkpoint_identity(checkpoint_location).encode()).hexdigest()[:16]
+
+
+_SINK_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def stable_sink_id(opts: Options, connector: str, exactly_once: bool, what_for: str) -> str | None:
+    """A sink's stable name: option ``sinkId``, else derived from the checkpoint location.
+    None when neither is set and the guarantee is weaker (the caller picks a fallback);
+    exactly-once needs one, ``what_for`` says why."""
+    given = opts.get_str("sinkid")
+    if given is not None:
+        if not _SINK_ID.match(given):
+            raise InvalidOptionError(
+                f"option 'sinkId' is {given!r}; use 1-64 letters, digits, '_', '-' or '.'")
+        return given
+    ckpt = opts.checkpoint()
+    if ckpt is not None:
+        return checkpoint_sink_id(ckpt)
+    if exactly_once:
+        raise InvalidOptionError(
+            f"hzsink connector {connector!r} with guarantee exactly_once needs a stable sink id {what_for}: "
+            "set .option('checkpointLocation', ...) on writeStream, or .option('sinkId', ...)")
+    return None
 
 @dataclass(frozen=True)
 class OptionSpec:

@@ -11,11 +11,10 @@ import pytest
 
 from spark_ext.commit import Batch, TaskInfo
 from spark_ext.connectors.jdbc import JdbcSink
-from spark_ext.connectors.jdbc.config import checkpoint_sink_id
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable
 from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options
+from spark_ext.options import Options, checkpoint_sink_id
 from tests.support.pg_util import execute, prepared, query, table_name, write_json_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]

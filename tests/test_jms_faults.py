@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from spark_ext.connectors.jdbc.config import checkpoint_sink_id
+from spark_ext.options import checkpoint_sink_id
 from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
 from tests.support.stomp_util import drain, queue_name, send

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import kafka_sink_prefix, read_to_end, run_sql, services_env
+from bench.common import drain_queue, kafka_sink_prefix, read_to_end, run_sql, services_env
 from spark_ext.options import checkpoint_sink_id
 
 KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after_decision",
@@ -179,7 +179,7 @@ class PipelineRun:
             rows = run_sql(self.env["POSTGRES_URL"], f"SELECT id, v FROM {self.out}")
             return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
         if self.p.sink == "jms":
-            return _read_queue(self.env, self.out)
+            return drain_queue(self.env, f"/queue/{self.out}")
         return _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out)
 
     def in_doubt(self) -> int:
@@ -248,37 +248,6 @@ def _read_committed(bootstrap: str, topic: str) -> list[str]:
         c.close()
 
 
-
-
-def _read_queue(env: dict[str, str], queue: str) -> list[str]:
-    """Every message body on ``queue``, consumed by an independent STOMP client up to a
-    sentinel sent now (the queue is FIFO, so nothing committed is left behind it)."""
-    import threading
-
-    import stomp
-
-    sentinel = f"sentinel-{uuid.uuid4().hex}"
-    got: list[str] = []
-    done = threading.Event()
-
-    class Listener(stomp.ConnectionListener):
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            if frame.body == sentinel:
-                done.set()
-            else:
-                got.append(frame.body)
-
-    conn = stomp.Connection12([(env["STOMP_HOST"], int(env["STOMP_PORT"]))], heartbeats=(0, 0))
-    conn.connect(env["STOMP_USER"], env["STOMP_PASSWORD"], wait=True)
-    try:
-        conn.send(f"/queue/{queue}", sentinel, headers={"persistent": "true"})
-        conn.set_listener("read", Listener())
-        conn.subscribe(f"/queue/{queue}", id="read", ack="auto")
-        if not done.wait(120):
-            raise RuntimeError(f"the sentinel did not come back from /queue/{queue} within 120 s")
-        return got
-    finally:
-        conn.disconnect()
 
 
 def _staged(env: dict[str, str], sink_id: str) -> int:

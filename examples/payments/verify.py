@@ -127,8 +127,8 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
 
 def _prepared(url: str, checkpoint: str) -> int:
     """Prepared PostgreSQL transactions of the job's two jdbc sinks (ids from their checkpoints)."""
-    from spark_ext.connectors.jdbc.config import checkpoint_sink_id
     from spark_ext.connectors.jdbc.doctor import list_in_doubt
+    from spark_ext.options import checkpoint_sink_id
 
     return sum(len(list_in_doubt(url, "public", checkpoint_sink_id(f"{checkpoint}/{q}")))
                for q in ("ledger", "windows"))

@@ -9,7 +9,6 @@ part of a message or a log line: ``safe_url`` is what we show.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
@@ -18,7 +17,7 @@ from sqlalchemy.exc import ArgumentError
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec, checkpoint_sink_id
+from spark_ext.options import Options, OptionSpec, stable_sink_id
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "upsertorderby", "createtable",
@@ -26,7 +25,6 @@ SINK_OPTIONS = OptionSpec(
     required=frozenset({"url", "dbtable"}),
 )
 
-_SINK_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
 def parse_url(value: str, user: str | None, password: str | None) -> URL:
@@ -127,21 +125,9 @@ def _order_by(opts: Options, keys: tuple[str, ...]) -> str | None:
 
 def _sink_id(opts: Options, guarantee: Guarantee, url: URL, dbtable: str) -> str:
     """A stable name for this sink: ``sinkId``, else derived from the checkpoint location."""
-    given = opts.get_str("sinkid")
+    given = stable_sink_id(opts, "jdbc", guarantee is Guarantee.EXACTLY_ONCE,
+                           "to find its own in-doubt transactions after a restart")
     if given is not None:
-        if not _SINK_ID.match(given):
-            raise InvalidOptionError(
-                f"option 'sinkId' is {given!r}; use 1-64 letters, digits, '_', '-' or '.'"
-            )
         return given
-    ckpt = opts.checkpoint()
-    if ckpt is not None:
-        return checkpoint_sink_id(ckpt)
-    if guarantee is Guarantee.EXACTLY_ONCE:
-        raise InvalidOptionError(
-            "hzsink connector 'jdbc' with guarantee exactly_once needs a stable sink id to find its "
-            "own in-doubt transactions after a restart: set .option('checkpointLocation', ...) on "
-            "writeStream, or .option('sinkId', ...)"
-        )
     db = f"{url.host}:{url.port}/{url.database}/{dbtable}"
     return "tb-" + hashlib.sha256(db.encode()).hexdigest()[:16]

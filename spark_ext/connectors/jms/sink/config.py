@@ -6,13 +6,12 @@ message or a log line (``__repr__``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from spark_ext.connectors.jms.config import broker_address, destination
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec, checkpoint_sink_id
+from spark_ext.options import Options, OptionSpec, stable_sink_id
 
 SINK_OPTIONS = OptionSpec(
     names=frozenset({"host", "port", "user", "password", "brokerurl", "destination", "sinkid", "persistent",
@@ -20,7 +19,6 @@ SINK_OPTIONS = OptionSpec(
     required=frozenset({"destination"}),
 )
 
-_SINK_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 #: Every queue the sink keeps for itself starts with this (one security-setting covers them).
 QUEUE_PREFIX = "spark_ext."
 
@@ -85,7 +83,7 @@ class JmsSinkConfig:
             password=opts.get_str("password"),
             destination=dest,
             guarantee=guarantee,
-            sink_id=_sink_id(opts, guarantee, dest),
+            sink_id=_sink_id(opts, guarantee),
             persistent=persistent,
             timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
             commit_timeout_s=(opts.get_int("committimeoutms", 120_000, minimum=1) or 120_000) / 1000.0,
@@ -93,19 +91,7 @@ class JmsSinkConfig:
         )
 
 
-def _sink_id(opts: Options, guarantee: Guarantee, dest: str) -> str:
+def _sink_id(opts: Options, guarantee: Guarantee) -> str:
     """``sinkId``, else derived from the checkpoint location (one checkpoint, one sink)."""
-    given = opts.get_str("sinkid")
-    if given is not None:
-        if not _SINK_ID.match(given):
-            raise InvalidOptionError(f"option 'sinkId' is {given!r}; use 1-64 letters, digits, '_' or '-'")
-        return given
-    ckpt = opts.checkpoint()
-    if ckpt is not None:
-        return checkpoint_sink_id(ckpt)
-    if guarantee is Guarantee.EXACTLY_ONCE:
-        raise InvalidOptionError(
-            "hzsink connector 'jms' with guarantee exactly_once needs a stable sink id to find what a "
-            "crashed run left: set .option('checkpointLocation', ...) on writeStream, or "
-            ".option('sinkId', ...)")
-    return "none"
+    return stable_sink_id(opts, "jms", guarantee is Guarantee.EXACTLY_ONCE,
+                          "to find what a crashed run left") or "none"
