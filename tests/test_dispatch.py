@@ -85,7 +85,7 @@ def test_sink_as_source_is_a_clear_error(spark):
 def test_unknown_sink_connector(spark, tmp_path):
     msg = _write_error(spark, tmp_path, connector="postgres")
     assert ("UnknownConnectorError: unknown connector 'postgres' for hzsink; "
-            "valid connectors: jdbc, kafka") in msg
+            "valid connectors: jdbc, jms, kafka") in msg
     _assert_no_executor_trace(msg)
 
 

@@ -131,22 +131,6 @@ def test_upsert_at_least_once_replays_converge_to_the_exactly_once_state(service
     assert dict(query(url, f"SELECT id, v FROM {table}")) == final
 
 
-def test_guarantee_none_rewrites_a_replayed_batch(services, tmp_path):
-    """none: plain appends, no markers: a batch replayed after a crash is written again.
-    Nothing is lost (the source replays); duplicates are what this guarantee allows."""
-    url, table = services.postgres_url, make_table(services.postgres_url, "none")
-    write_json_files(tmp_path / "src", [40, 40, 40])
-    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src"),
-            str(tmp_path / "ckpt"), url, table]
-    crashed = subprocess.run([*argv, "jdbc.after_write@1", "guarantee=none"], start_new_session=True,
-                             capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    done = subprocess.run([*argv, "-", "guarantee=none"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = ids(url, table)
-    assert set(got) == set(range(120)) and len(got) > 120
-
-
 def _plan(url: str, table: str, sink_id: str, schema, **opts: str):
     o = Options({"url": url, "dbtable": table, "sinkid": sink_id, **opts}, "hzsink")
     return JdbcSink().plan(o, schema, Guarantee.EXACTLY_ONCE)

@@ -48,8 +48,10 @@ def run_until_written(q, url: str, table: str, rows: int) -> None:
 
 
 @pytest.mark.restarts_services
-@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
-def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path, guarantee):
+def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path):
+    """exactly_once; at_least_once receives through the same connection code (only the
+    driver-restart bookkeeping differs), so one guarantee stands for both here."""
+    guarantee = "exactly_once"
     dest, table = queue_name("restart"), table_name("jmsrs")
     url = services.postgres_url
     execute(url, f"CREATE TABLE {table} (message_id text, body text)")
@@ -64,8 +66,7 @@ def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path, gua
         q.stop()
     rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
     assert sorted(b for b, _ in rows) == sorted(f"r{i}" for i in range(2000))  # nothing lost
-    if guarantee == "exactly_once":
-        assert all(n == 1 for _, n in rows), [r for r in rows if r[1] > 1][:5]
+    assert all(n == 1 for _, n in rows), [r for r in rows if r[1] > 1][:5]
     assert drain(services, dest) == []
 
 
