@@ -82,3 +82,16 @@ def test_a_service_restart_under_a_running_pipeline_keeps_every_guarantee(tmp_pa
     committed a batch: the query rides it out, then the count. (An Artemis restart under
     an exactly_once queue -> PostgreSQL query is tests/test_jms_faults.py's.)"""
     _assert_held(run_faults(PIPELINES[name], tmp_path, [Fault("restart", service, 1)]))
+
+
+def test_a_campaign_broken_off_counts_only_what_was_due(tmp_path):
+    """A fault that cannot be carried out (a restart of a service that does not exist)
+    breaks the campaign off after its run committed two batches. The FAULTS line says
+    interrupted, with the reason; only what the committed batches read is due, so the
+    input no run got to read is not counted lost (it used to be: lost = input - committed)."""
+    o = run_faults(PIPELINES["kafka_to_kafka"], tmp_path, [Fault("restart", "no-such-service", 2)])
+    print(o.line())
+    assert o.status == "interrupted" and "no-such-service" in o.error, o.line()
+    assert 'reason="`services down no-such-service` failed:' in o.line()
+    assert 0 < o.due < o.expected, o.line()  # what the committed batches read, not the whole input
+    assert o.committed >= o.due and o.lost == 0 and o.duplicated == 0, o.line()

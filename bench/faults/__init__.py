@@ -8,11 +8,15 @@ restarts a broker or the database under the running query, starts a second (zomb
 of the same query, or deletes the checkpoint and restarts the query on new input. A
 last clean run reads the input to its end; then the sink is compared with the input:
 
-``FAULTS pipeline=<name> guarantee=<g> crashes=<n> expected=<n> committed=<n> lost=<n>
-duplicated=<n> in_doubt=<n>``
+``FAULTS pipeline=<name> status=held|broken|interrupted guarantee=<g> crashes=<n>
+expected=<n> due=<n> committed=<n> lost=<n> duplicated=<n> in_doubt=<n> [reason="..."]``
 
 ``crashes`` counts the faults injected; ``in_doubt`` what the sink left open after the
-last run (prepared PostgreSQL transactions, open Kafka transactions of its prefix).
+last run (prepared PostgreSQL transactions, open Kafka transactions of its prefix, staged
+queue messages). ``due`` is what the sink had to hold: all the input when the campaign
+ran to its end, else (``interrupted``, with its ``reason``) only what the batches Spark
+committed had read; ``lost`` counts records due and missing, never input no run read.
+``broken``: a record due was lost or written twice, or (run to its end) left in doubt.
 Options: ``--seed N`` (replays a campaign: the same faults in the same order),
 ``--crashes N`` (faults per pipeline, default 10), pipeline names (default: all).
 """
@@ -36,7 +40,7 @@ from bench.faults.pipelines import Pipeline, PipelineRun, count
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the sink committed against what went in, for one pipeline."""
+    """What the sink committed against what it had to, for one pipeline."""
 
     name: str
     crashes: int
@@ -46,22 +50,41 @@ class Outcome:
     duplicated: int
     in_doubt: int
     guarantee: str = "exactly_once"
-    error: str = ""  # the campaign was broken off (a driver hung, a last run kept failing)
+    error: str = ""  # why the campaign broke off (a driver hung, a service would not come back)
     missed: tuple[str, ...] = ()  # faults whose episode ended before they could strike
+    due: int = -1  # what the sink had to hold: all input, or what committed batches read (broken off)
+    replay: str = ""  # the command that replays the campaign
+
+    @property
+    def kept(self) -> bool:
+        """Nothing due lost; for exactly_once also nothing twice and, when the campaign ran
+        to its end, nothing left in doubt (a run broken off may leave a batch for the next)."""
+        if self.guarantee != "exactly_once":
+            return self.lost == 0
+        return self.lost == 0 and self.duplicated == 0 and (self.in_doubt == 0 or bool(self.error))
+
+    @property
+    def status(self) -> str:
+        """held: ran to its end, guarantee kept; broken: a record due was lost, written twice or
+        left in doubt; interrupted: broken off before its end, nothing due missing."""
+        if not self.kept:
+            return "broken"
+        return "interrupted" if self.error else "held"
 
     @property
     def held(self) -> bool:
-        """Nothing lost; for exactly_once also nothing twice and nothing left in doubt."""
-        if self.error:
-            return False
-        if self.guarantee != "exactly_once":
-            return self.lost == 0
-        return self.lost == 0 and self.duplicated == 0 and self.in_doubt == 0
+        return self.status == "held"
 
     def line(self) -> str:
-        return (f"FAULTS pipeline={self.name} guarantee={self.guarantee} crashes={self.crashes} "
-                f"expected={self.expected} committed={self.committed} lost={self.lost} "
-                f"duplicated={self.duplicated} in_doubt={self.in_doubt}")
+        reason = f' reason="{_one_line(self.error)}"' if self.error else ""
+        return (f"FAULTS pipeline={self.name} status={self.status} guarantee={self.guarantee} "
+                f"crashes={self.crashes} expected={self.expected} due={self.due} committed={self.committed} "
+                f"lost={self.lost} duplicated={self.duplicated} in_doubt={self.in_doubt}{reason}")
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    flat = " ".join(text.split()).replace('"', "'")
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def say(msg: str) -> None:
@@ -106,10 +129,12 @@ def run_faults(p: Pipeline, tmp: Path, faults: Sequence[Fault], crashes: int | N
     except CampaignError as e:
         error = str(e)
         say(f"{p.name}: campaign broken off: {e}")
-    ids = run.committed()
-    lost, duplicated = count(ids, run.expected)
-    outcome = Outcome(p.name, ep.injected, len(run.expected), len(ids), lost, duplicated, run.in_doubt(),
-                      p.guarantee, error, tuple(missed))
+    ids, due, in_doubt = _what_the_sink_holds(run, error)
+    if error and due is not run.expected:
+        say(f"{p.name}: broken off; counting against the {len(due)} records committed batches had read")
+    lost, duplicated = count(ids, due)
+    outcome = Outcome(p.name, ep.injected, len(run.expected), len(ids), lost, duplicated, in_doubt,
+                      p.guarantee, error, tuple(missed), len(due), replay)
     for failure in ep.failures:
         say(f"{p.name}: a run ended in an error (a fault's effect): {failure}")
     if outcome.held:
@@ -118,6 +143,21 @@ def run_faults(p: Pipeline, tmp: Path, faults: Sequence[Fault], crashes: int | N
         say(f"{p.name}: BROKEN; replay with `{replay or 'the same faults'}`; faults: {' '.join(done)}; "
             f"sink {run.out}, checkpoint {run.checkpoint}")
     return outcome
+
+
+def _what_the_sink_holds(run: PipelineRun, error: str) -> tuple[list[str], set[str], int]:
+    """(what the sink holds, what it had to hold, what it left in doubt). A campaign that
+    ran to its end had to hold all its input; one broken off only what the batches Spark
+    committed had read. A service still away leaves the count at nothing due."""
+    try:
+        ids = run.committed()
+        due = run.due() if error else run.expected
+        return ids, due, run.in_doubt()
+    except Exception as e:  # the reason joins the FAULTS line instead
+        if not error:
+            raise
+        say(f"{run.p.name}: the sink could not be read after the campaign broke off: {e}")
+        return [], set(), 0
 
 
 PIPELINES: dict[str, Callable[..., Outcome]] = {
@@ -146,9 +186,9 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(tmp, ignore_errors=True)  # else kept: the checkpoint, for a look
     for o in outcomes:
         print(o.line(), flush=True)
-    broken = [o.name for o in outcomes if not o.held]
-    if broken:
-        print(f"guarantee broken in: {', '.join(broken)} (seed={seed}; `make faults SEED={seed}` replays)",
+    failed = [o for o in outcomes if not o.held]
+    for o in failed:  # last, so the reason is what a reader sees
+        what = "guarantee broken" if o.status == "broken" else "campaign broken off"
+        print(f"{o.name}: {what}{': ' + _one_line(o.error) if o.error else ''}; replay with `{o.replay}`",
               file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failed else 0

@@ -148,10 +148,27 @@ class Episodes:
 
     def __call__(self, f: Fault) -> None:
         try:
+            self._revive()
             getattr(self, f"_{f.kind}")(f)
         except CampaignError:
             self.kill_all()
             raise
+
+    def _revive(self) -> None:
+        """Start again a service of ours found dead between episodes (seen: a Kafka broker
+        that came back from a restart and died on its metadata log seconds later)."""
+        from services.common import LOCAL, _read_pid
+
+        for name in self.run.p.services:
+            if (LOCAL / f"{name}.pid").exists() and _read_pid(name) is None:
+                self.say(f"{name} was found dead between episodes; starting it")
+                self._services("up", name)
+
+    def _services(self, verb: str, name: str) -> None:
+        r = subprocess.run([sys.executable, "-m", "services", verb, name], cwd=ROOT,
+                           capture_output=True, text=True, timeout=EPISODE_TIMEOUT_S)
+        if r.returncode != 0:
+            raise CampaignError(f"`services {verb} {name}` failed: {r.stdout[-1500:]}{r.stderr[-1500:]}")
 
     def _kill(self, f: Fault) -> None:
         p = self.start()
@@ -179,11 +196,7 @@ class Episodes:
             return
         self.say(f"restarting {f.target} under the running query")
         for verb in ("down", "up"):
-            r = subprocess.run([sys.executable, "-m", "services", verb, f.target], cwd=ROOT,
-                               capture_output=True, text=True, timeout=EPISODE_TIMEOUT_S)
-            if r.returncode != 0:
-                raise CampaignError(f"`services {verb} {f.target}` failed: "
-                                    f"{r.stdout[-1500:]}{r.stderr[-1500:]}")
+            self._services(verb, f.target)
         self.injected += 1
         self.end([p], kill=self.wait_batches([p], 2))
 

@@ -82,6 +82,7 @@ class PipelineRun:
         self.out = f"faults_{p.name}_{self.tag}"
         self.input = ""
         self._next_id = 0
+        self.read_before: set[str] = set()  # what inputs before a checkpoint reset held (all read)
         if p.sink == "kafka":
             self._create_topic(self.out, 3)
         self.new_input()
@@ -91,6 +92,7 @@ class PipelineRun:
     def new_input(self) -> None:
         """A fresh input (topic or queue) of ``ids_per_input`` new unique ids."""
         ids = [str(i) for i in range(self._next_id, self._next_id + self.ids_per_input)]
+        self.read_before = set(self.expected)  # a reset reads its input to the end first
         self._next_id += self.ids_per_input
         self.input = f"faults-in-{self.tag}-{self._next_id}"
         if self.p.source == "kafka":
@@ -165,6 +167,49 @@ class PipelineRun:
         ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.is_dir() else []
         return max(ids, default=-1)
 
+    # --- what was due when a campaign broke off -----------------------------------------
+
+    def due(self) -> set[str]:
+        """What the sink must hold although the campaign broke off: what the batches Spark
+        committed had read (a queue: what was acknowledged, so gone from the input queue),
+        never input no run got to read. Windows: those the committed batches' watermark
+        had passed."""
+        if self.p.source == "jms":
+            left = set(drain_queue(self.env, f"/queue/{self.input}"))
+            return {i for i in self.expected if i not in left}
+        batch = self.last_batch()
+        if self.p.windows:
+            # emitted in the batch after the one whose events moved the watermark past them
+            wm = _watermark(self._read_below(self._ends(batch - 1)))
+            return {w for w in self.expected if int(w.split("|")[2]) <= wm}
+        return self.read_before | {i for ids in self._read_below(self._ends(batch)).values() for i in ids}
+
+    def _ends(self, batch: int) -> dict[int, int]:
+        """The current input's end offsets per partition as Spark's offset log holds them
+        for ``batch`` (nothing read before batch 0)."""
+        path = self.checkpoint / "offsets" / str(batch)
+        if batch < 0 or not path.exists():
+            return {}
+        doc = json.loads(path.read_text().splitlines()[2])
+        return {int(p): int(o) for p, o in doc.get(self.input, {}).items()}
+
+    def _read_below(self, ends: dict[int, int]) -> dict[int, list[str]]:
+        """The current input's ids below ``ends``, per partition, in offset order."""
+        if not ends:
+            return {}
+        from kafka import KafkaConsumer
+
+        c = KafkaConsumer(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False)
+        try:
+            records = read_to_end(c, self.input)
+        finally:
+            c.close()
+        out: dict[int, list[str]] = {p: [] for p in ends}
+        for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+            if r.offset < ends.get(r.partition, 0) and r.key != b"flush":
+                out[r.partition].append(r.key.decode())
+        return out
+
     # --- what the sink holds ------------------------------------------------------------
 
     def committed(self) -> list[str]:
@@ -226,6 +271,15 @@ def expected_windows(ids: list[int]) -> set[str]:
     return {f"{k}|{s}|{s + 30}|{n}|{t}|{m}" for (k, s), (n, t, m) in acc.items()}
 
 
+def _watermark(read: dict[int, list[str]]) -> float:
+    """The coalesced watermark after reading ``read``: the least, over the input's
+    partitions, of the newest event time read from it (no lateness; -inf while a
+    partition has given nothing)."""
+    if not read or not all(read.values()):
+        return float("-inf")
+    return min(max(event(int(i))[1] for i in ids) for ids in read.values())
+
+
 def count(items: list[str], expected: set[str]) -> tuple[int, int]:
     """(lost, duplicated) of ``items`` against ``expected``; an item is an id, or a window
     whose first three fields (key, start, end) identify it."""
@@ -246,8 +300,6 @@ def _read_committed(bootstrap: str, topic: str) -> list[str]:
         return [r.value.decode() for r in read_to_end(c, topic)]
     finally:
         c.close()
-
-
 
 
 def _staged(env: dict[str, str], sink_id: str) -> int:
