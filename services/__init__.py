@@ -36,6 +36,7 @@ from services.common import (
     STOMP_PASSWORD,
     STOMP_PORT,
     STOMP_USER,
+    ServiceDiedError,
     ServiceError,
     _adopt,
     _port_open,
@@ -96,7 +97,17 @@ def _ensure(name: str) -> None:
     elif _port_open(port):
         _adopt(name, port, ready, settings)
     else:
-        start()
+        try:
+            start()
+        except ServiceDiedError as first:
+            # Seen: a Kafka broker restarted under load came up, then died on its metadata
+            # log. Once more, from a clean stop; a second death is reported with its log.
+            log(f"{name} died while starting; starting it once more. {str(first).splitlines()[0]}")
+            _stop_pid(name)
+            try:
+                start()
+            except ServiceDiedError as second:
+                raise ServiceError(f"{name} died twice while starting: {second}") from None
 
 
 def up(names: list[str]) -> None:
@@ -113,7 +124,9 @@ def up(names: list[str]) -> None:
 
 def down(names: list[str]) -> None:
     for name in reversed(names):
-        _stop_pid(name)
+        # A broker killed before it finished shutting down leaves logs it must recover;
+        # give a loaded Kafka (a CPU-starved JVM closing many transactions) time first.
+        _stop_pid(name, timeout=90.0 if name == "kafka" else 30.0)
 
 
 def main(argv: list[str]) -> int:

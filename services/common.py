@@ -43,6 +43,10 @@ class ServiceError(Exception):
     """A local service could not be installed, started or reached."""
 
 
+class ServiceDiedError(ServiceError):
+    """The service's process exited while we waited for it to answer."""
+
+
 def log(msg: str) -> None:
     print(f"[services] {msg}", flush=True)
 
@@ -85,7 +89,7 @@ def _wait(what: str, check: Callable[[], bool], pid: int | None, logfile: Path) 
     last: Exception | None = None
     while time.monotonic() < deadline:
         if pid is not None and not _pid_alive(pid):
-            raise ServiceError(f"{what} exited during start; see {logfile}:\n{_tail(logfile)}")
+            raise ServiceDiedError(f"{what} exited during start; see {logfile}:\n{_tail(logfile)}")
         try:
             if check():
                 return
@@ -118,7 +122,22 @@ def _spawn(name: str, argv: list[str], env: dict[str, str] | None = None, cwd: P
     return proc.pid
 
 
+def _group_alive(pgid: int) -> bool:
+    """Is any process of group ``pgid`` still running (zombies, already dead, do not count)?"""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while we looked
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def _stop_pid(name: str, timeout: float = 30.0) -> None:
+    """Stop the service's whole process group and return only once every process of it is
+    gone: a restart must not start a new server on the data directory while the old one
+    still writes to it (a killed process takes a moment to go)."""
     # PostgreSQL treats SIGTERM as "smart" shutdown (waits for clients); SIGINT is "fast".
     sig = signal.SIGINT if name == "postgres" else signal.SIGTERM
     pid = _read_pid(name)
@@ -127,15 +146,26 @@ def _stop_pid(name: str, timeout: float = 30.0) -> None:
         pidfile.unlink(missing_ok=True)
         return
     log(f"stopping {name} (pid {pid})")
+    started = time.monotonic()
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
+    deadline = started + timeout
+    while time.monotonic() < deadline and (_pid_alive(pid) or _group_alive(pid)):
         time.sleep(0.2)
-    if _pid_alive(pid):
-        os.killpg(pid, signal.SIGKILL)
+    if _pid_alive(pid) or _group_alive(pid):
+        log(f"{name} did not stop within {timeout:.0f} s: killing it")
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        gone = time.monotonic() + 30
+        while (_pid_alive(pid) or _group_alive(pid)) and time.monotonic() < gone:
+            time.sleep(0.1)
+        if _pid_alive(pid) or _group_alive(pid):
+            raise ServiceError(f"{name} (process group {pid}) still runs 30 s after SIGKILL")
+    log(f"{name} stopped in {time.monotonic() - started:.1f} s")
     pidfile.unlink(missing_ok=True)
 
 

@@ -49,3 +49,30 @@ def test_a_campaign_broken_off_is_interrupted_unless_something_due_is_missing(lo
     assert o.status == status and not o.held
     assert o.line().endswith('reason="`services up kafka` failed: x y"')
     assert f"status={status} " in o.line() and "due=300" in o.line()
+
+
+def test_services_up_starts_a_service_that_died_while_starting_once_more(monkeypatch):
+    """The control flow only (a real broker cannot be made to die on its first start on
+    purpose): one death is retried from a clean stop, a second one is an error naming it."""
+    import services
+    from services.common import ServiceDiedError, ServiceError
+
+    calls: list[str] = []
+
+    def flaky(deaths: int):
+        def start() -> None:
+            calls.append("start")
+            if calls.count("start") <= deaths:
+                raise ServiceDiedError("fake exited during start; see fake.log:\nCorruptRecordException")
+        return start
+
+    monkeypatch.setattr(services, "_stop_pid", lambda name, timeout=30.0: calls.append(f"stop {name}"))
+    monkeypatch.setattr(services, "_port_open", lambda port: False)
+    monkeypatch.setattr(services, "_read_pid", lambda name: None)
+    monkeypatch.setitem(services.SERVICES, "fake", (1, None, None, flaky(1)))
+    services._ensure("fake")
+    assert calls == ["start", "stop fake", "start"]
+    calls.clear()
+    monkeypatch.setitem(services.SERVICES, "fake", (1, None, None, flaky(2)))
+    with pytest.raises(ServiceError, match=r"(?s)fake died twice while starting: .*CorruptRecordException"):
+        services._ensure("fake")
