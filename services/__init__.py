@@ -126,7 +126,7 @@ def down(names: list[str]) -> None:
     for name in reversed(names):
         # A broker killed before it finished shutting down leaves logs it must recover;
         # give a loaded Kafka (a CPU-starved JVM closing many transactions) time first.
-        _stop_pid(name, timeout=90.0 if name == "kafka" else 30.0)
+        _stop_pid(name, timeout=90.0 if name == "kafka" else 30.0, port=SERVICES[name][0])
 
 
 def main(argv: list[str]) -> int:

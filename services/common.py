@@ -123,18 +123,26 @@ def _spawn(name: str, argv: list[str], env: dict[str, str] | None = None, cwd: P
 
 
 def _group_alive(pgid: int) -> bool:
-    """Is any process of group ``pgid`` still running (zombies, already dead, do not count)?"""
+    """Is any process of group ``pgid`` still running? A process whose main thread is a
+    zombie still runs while another of its threads has not exited (a JVM tearing down
+    keeps its sockets and files open then), so a zombie counts as gone only once every
+    thread of it is."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:
+                continue
+            if fields[0] != "Z":
+                return True
+            for task in (stat.parent / "task").glob("*/stat"):
+                if task.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
         except OSError:
             continue  # exited while we looked
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
     return False
 
 
-def _stop_pid(name: str, timeout: float = 30.0) -> None:
+def _stop_pid(name: str, timeout: float = 30.0, port: int | None = None) -> None:
     """Stop the service's whole process group and return only once every process of it is
     gone: a restart must not start a new server on the data directory while the old one
     still writes to it (a killed process takes a moment to go)."""
@@ -165,6 +173,10 @@ def _stop_pid(name: str, timeout: float = 30.0) -> None:
             time.sleep(0.1)
         if _pid_alive(pid) or _group_alive(pid):
             raise ServiceError(f"{name} (process group {pid}) still runs 30 s after SIGKILL")
+    if port is not None:  # the listening socket goes with the last thread; be sure of it
+        closed = time.monotonic() + 30
+        while _port_open(port) and time.monotonic() < closed:
+            time.sleep(0.1)
     log(f"{name} stopped in {time.monotonic() - started:.1f} s")
     pidfile.unlink(missing_ok=True)
 

@@ -21,7 +21,7 @@ import time
 import uuid
 
 from bench.common import ROOT, services_env
-from services.common import LOCAL, _group_alive, _pid_alive, _read_pid
+from services.common import KAFKA_PORT, LOCAL, _group_alive, _pid_alive, _port_open, _read_pid
 
 STABLE_S = 5.0  # how long a started broker must stay up (it died about 3 s after its start)
 _BAD = ("CorruptRecordException", "Found record size", "ERROR Exiting", "Shutdown broker because")
@@ -63,7 +63,7 @@ def _kill() -> tuple[float, str]:
     if pid is None:
         raise RuntimeError("kafka is not running")
     os.killpg(pid, signal.SIGKILL)
-    while _pid_alive(pid) or _group_alive(pid):
+    while _pid_alive(pid) or _group_alive(pid) or _port_open(KAFKA_PORT):
         if time.monotonic() - t0 > 30:
             raise RuntimeError("kafka still runs 30 s after SIGKILL")
         time.sleep(0.1)
