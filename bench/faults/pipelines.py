@@ -303,14 +303,12 @@ def _read_committed(bootstrap: str, topic: str) -> list[str]:
 
 
 def _staged(env: dict[str, str], sink_id: str) -> int:
-    from spark_ext.connectors.jms.session import BrokerSession, ManagementError
+    from spark_ext.connectors.jms.session import BrokerSession, QueueMissingError
     from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX
 
     with BrokerSession(env["STOMP_HOST"], int(env["STOMP_PORT"]), env["STOMP_USER"], env["STOMP_PASSWORD"],
                        30.0) as s:
         try:
             return int(s.attribute(f"queue.{QUEUE_PREFIX}{sink_id}.staging", "MessageCount"))
-        except ManagementError as e:
-            if "AMQ229067" in str(e):  # never staged anything
-                return 0
-            raise
+        except QueueMissingError:  # never staged anything
+            return 0

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from spark_ext.connectors.jms.session import ManagementError
+from spark_ext.connectors.jms.session import QueueMissingError
 from spark_ext.connectors.jms.sink.committer import JmsCommitter, SinkState
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
 from spark_ext.errors import SparkExtError
@@ -49,19 +49,15 @@ def staged(committer: JmsCommitter) -> dict[str, int]:
     """Messages in the sink's staging queue, per attempt token."""
     try:
         return committer.staged()
-    except ManagementError as e:
-        if "AMQ229067" in str(e):  # no staging queue: the sink never ran exactly-once here
-            return {}
-        raise
+    except QueueMissingError:  # no staging queue: the sink never ran exactly-once here
+        return {}
 
 
 def _state(committer: JmsCommitter) -> SinkState | None:
     try:
         return committer.state()
-    except ManagementError as e:
-        if "AMQ229067" in str(e):
-            return None
-        raise
+    except QueueMissingError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

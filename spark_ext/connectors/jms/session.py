@@ -39,6 +39,10 @@ class ManagementError(ConnectorError):
     """A management operation failed on the broker (the broker's reason in the message)."""
 
 
+class QueueMissingError(ManagementError):
+    """The broker has no queue (resource) of that name (AMQ229067)."""
+
+
 class BrokerSession:
     """A logged-in STOMP 1.2 connection for writing and managing. Not thread-safe."""
 
@@ -150,7 +154,8 @@ class BrokerSession:
                 raise ManagementError(
                     f"{self.where} refused {what}: {value}. The sink's user needs the 'manage' permission "
                     "on address activemq.management (security-settings in broker.xml)")
-            raise ManagementError(f"{self.where}: {what} failed: {value}")
+            error = QueueMissingError if "AMQ229067" in str(value) else ManagementError
+            raise error(f"{self.where}: {what} failed: {value}")
         return value
 
     def _wait(self, done: Any, what: str, timeout_s: float | None = None) -> None:

@@ -117,6 +117,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
     def __init__(self, cfg: JmsSinkConfig) -> None:
         self.cfg = cfg
         self._session: BrokerSession | None = None
+        self._browse_lifted = False  # on this session's broker (a restart may drop the setting)
 
     # --- the connection and the log ------------------------------------------------------------
 
@@ -126,6 +127,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
             if self._session is not None:
                 self._session.close()
             self._session = open_session(self.cfg)
+            self._browse_lifted = False
         return self._session
 
     @contextmanager
@@ -157,8 +159,12 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
         The broker's filtered counts look at only the first ``management-browse-page-size``
         messages of a queue (default 200), so the sink lifts that limit for its staging
-        address first (again on every call: a broker restart may have dropped it)."""
-        self.session.call("broker", "addAddressSettings", self.cfg.staging, _UNLIMITED_BROWSE)
+        address first (once per connection: a broker restart, which ends the connection,
+        may have dropped it)."""
+        session = self.session  # first: a new connection resets the flag
+        if not self._browse_lifted:
+            session.call("broker", "addAddressSettings", self.cfg.staging, _UNLIMITED_BROWSE)
+            self._browse_lifted = True
         counted = self._queue(self.cfg.staging, "countMessages", where or f"{TXN_HEADER} IS NOT NULL",
                               TXN_HEADER)
         return {k: int(v) for k, v in json.loads(counted).items()}
