@@ -5,7 +5,10 @@
 # Values from the environment are ignored (CI must run the whole suite whatever the
 # environment says); set them on the command line: make test PYTEST_ARGS="-k kafka".
 ifeq ($(origin PYTHON),environment)
-PYTHON := python3
+PYTHON := 3.11
+endif
+ifeq ($(origin PYSPARK),environment)
+PYSPARK := 4.0.5
 endif
 ifeq ($(origin PYTEST_ARGS),environment)
 PYTEST_ARGS :=
@@ -13,7 +16,10 @@ endif
 ifeq ($(origin TEST_WORKERS),environment)
 TEST_WORKERS := 2
 endif
-PYTHON ?= python3
+# make test-compat: the compat subset on this PySpark release and Python version (default:
+# the oldest supported, spark_ext/compat.py PYSPARK_FLOOR); .venv itself is python3's.
+PYSPARK ?= 4.0.5
+PYTHON ?= 3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -22,13 +28,13 @@ TEST_WORKERS ?= 2
 CASES ?=
 PIPELINES ?=
 
-.PHONY: help venv services services-down services-status test unit lint demo cluster-demo bench faults clean
+.PHONY: help venv services services-down services-status test test-compat unit lint demo cluster-demo bench faults clean
 
 help:
-	@echo "make test | demo | cluster-demo | services | services-down | lint | unit | bench | faults | clean"
+	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | bench | faults | clean"
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
@@ -55,9 +61,14 @@ unit: $(STAMP)
 # that stop and start a shared service (marker restarts_services) then run alone. Exit
 # status 5 is "no test selected", for a PYTEST_ARGS="-k ..." that selects from one part only.
 test: $(STAMP) lint services
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services" --durations=25 \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services and not compat_only" --durations=25 \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -m restarts_services --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m "restarts_services and not compat_only" --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The tests marked compat, on PySpark $(PYSPARK) and Python $(PYTHON), from the built wheel
+# in a virtualenv cached in ~/.cache/spark-ext/compat (tests/compat_env.py).
+test-compat: $(STAMP) services
+	$(PY) -m tests.compat_env --pyspark $(PYSPARK) --python $(PYTHON) $(PYTEST_ARGS)
 
 demo: $(STAMP) services
 	$(PY) -m examples.payments.demo

@@ -63,9 +63,10 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from spark_ext import compat, failpoints
+from spark_ext.compat import StreamArrowWriter
 from spark_ext.errors import (
     CommitError,
     FatalCommitError,
@@ -380,7 +381,7 @@ def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s
         raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
 
 
-class ProtocolStreamWriter(Shipped, DataSourceStreamArrowWriter):
+class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     """Spark's streaming writer, delegating to a sink's writer and committer.
 
     Built on the driver at query start; pickled to executors (``write``) and to the

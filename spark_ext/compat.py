@@ -1,8 +1,10 @@
-"""Every reliance of spark-ext on PySpark internals, in one place.
+"""Every reliance of spark-ext on PySpark internals and on what differs between releases,
+in one place.
 
-Checked on PySpark 4.3 (``PYSPARK_CHECKED``). ``tests/test_compat.py`` checks each
-assumption against the installed PySpark and names it when an upgrade breaks it; fix
-it here, nowhere else, then bump ``PYSPARK_CHECKED``.
+Supported: PySpark ``PYSPARK_FLOOR`` to ``PYSPARK_CHECKED`` (``SUPPORTED``).
+``tests/test_compat.py`` checks each assumption against the installed PySpark and names it
+when a release breaks it; fix it here, nowhere else. ``make test-compat PYSPARK=<version>``
+runs those tests and a subset of the suite on another release.
 """
 
 from __future__ import annotations
@@ -12,8 +14,97 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from spark_ext.errors import UnsupportedReleaseError
+
 PYSPARK_CHECKED = "4.3"
-"""The PySpark major.minor every assumption below was checked on."""
+"""The newest PySpark major.minor every assumption below was checked on."""
+
+PYSPARK_FLOOR = "4.0"
+"""The oldest: 3.5 has no Python streaming data sources."""
+
+SUPPORTED = ("4.0", "4.1", "4.2", "4.3")
+"""Each release ``make test-compat`` was run on."""
+
+ADMISSION_CONTROL_RELEASE = "4.2"
+"""From this release on, Spark passes a Python stream reader the batch's start offset and a
+read limit (``latestOffset(start, limit)``, ``getDefaultReadLimit``) and runs
+``prepareForTriggerAvailableNow``. Before it, ``latestOffset()`` takes no arguments and
+``Trigger.AvailableNow`` is Spark's own wrapper: one batch up to the latest offset at start.
+"""
+
+try:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    HAS_ADMISSION_CONTROL = True
+except ImportError:  # PySpark 4.1: stand-ins, so readers define the same methods on every release
+    HAS_ADMISSION_CONTROL = False
+
+    class ReadLimit:  # type: ignore[no-redef]
+        """Stand-in: PySpark 4.1 passes no read limit."""
+
+    @dataclass(frozen=True)
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in: PySpark 4.1 passes no read limit."""
+
+    @dataclass(frozen=True)
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in: PySpark 4.1 passes no read limit."""
+
+        max_rows: int
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in: PySpark 4.1 never calls ``prepareForTriggerAvailableNow``."""
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            raise NotImplementedError
+
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as StreamArrowWriter
+except ImportError:  # PySpark 4.0
+    from pyspark.sql.datasource import DataSourceArrowWriter
+
+    class StreamArrowWriter(DataSourceArrowWriter):  # type: ignore[no-redef]
+        """Stand-in for 4.1's ``DataSourceStreamArrowWriter``.
+
+        Assumed: PySpark 4.0 hands any writer that is a ``DataSourceArrowWriter`` Arrow
+        batches, streaming or not, and its streaming commit runner calls
+        ``commit(messages, batchId)`` / ``abort(messages, batchId)`` without a type check.
+        """
+
+        def commit(self, messages: Any, batchId: int) -> None:  # type: ignore[override]
+            raise NotImplementedError
+
+        def abort(self, messages: Any, batchId: int) -> None:  # type: ignore[override]
+            raise NotImplementedError
+
+
+def pyspark_release() -> str:
+    """The running PySpark's version, e.g. ``4.1.4``."""
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def require_admission_control(feature: str, otherwise: str | None = None) -> None:
+    """Driver, at query start: refuse ``feature`` on a release without admission control.
+
+    ``otherwise`` says what the user can do on this release instead of upgrading, if anything.
+    """
+    if HAS_ADMISSION_CONTROL:
+        return
+    instead = f", or {otherwise}" if otherwise else ""
+    raise UnsupportedReleaseError(
+        f"{feature} needs PySpark {ADMISSION_CONTROL_RELEASE} or later, where Spark passes a Python "
+        f"source the batch's start offset and read limit; this is PySpark {pyspark_release()}. "
+        f"Upgrade PySpark to {ADMISSION_CONTROL_RELEASE} or later{instead}"
+    )
+
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """Task local property holding the micro-batch id, set on every task of a streaming batch.
@@ -46,13 +137,11 @@ within its own frames. See ``in_commit_runner``.
 
 
 def check_version() -> str | None:
-    """A warning text when the running PySpark's major.minor is not ``PYSPARK_CHECKED``; never raises."""
-    import pyspark
-
-    running = ".".join(pyspark.__version__.split(".")[:2])
-    if running == PYSPARK_CHECKED:
+    """A warning text when the running PySpark's major.minor is not in ``SUPPORTED``; never raises."""
+    running = ".".join(pyspark_release().split(".")[:2])
+    if running in SUPPORTED:
         return None
-    return (f"spark-ext was checked on PySpark {PYSPARK_CHECKED}, this is {pyspark.__version__}: "
+    return (f"spark-ext was checked on PySpark {', '.join(SUPPORTED)}, this is {pyspark_release()}: "
             "run tests/test_compat.py to check the PySpark internals it relies on (spark_ext/compat.py)")
 
 
@@ -108,28 +197,34 @@ def in_commit_runner() -> bool:
     return False
 
 
-def to_arrow_schema(schema: Any, timezone: str = "UTC") -> Any:
+def to_arrow_schema(schema: Any) -> Any:
     """Spark ``StructType`` -> Arrow schema, with PySpark's internal converter.
 
     Assumed: ``pyspark.sql.pandas.types.to_arrow_schema`` exists and maps ``TimestampType``
-    to ``timestamp[us, tz=<timezone>]``. Needed because windows.py builds its Arrow state
-    schemas from the DataFrame's schema exactly as Spark's own Arrow path would.
+    to ``timestamp[us, tz=UTC]``: asked with ``timezone="UTC"`` from 4.2 on, with
+    ``timestamp_utc=True`` (its default) on 4.1. Needed because windows.py builds its Arrow
+    state schemas from the DataFrame's schema exactly as Spark's own Arrow path would.
     """
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema as convert
 
-    return convert(schema, timezone=timezone)
+    if "timezone" in inspect.signature(convert).parameters:  # 4.2 and later
+        return convert(schema, timezone="UTC")
+    return convert(schema, timestamp_utc=True)  # type: ignore[call-arg]
 
 
 def from_arrow_schema(schema: Any) -> Any:
     """Arrow schema -> Spark ``StructType``, with PySpark's internal converter.
 
     Assumed: ``pyspark.sql.pandas.types.from_arrow_schema`` exists, maps a zoned Arrow
-    timestamp to ``TimestampType`` and a naive one to ``TimestampNTZType``. Needed because
+    timestamp to ``TimestampType`` and, with ``prefer_timestamp_ntz=True`` (the default
+    from 4.2 on, not on 4.1), a naive one to ``TimestampNTZType``. Needed because
     windows.py declares the Spark schemas of its Arrow UDF outputs from Arrow schemas.
     """
     from pyspark.sql.pandas.types import from_arrow_schema as convert
 
-    return convert(schema)
+    return convert(schema, prefer_timestamp_ntz=True)
 
 
 def pickle_by_value(module: Any) -> None:

@@ -46,6 +46,10 @@ class InvalidOptionError(ConfigurationError):
     """An option has a value of the wrong type or outside its range."""
 
 
+class UnsupportedReleaseError(ConfigurationError):
+    """The running PySpark release lacks an API the requested feature needs."""
+
+
 # --- external systems ------------------------------------------------------------------
 
 

@@ -20,6 +20,8 @@ from pyspark.sql.types import StructType
 from spark_ext import compat
 from spark_ext.options import checkpoint_identity
 
+pytestmark = pytest.mark.compat  # run on every supported release (make test-compat)
+
 
 def broke(what: str, fix: str) -> str:
     return (f"PySpark {pyspark.__version__} changed {what}; spark_ext/compat.py {fix} "
@@ -28,10 +30,29 @@ def broke(what: str, fix: str) -> str:
 
 # ---- unit level -------------------------------------------------------------------------------
 
-def test_running_pyspark_is_the_checked_version():
+def test_running_pyspark_is_a_supported_release():
     assert compat.check_version() is None, (
-        f"{compat.check_version()}. Once every other test here passes on this version, set "
-        "spark_ext/compat.py PYSPARK_CHECKED to it")
+        f"{compat.check_version()}. Once every test marked compat passes on this release "
+        "(make test-compat PYSPARK=<it>), add it to spark_ext/compat.py SUPPORTED")
+
+
+def test_admission_control_is_known_for_the_running_release():
+    """Spark passes a Python source its start offset and read limit from 4.2 on, and
+    ``pyspark.sql.streaming.datasource`` arrived with it: compat tells one from the other."""
+    release = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
+    since = tuple(int(x) for x in compat.ADMISSION_CONTROL_RELEASE.split("."))
+    assert compat.HAS_ADMISSION_CONTROL is (release >= since), broke(
+        "where the admission control API lives", "HAS_ADMISSION_CONTROL: import it from where it is now")
+    runner = importlib.util.find_spec("pyspark.sql.streaming.python_streaming_source_runner")
+    assert runner is not None and runner.origin is not None
+    text = Path(runner.origin).read_text()
+    if compat.HAS_ADMISSION_CONTROL:
+        # the runner tells a reader with admission control by latestOffset's parameters
+        assert "LATEST_OFFSET_ADMISSION_CONTROL_FUNC_ID" in text and "sig.parameters" in text, broke(
+            "how the source runner detects admission control", "the readers' latestOffset signatures")
+    else:
+        assert "reader.latestOffset()" in text, broke(
+            "how the source runner calls latestOffset", "the readers' latestOffset signatures")
 
 
 def test_check_version_warns_and_does_not_raise_on_another_version(monkeypatch):

@@ -99,6 +99,25 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
                                                       f"task:{case.task_point}@{last}"]
 
 
+@pytest.mark.compat
+@pytest.mark.compat_only  # the test above strikes the same point on the newest release
+@pytest.mark.parametrize("sink", ["kafka", "jdbc"])
+def test_a_kill_9_after_a_decision_then_a_restart_is_exactly_once(make_case, tmp_path, sink):
+    """The driver dies after batch 1's decision (batch 0 committed), before any of it was
+    carried out; the restart carries it out and writes the rest, every id once."""
+    case = make_case(sink)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [BATCH, BATCH, BATCH])
+    crashed = _run(case, tmp_path, target, f"{sink}.after_decision@1")
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert case.committed(target) == list(range(BATCH))  # batch 0 only, so far
+    assert case.in_doubt(tmp_path / "ckpt", target), "batch 1 was decided: its transactions are in doubt"
+    done = _run(case, tmp_path, target)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert case.committed(target) == ALL  # nothing lost, nothing twice
+    assert case.in_doubt(tmp_path / "ckpt", target) == []
+
+
 @pytest.mark.parametrize("sink", list(SINKS))
 def test_a_zombie_run_can_neither_prepare_nor_commit(make_case, tmp_path, sink):
     """Run A prepares batch 0; run B of the same sink takes over; A is fenced at the commit

@@ -20,6 +20,7 @@ from tests.support import kafka_util, pg_util
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
+@pytest.mark.compat  # under make test-compat: the built wheel beside that PySpark, exactly-once
 def test_spark_submit_outside_the_repository_finds_hzsource_and_hzsink(services, tmp_path: Path) -> None:
     topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "submit")
     kafka_util.produce(services.kafka_bootstrap, topic, kafka_util.numbered(2, 200))
@@ -28,6 +29,7 @@ def test_spark_submit_outside_the_repository_finds_hzsource_and_hzsink(services,
     shutil.copy(kafka_to_jdbc_app.__file__, app)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # local master
+    env["MAX_OFFSETS_PER_TRIGGER"] = ""  # one batch: runs on every supported PySpark
     submit = Path(sys.executable).parent / "spark-submit"
     args = [services.kafka_bootstrap, topic, services.postgres_url, table, str(tmp_path / "ck")]
     cmd = [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(app), *args]

@@ -71,7 +71,8 @@ def frame(spark, rows):
         .withColumn("ts", F.timestamp_micros("tsu")).drop("tsu")
 
 
-@pytest.mark.parametrize("seed,size,slide", [(1, 30, 10), (2, 60, 60), (3, 20, 4), (4, 9, 3)])
+@pytest.mark.parametrize("seed,size,slide", [(1, 30, 10), (2, 60, 60),
+                                             pytest.param(3, 20, 4, marks=pytest.mark.compat), (4, 9, 3)])
 def test_sliding_equals_spark_window_on_shuffled_input(spark, seed, size, slide):
     from pyspark.sql import functions as F
 
@@ -156,7 +157,9 @@ def _in_order_batches(seed: int, files: int, per_file: int, jitter_us: int = 0) 
     return out
 
 
-@pytest.mark.parametrize("kind,jitter_us", [("sliding", 0), ("session", 0), ("sliding", 2_000_000)])
+@pytest.mark.parametrize("kind,jitter_us", [pytest.param("sliding", 0, marks=pytest.mark.compat),
+                                             pytest.param("session", 0, marks=pytest.mark.compat),
+                                             ("sliding", 2_000_000)])
 def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind, jitter_us):
     """In order, and out of order within the allowed lateness (with null amounts)."""
     from pyspark.sql import functions as F

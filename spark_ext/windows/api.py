@@ -121,7 +121,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     if buckets is None:
         buckets = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
     needed = sorted({*keys, ts, *[c for op in ops.values() for c in op.inputs]})
-    ev_schema = compat.to_arrow_schema(df.select(*needed).schema, timezone="UTC")
+    ev_schema = compat.to_arrow_schema(df.select(*needed).schema)
     key_fields = [ev_schema.field(c) for c in keys]
     state_fields = [f for p, op in ops.items() for f in op.state_fields(p, ev_schema)]
     bounds = [pa.field(fr.FRAME, pa.int64())] if kind == "sliding" else [

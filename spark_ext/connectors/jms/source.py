@@ -41,6 +41,9 @@ a batch or partition that already landed then skips exactly what it wrote), but 
 not carry committed IDs across a driver restart: a batch committed and not yet
 acknowledged when the driver died is read again. ``none`` subscribes with auto-ack (a
 crash loses what was in flight). Where receiving happens, and why, is in ``client.py``.
+
+Needs PySpark 4.2 or later: the acknowledgement above needs ``start`` in ``latestOffset``,
+which 4.1 does not pass; on 4.1 a query is refused at start.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -65,7 +67,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_ext import failpoints
+from spark_ext import compat, failpoints
+from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.client import Message, StompReceiver
@@ -398,6 +401,9 @@ class JmsSource(SourceConnector):
         return SCHEMA
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
-        reader = JmsStreamReader(JmsSourceConfig.parse(options))
+        cfg = JmsSourceConfig.parse(options)
+        # Acknowledging needs the committed start offset in latestOffset: 4.1 passes none.
+        compat.require_admission_control("the queue source (connector jms)")
+        reader = JmsStreamReader(cfg)
         reader.check_reachable()
         return reader

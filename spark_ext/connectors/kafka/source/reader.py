@@ -29,12 +29,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -47,6 +41,7 @@ from pyspark.sql.types import (
 )
 
 from spark_ext import compat, failpoints
+from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
@@ -157,9 +152,12 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         self._latest: PartitionOffsets | None = None
         self._warned: dict[tuple[str, int], str] = {}
         self._down_since: float | None = None
+        # The last end offsets this reader planned or returned: the start of the next batch
+        # on a release whose latestOffset() is not given one (None: not known yet).
+        self._known: PartitionOffsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}}
+        return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}, "_known": None}
 
     def check_reachable(self) -> None:
         """Driver, at query start: the brokers answer and the subscription exists.
@@ -217,14 +215,21 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
             log.warning("Kafka data loss, continuing as failOnDataLoss=false: %s", "; ".join(fresh.values()))
             self._warned.update(fresh)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         """Driver, before each batch (often, when idle): the end offsets of the next batch.
 
         Never behind ``start`` except for a partition that now ends before it (recreated:
         ``partitions`` then reads it from 0, which ``_check_loss`` allowed only with
         ``failOnDataLoss=false``); a partition missing from the cluster keeps its offset,
         so a topic that comes back is not read twice.
+
+        PySpark 4.1 calls it without arguments: ``start`` is then the last end this reader
+        knows (none right after a restart), and ``partitions`` checks for loss instead.
         """
+        if start is None:
+            if self._known is None:
+                return self._remember(self._latest_or(None))
+            start = to_json(self._known)
         begin = from_json(start)
         meta = self._plan.meta
         try:
@@ -252,7 +257,25 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         if isinstance(limit, ReadMaxRows):
             from_ = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}
             end = rate_limit(from_, end, limit.max_rows)
-        return to_json(end)
+        return self._remember(to_json(end))
+
+    def _latest_or(self, start: dict | None) -> dict:
+        """The broker's latest offsets (capped for availableNow), or ``start`` while it is away."""
+        meta = self._plan.meta
+        try:
+            latest = meta.latest(meta.partitions())
+        except ConnectorError:
+            if start is None:
+                raise
+            return start
+        self._latest = latest
+        if self._target is not None:
+            latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items()}
+        return to_json(latest)
+
+    def _remember(self, end: dict) -> dict:
+        self._known = from_json(end)
+        return end
 
     def reportLatestOffset(self) -> dict | None:
         """Driver: the broker's latest offsets as of the last ``latestOffset`` call."""
@@ -260,7 +283,13 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: the batch's ranges; the same ``start``/``end`` always give the same ranges."""
-        return self._plan.ranges(from_json(start), from_json(end))
+        begin, stop = from_json(start), from_json(end)
+        if not compat.HAS_ADMISSION_CONTROL:
+            # latestOffset() could not check this start (Spark gave it none): check it here.
+            meta = self._plan.meta
+            self._check_loss(begin, meta.earliest(begin.keys() & stop.keys()), stop)
+        self._known = stop
+        return self._plan.ranges(begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the range's records as Arrow batches."""
@@ -317,7 +346,11 @@ class KafkaSource(SourceConnector):
         return source_schema(options.get_bool("includeheaders", False))
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
-        reader = KafkaStreamReader(KafkaSourceConfig.parse(options))
+        cfg = KafkaSourceConfig.parse(options)
+        if cfg.max_offsets_per_trigger:
+            compat.require_admission_control(
+                "option maxOffsetsPerTrigger", "drop the option (each batch then reads all available)")
+        reader = KafkaStreamReader(cfg)
         reader.check_reachable()
         return reader
 
