@@ -223,12 +223,13 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         ``failOnDataLoss=false``); a partition missing from the cluster keeps its offset,
         so a topic that comes back is not read twice.
 
-        PySpark 4.1 calls it without arguments: ``start`` is then the last end this reader
-        knows (none right after a restart), and ``partitions`` checks for loss instead.
+        PySpark 4.0 and 4.1 call it without arguments: ``start`` is then the last end this
+        reader knows (none right after a restart: the latest offsets, and a broker that is
+        away fails the trigger), and ``partitions`` checks for loss instead.
         """
         if start is None:
             if self._known is None:
-                return self._remember(self._latest_or(None))
+                return self._remember(self._latest_now())
             start = to_json(self._known)
         begin = from_json(start)
         meta = self._plan.meta
@@ -259,15 +260,10 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
             end = rate_limit(from_, end, limit.max_rows)
         return self._remember(to_json(end))
 
-    def _latest_or(self, start: dict | None) -> dict:
-        """The broker's latest offsets (capped for availableNow), or ``start`` while it is away."""
+    def _latest_now(self) -> dict:
+        """The broker's latest offsets (capped for availableNow); raises while it is away."""
         meta = self._plan.meta
-        try:
-            latest = meta.latest(meta.partitions())
-        except ConnectorError:
-            if start is None:
-                raise
-            return start
+        latest = meta.latest(meta.partitions())
         self._latest = latest
         if self._target is not None:
             latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items()}
