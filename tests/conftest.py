@@ -18,16 +18,21 @@ import pytest
 
 import services as local_services
 from services.env import ServicesEnvError, load_env
+from tests.support import cds
 from tests.support.listeners import SECURED_KEYS, SERVICE_KEYS, Listener
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 # Test drivers are short-lived JVMs on 2 cores: C2 compilation and parallel GC threads
-# cost more CPU than they save (measured: 144 s -> 100 s of CPU for four crash tests).
+# cost more CPU than they save (measured: 144 s -> 100 s of CPU for four crash tests), and
+# a class-data-sharing archive of Spark's classes halves their start (tests/support/cds.py).
 # spark-submit passes SPARK_SUBMIT_OPTS to the driver JVM; the session below and every
 # driver subprocess inherit it. Benchmarks do not (they measure steady-state speed).
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+if "SPARK_SUBMIT_OPTS" not in os.environ:
+    _JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    _JSA = cds.archive(_JVM_OPTS)
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{_JVM_OPTS} -XX:SharedArchiveFile={_JSA}" if _JSA else _JVM_OPTS
 
 ROOT = Path(__file__).resolve().parent.parent
 # Python workers inherit this environment: let them import test helpers (tests.*).

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 import zipfile
 
+from packaging.specifiers import SpecifierSet
+
+from spark_ext import compat
 from tests.support.wheel import build_wheel
 
 
@@ -20,7 +23,11 @@ def test_wheel_contains_entry_modules_and_packages(tmp_path):
     meta = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "Name: spark-ext" in text
-    assert "Requires-Dist: pyspark==4.3.*" in text
+    # every supported PySpark release, none outside them (spark_ext/compat.py SUPPORTED)
+    (pin,) = [SpecifierSet(line.split("pyspark", 1)[1].strip()) for line in text.splitlines()
+              if line.startswith("Requires-Dist: pyspark") and "extra ==" not in line]
+    assert all(pin.contains(f"{release}.0") for release in compat.SUPPORTED), pin
+    assert not pin.contains("3.5.9") and not pin.contains("5.0.0"), pin
     assert "Requires-Python: >=3.11" in text
     # the core's own dependencies; each connector's clients only with its extra
     requires = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist:")]
