@@ -20,7 +20,7 @@ from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import AggregateOperation
 from spark_ext.windows.frames import WindowError
 from spark_ext.windows.stages import Spec, batch_stage2, stage1, stream_stage2
-from spark_ext.windows.state import BUCKET, WIRE
+from spark_ext.windows.state import BUCKET, PART_KEY, WIRE
 from spark_ext.windows.windower import HIDDEN_COUNT
 
 if TYPE_CHECKING:
@@ -48,16 +48,19 @@ def tumbling(df: DataFrame, keys: Sequence[str], timestamp: str, size: str,
 
 def sliding(df: DataFrame, keys: Sequence[str], timestamp: str, size: str, slide: str,
             aggs: Mapping[str, AggregateOperation], *, lateness: str = "0 seconds",
-            partition_column: str | None = None, idle_timeout: str | None = "60 seconds",
+            partition_column: str | Sequence[str] | None = None, idle_timeout: str | None = "60 seconds",
             buckets: int | None = None, metrics: str = "windows", emit_when_idle: bool = False) -> DataFrame:
     """Windows of ``size`` every ``slide`` (size a multiple of slide), per key. Driver.
 
     ``lateness``: how far behind the coalesced watermark an event may be. ``partition_column``:
-    the source partition of each row (Kafka: ``partition``), coalesced over as in Jet;
-    ``None`` treats the input as one stream. ``metrics``: in streaming, the name of the
-    observed metrics in the query's progress, ``late_events`` being the events dropped as
-    late in that batch (``lastProgress["observedMetrics"]["windows"]["late_events"]``); give
-    each windowed aggregation of one query its own. ``emit_when_idle``: in streaming, emit
+    the source partition of each row, coalesced over as in Jet: an integer column, or several
+    columns that name it together; ``"partition"`` on a frame that also has the Kafka
+    source's string ``topic`` column means ``("topic", "partition")``, since partition 0 of
+    two topics are two partitions. ``None`` treats the input as one stream. ``metrics``: in
+    streaming, the name of the observed metrics in the query's progress, ``late_events``
+    being the events dropped as late in that batch
+    (``lastProgress["observedMetrics"]["windows"]["late_events"]``); give each windowed
+    aggregation of one query its own. ``emit_when_idle``: in streaming, emit
     the windows the watermark passes while no input arrives (a partition going idle, or the
     input stopping), within about one trigger interval; it needs a ``processingTime``
     trigger (Spark then runs a batch every trigger, and would never end an ``availableNow``
@@ -86,19 +89,24 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
 
 
 def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[str, AggregateOperation],
-          slide_us: int, k: int, gap_us: int, lateness: str, part_col: str | None, idle: str | None,
-          buckets: int | None, metrics: str, emit_when_idle: bool) -> Spec:
-    from pyspark.sql.types import TimestampNTZType, TimestampType
+          slide_us: int, k: int, gap_us: int, lateness: str, part_col: str | Sequence[str] | None,
+          idle: str | None, buckets: int | None, metrics: str, emit_when_idle: bool) -> Spec:
+    from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
 
     cols = {f.name: f.dataType for f in df.schema.fields}
     if isinstance(keys, str):
         keys = [keys]
-    for c in [*keys, ts, *([part_col] if part_col else [])]:
+    part_cols = (part_col,) if isinstance(part_col, str) else tuple(part_col or ())
+    for c in [*keys, ts, *part_cols]:
         if c not in cols:
             raise WindowError(f"column {c!r} is not in the DataFrame (columns: {sorted(cols)})")
-    if part_col and cols[part_col].simpleString() not in ("tinyint", "smallint", "int", "bigint"):
-        raise WindowError(f"partition_column {part_col!r} has type {cols[part_col].simpleString()}; give the "
-                          "integer source partition (the Kafka source's 'partition' column)")
+    integers = ("tinyint", "smallint", "int", "bigint")
+    if len(part_cols) == 1 and cols[part_cols[0]].simpleString() not in integers:
+        raise WindowError(f"partition_column {part_cols[0]!r} has type {cols[part_cols[0]].simpleString()}; "
+                          "give the integer source partition (the Kafka source's 'partition' column), or "
+                          "the columns that name it together, e.g. ('topic', 'partition')")
+    if part_cols == ("partition",) and isinstance(cols.get("topic"), StringType):
+        part_cols = ("topic", "partition")  # the Kafka source's rows: one clock per topic-partition
     if not isinstance(cols[ts], TimestampType | TimestampNTZType):
         raise WindowError(f"timestamp column {ts!r} has type {cols[ts].simpleString()}; cast it to timestamp")
     if emit_when_idle and not idle:
@@ -133,7 +141,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     bounds_out = [pa.field("window_start", ts_type), pa.field("window_end", ts_type)]
     out = pa.schema([*key_fields, *bounds_out, *results])
     return Spec(kind, tuple(keys), ts, slide_us, k, gap_us, duration_us(lateness, "lateness"),
-                duration_us(idle, "idle_timeout") if idle else None, part_col, buckets, ops, partials, out,
+                duration_us(idle, "idle_timeout") if idle else None, part_cols, buckets, ops, partials, out,
                 df.isStreaming, metrics, emit_when_idle)
 
 
@@ -144,10 +152,12 @@ def _spark_schema(schema: pa.Schema) -> Any:
 def _build(df: DataFrame, spec: Spec) -> DataFrame:
     from pyspark.sql import functions as F
 
-    needed = sorted({*spec.keys, spec.ts, *([spec.part_col] if spec.part_col else []),
+    needed = sorted({*spec.keys, spec.ts, *spec.part_cols,
                      *[c for op in spec.ops.values() for c in op.inputs]})
     bucket = F.pmod(F.xxhash64(*spec.keys), F.lit(spec.buckets)) if spec.keys else F.lit(0).cast("long")
     src = df.select(*needed).withColumn(BUCKET, bucket)
+    if len(spec.part_cols) > 1:  # one integer clock key for a partition named by several columns
+        src = src.withColumn(PART_KEY, F.xxhash64(*spec.part_cols))
     partial = src.mapInArrow(stage1(spec), _spark_schema(WIRE))
     grouped = partial.groupBy(BUCKET)
     if not df.isStreaming:

@@ -20,7 +20,7 @@ from spark_ext import compat, failpoints
 from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import AggregateOperation
 from spark_ext.windows.clock import MIN, Clock
-from spark_ext.windows.state import BUCKET
+from spark_ext.windows.state import BUCKET, PART_KEY
 from spark_ext.windows.windower import SessionWindower, SlidingWindower, Windower, drop_late
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Spec:
     gap_us: int
     lateness_us: int
     idle_us: int | None
-    part_col: str | None
+    part_cols: tuple[str, ...]  # the columns naming a row's source partition; () for one stream
     buckets: int
     ops: Mapping[str, AggregateOperation]  # the user's and the hidden count
     stage1_schema: pa.Schema  # partial frames / sessions: keys, bucket, bounds, states
@@ -49,6 +49,13 @@ class Spec:
     streaming: bool
     metrics: str = "windows"  # the observed metrics' name in the query's progress
     emit_when_idle: bool = False  # wake idle buckets (Spark's processing-time timeouts)
+
+    @property
+    def part_col(self) -> str | None:
+        """The stage-1 input column holding each row's integer clock key, if any."""
+        if not self.part_cols:
+            return None
+        return self.part_cols[0] if len(self.part_cols) == 1 else PART_KEY
 
     @property
     def output(self) -> ws.StreamOutput:

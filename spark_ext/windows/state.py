@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 BUCKET, KIND, PART, MAXTS, PAYLOAD = "__bucket", "__kind", "__part", "__maxts", "__payload"
+PART_KEY = "__part_key"  # stage-1 input: the hash of the columns that name a row's source partition
 WIRE = pa.schema([pa.field(BUCKET, pa.int64()), pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()),
                   pa.field(MAXTS, pa.int64()), pa.field(PAYLOAD, pa.binary())])
 STATE_SCHEMA = "frames binary, meta string"
