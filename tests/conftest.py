@@ -18,7 +18,7 @@ import pytest
 
 import services as local_services
 from services.env import ServicesEnvError, load_env
-from tests.support import cds
+from tests.support import cds, schedule
 from tests.support.listeners import SECURED_KEYS, SERVICE_KEYS, Listener
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -138,3 +138,10 @@ def _restore_spark_confs(request: pytest.FixtureRequest) -> Iterator[None]:
             spark.conf.unset(k)
         else:
             spark.conf.set(k, v)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, deal the slow tests evenly over the workers (tests/support/schedule.py)."""
+    workers = schedule.xdist_workers()
+    if workers > 1:
+        items[:] = schedule.balanced(items, [it.name for it in items], workers)

@@ -1,0 +1,72 @@
+"""The suite's order, so that ``make test``'s pytest-xdist workers finish together.
+
+``--dist worksteal`` hands the first worker the first half of the collection and the
+second worker the rest, and an idle worker steals from the end of a busy one's queue. In
+collection order a three-minute test can start last and run alone while the other worker
+has nothing left: the suite's wall time is then its slowest worker's. Here the slow tests
+(``SLOW``, seconds measured by ``--durations``) are dealt greedily to the lighter half,
+each half runs its slowest first, and the many short tests fill the ends, where stealing
+evens out what is left. An unknown test weighs ``DEFAULT_S``; a stale figure only costs
+balance, never correctness.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_S = 2.0
+
+# Test function -> seconds per case, from `make test --durations` on 2 cores (2026-11-26).
+SLOW: dict[str, float] = {
+    "test_cluster_demo_ships_the_environment_to_a_standalone_cluster": 183,
+    "test_a_restart_after_the_decision_records_expired_is_still_exactly_once": 110,
+    "test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once": 90,
+    "test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in_postgres": 80,
+    "test_at_least_once_replay_reads_the_recorded_messages_when_redelivery_order_differs": 70,
+    "test_recorded_message_that_never_returns_fails_clearly_or_is_skipped": 62,
+    "test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_doctor_resolves": 61,
+    "test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses_nothing": 57,
+    "test_a_short_campaign_crashes_every_failpoint_once_and_keeps_every_guarantee": 50,
+    "test_wheel_with_the_kafka_extra_runs_kafka_and_names_the_extra_for_jdbc": 50,
+    "test_a_poison_message_fails_every_start_and_is_never_acknowledged": 37,
+    "test_an_idle_query_acknowledges_what_committed_within_a_trigger": 35,
+    "test_kill_9_of_the_driver_then_restart_is_exactly_once_over_sasl_ssl": 33,
+    "test_upsert_at_least_once_replays_converge_to_the_exactly_once_state": 31,
+    "test_at_least_once_loses_nothing_when_the_driver_dies_after_the_rows_landed": 26,
+    "test_a_lagging_kafka_partition_is_not_dropped_as_late": 26,
+    "test_kafka_to_postgres_exactly_once_through_spark_connect": 24,
+    "test_a_campaign_broken_off_counts_only_what_was_due": 24,
+}
+
+
+def weight(name: str) -> float:
+    """Seconds ``name`` (a test id, parameters and all) is expected to take."""
+    return SLOW.get(name.split("[", 1)[0], DEFAULT_S)
+
+
+def balanced(items: Sequence[T], names: Sequence[str], workers: int) -> list[T]:
+    """``items`` reordered: ``workers`` contiguous chunks of worksteal's sizes, of about
+    equal expected time, each slowest first. Deterministic (every worker must collect the
+    same order)."""
+    n = len(items)
+    caps, left = [], n
+    for i in range(workers):  # worksteal's first split: pending // nodes remaining
+        caps.append(left // (workers - i))
+        left -= caps[-1]
+    chunks: list[list[int]] = [[] for _ in range(workers)]
+    totals = [0.0] * workers
+    for i in sorted(range(n), key=lambda i: (-weight(names[i]), i)):
+        open_ = [c for c in range(workers) if len(chunks[c]) < caps[c]]
+        c = min(open_, key=lambda c: (totals[c], c))
+        chunks[c].append(i)
+        totals[c] += weight(names[i])
+    return [items[i] for chunk in chunks for i in chunk]
+
+
+def xdist_workers() -> int:
+    """How many workers this pytest run has (1 without xdist)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
