@@ -41,24 +41,24 @@ try:
     )
 
     HAS_ADMISSION_CONTROL = True
-except ImportError:  # PySpark 4.1: stand-ins, so readers define the same methods on every release
+except ImportError:  # before 4.2: stand-ins, so readers define the same methods on every release
     HAS_ADMISSION_CONTROL = False
 
     class ReadLimit:  # type: ignore[no-redef]
-        """Stand-in: PySpark 4.1 passes no read limit."""
+        """Stand-in: PySpark before 4.2 passes no read limit."""
 
     @dataclass(frozen=True)
     class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
-        """Stand-in: PySpark 4.1 passes no read limit."""
+        """Stand-in: PySpark before 4.2 passes no read limit."""
 
     @dataclass(frozen=True)
     class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
-        """Stand-in: PySpark 4.1 passes no read limit."""
+        """Stand-in: PySpark before 4.2 passes no read limit."""
 
         max_rows: int
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        """Stand-in: PySpark 4.1 never calls ``prepareForTriggerAvailableNow``."""
+        """Stand-in: PySpark before 4.2 never calls ``prepareForTriggerAvailableNow``."""
 
         def prepareForTriggerAvailableNow(self) -> None:
             raise NotImplementedError
@@ -202,7 +202,7 @@ def to_arrow_schema(schema: Any) -> Any:
 
     Assumed: ``pyspark.sql.pandas.types.to_arrow_schema`` exists and maps ``TimestampType``
     to ``timestamp[us, tz=UTC]``: asked with ``timezone="UTC"`` from 4.2 on, with
-    ``timestamp_utc=True`` (its default) on 4.1. Needed because windows.py builds its Arrow
+    ``timestamp_utc=True`` (its default) before. Needed because windows.py builds its Arrow
     state schemas from the DataFrame's schema exactly as Spark's own Arrow path would.
     """
     import inspect
@@ -219,7 +219,7 @@ def from_arrow_schema(schema: Any) -> Any:
 
     Assumed: ``pyspark.sql.pandas.types.from_arrow_schema`` exists, maps a zoned Arrow
     timestamp to ``TimestampType`` and, with ``prefer_timestamp_ntz=True`` (the default
-    from 4.2 on, not on 4.1), a naive one to ``TimestampNTZType``. Needed because
+    from 4.2 on, not before), a naive one to ``TimestampNTZType``. Needed because
     windows.py declares the Spark schemas of its Arrow UDF outputs from Arrow schemas.
     """
     from pyspark.sql.pandas.types import from_arrow_schema as convert

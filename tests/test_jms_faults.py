@@ -15,7 +15,7 @@ from spark_ext.options import checkpoint_sink_id
 from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
 from tests.support.stomp_util import drain, queue_name, send
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_for_idle_trigger
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -43,8 +43,7 @@ def run_until_written(q, url: str, table: str, rows: int) -> None:
     next trigger without input: its planning acknowledged what committed."""
     wait_for(lambda: count(url, table) >= rows or not q.isActive, f"{rows} rows written")
     assert q.exception() is None, q.exception()
-    seen = len(q.recentProgress)
-    wait_for(lambda: any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]), "an idle trigger")
+    wait_for_idle_trigger(q)
 
 
 @pytest.mark.restarts_services

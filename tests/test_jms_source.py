@@ -12,7 +12,7 @@ from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
 from tests.support.releases import assert_refused_for_release, refusal
 from tests.support.stomp_util import drain, queue_name, send
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_for_idle_trigger
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -35,8 +35,7 @@ def test_every_message_read_once_and_all_acknowledged(spark, services, tmp_path)
          .trigger(processingTime="100 milliseconds").start())
     try:
         wait_for(lambda: spark.table("jms_once").count() >= 300, "300 rows")
-        seen = len(q.recentProgress)
-        wait_for(lambda: any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]), "an idle trigger")
+        wait_for_idle_trigger(q)
     finally:
         q.stop()
     rows = spark.table("jms_once").collect()
@@ -76,10 +75,7 @@ def test_message_id_header_names_an_application_header_in_its_own_case(spark, se
     try:
         wait_for(lambda: q.exception() is not None or spark.table("jms_appid").count() >= 40, "40 rows")
         assert q.exception() is None, str(q.exception())
-        # Messages are acknowledged once their batch is committed, which the rows showing up
-        # in the memory sink does not mean yet: the planning of the next, idle, trigger does.
-        seen = len(q.recentProgress)
-        wait_for(lambda: any(p["numInputRows"] == 0 for p in q.recentProgress[seen:]), "an idle trigger")
+        wait_for_idle_trigger(q)
     finally:
         q.stop()
     rows = spark.table("jms_appid").collect()

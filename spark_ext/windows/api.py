@@ -156,7 +156,7 @@ def _build(df: DataFrame, spec: Spec) -> DataFrame:
                      *[c for op in spec.ops.values() for c in op.inputs]})
     bucket = F.pmod(F.xxhash64(*spec.keys), F.lit(spec.buckets)) if spec.keys else F.lit(0).cast("long")
     src = df.select(*needed).withColumn(BUCKET, bucket)
-    if len(spec.part_cols) > 1:  # one integer clock key for a partition named by several columns
+    if spec.part_col == PART_KEY:  # one integer clock key for a partition named by several columns
         src = src.withColumn(PART_KEY, F.xxhash64(*spec.part_cols))
     partial = src.mapInArrow(stage1(spec), _spark_schema(WIRE))
     grouped = partial.groupBy(BUCKET)

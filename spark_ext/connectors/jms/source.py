@@ -43,7 +43,7 @@ acknowledged when the driver died is read again. ``none`` subscribes with auto-a
 crash loses what was in flight). Where receiving happens, and why, is in ``client.py``.
 
 Needs PySpark 4.2 or later: the acknowledgement above needs ``start`` in ``latestOffset``,
-which 4.1 does not pass; on 4.1 a query is refused at start.
+which 4.0 and 4.1 do not pass; there a query is refused at start.
 """
 
 from __future__ import annotations
@@ -402,7 +402,7 @@ class JmsSource(SourceConnector):
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
         cfg = JmsSourceConfig.parse(options)
-        # Acknowledging needs the committed start offset in latestOffset: 4.1 passes none.
+        # Acknowledging needs the committed start offset in latestOffset: 4.0 and 4.1 pass none.
         compat.require_admission_control("the queue source (connector jms)")
         reader = JmsStreamReader(cfg)
         reader.check_reachable()

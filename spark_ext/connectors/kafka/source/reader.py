@@ -261,13 +261,11 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         return self._remember(to_json(end))
 
     def _latest_now(self) -> dict:
-        """The broker's latest offsets (capped for availableNow); raises while it is away."""
+        """The broker's latest offsets; raises while it is away. Called only before 4.2,
+        where availableNow is Spark's own wrapper (``_target`` is never set)."""
         meta = self._plan.meta
-        latest = meta.latest(meta.partitions())
-        self._latest = latest
-        if self._target is not None:
-            latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items()}
-        return to_json(latest)
+        self._latest = meta.latest(meta.partitions())
+        return to_json(self._latest)
 
     def _remember(self, end: dict) -> dict:
         self._known = from_json(end)
