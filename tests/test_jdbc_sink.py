@@ -454,3 +454,51 @@ def test_max_prepared_transactions_zero_fails_at_start(spark, postgres_without_2
     assert ids(url, "t0") == []
     run(spark, tmp_path / "src", tmp_path / "ck2", url, "t0", guarantee="at_least_once")  # still usable
     assert ids(url, "t0") == list(range(5))
+
+
+def test_two_sinks_starting_together_both_create_the_bookkeeping_tables(services):
+    """Two queries start at once on a database where the sink's bookkeeping tables do not
+    exist yet: PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent
+    creator, so the loser's start must not fail on the winner's catalog rows."""
+    import threading
+
+    import sqlalchemy as sa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from spark_ext.connectors.jdbc.config import JdbcSinkConfig
+    from spark_ext.connectors.jdbc.tables import _create_bookkeeping
+
+    url = services.postgres_url
+    schema_name = table_name("race")
+    execute(url, f"CREATE SCHEMA {schema_name}")
+    table = f"{schema_name}.t"
+    execute(url, f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    other = Options({"url": url, "dbtable": f"{schema_name}.other", "sinkid": "other"}, "hzsink")
+    cfg = JdbcSinkConfig.parse(other, Guarantee.EXACTLY_ONCE)
+    first = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    conn = first.connect()
+    outcome: list[BaseException | None] = []
+    try:
+        _create_bookkeeping(conn, cfg)  # the other sink's start, caught before its commit
+
+        def start() -> None:
+            try:
+                _plan(url, table, table_name("race"), schema)
+                outcome.append(None)
+            except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+                outcome.append(e)
+
+        t = threading.Thread(target=start)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not query(url, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND query LIKE :q", q=f"%{schema_name}%spark_ext_sinks%"):
+            assert t.is_alive() and time.monotonic() < deadline, outcome
+            time.sleep(0.05)
+        conn.commit()
+    finally:
+        conn.close()
+        first.dispose()
+    t.join(60)
+    assert outcome == [None], outcome

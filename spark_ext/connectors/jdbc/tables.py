@@ -140,36 +140,57 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
     """
     eng = engine(cfg)
     try:
-        with eng.connect() as conn:
-            if need_2pc:
-                n = int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one())
-                if n == 0:
-                    raise ConnectorError(
-                        f"PostgreSQL at {cfg.safe_url} has max_prepared_transactions = 0, so it cannot "
-                        "prepare transactions (two-phase commit). Raise it in postgresql.conf (at least "
-                        "the number of Spark tasks per batch, e.g. 64) and restart PostgreSQL, or use "
-                        "guarantee at_least_once with upsertKeys"
-                    )
-            insp = sa.inspect(conn)
-            if not insp.has_table(cfg.table, schema=cfg.schema):
-                if not cfg.create_table:
-                    raise InvalidOptionError(
-                        f"table {cfg.qualified} does not exist in {cfg.safe_url}; create it, or set "
-                        ".option('createTable', 'true') to create it from the DataFrame's schema"
-                    )
-                _create_target(conn, cfg, schema)
-            cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
-            _check_columns(cfg, schema, cols)
-            if cfg.upsert_keys:
-                _check_keys(cfg, insp)
-            _create_bookkeeping(conn, cfg)
-            conn.commit()
-        staging = _create_staging(eng, cfg) if cfg.upsert_keys else staging_name(cfg, "")
+        for attempt in range(_DDL_ATTEMPTS):
+            try:
+                staging = _check_and_create(eng, cfg, schema, need_2pc)
+                break
+            except sa.exc.DBAPIError as e:
+                # PostgreSQL's CREATE TABLE (IF NOT EXISTS too) fails when another session
+                # creates the same table concurrently, e.g. two queries starting together on
+                # a new database. Their table is then there: check again from the top.
+                raced = getattr(e.orig, "pgcode", None) in _CREATED_CONCURRENTLY
+                if not raced or attempt == _DDL_ATTEMPTS - 1:
+                    raise
     except sa.exc.DBAPIError as e:
         raise connect_error(cfg, e) from None
     finally:
         eng.dispose()
     return statements(cfg, schema, staging)
+
+
+# unique_violation (on the catalog), duplicate_table, duplicate_object
+_CREATED_CONCURRENTLY = frozenset({"23505", "42P07", "42710"})
+# Each retry follows a table another session created, and a start creates at most four.
+_DDL_ATTEMPTS = 5
+
+
+def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> str:
+    """One pass of prepare_tables; returns the staging table's name."""
+    with eng.connect() as conn:
+        if need_2pc:
+            n = int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one())
+            if n == 0:
+                raise ConnectorError(
+                    f"PostgreSQL at {cfg.safe_url} has max_prepared_transactions = 0, so it cannot "
+                    "prepare transactions (two-phase commit). Raise it in postgresql.conf (at least "
+                    "the number of Spark tasks per batch, e.g. 64) and restart PostgreSQL, or use "
+                    "guarantee at_least_once with upsertKeys"
+                )
+        insp = sa.inspect(conn)
+        if not insp.has_table(cfg.table, schema=cfg.schema):
+            if not cfg.create_table:
+                raise InvalidOptionError(
+                    f"table {cfg.qualified} does not exist in {cfg.safe_url}; create it, or set "
+                    ".option('createTable', 'true') to create it from the DataFrame's schema"
+                )
+            _create_target(conn, cfg, schema)
+        cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
+        _check_columns(cfg, schema, cols)
+        if cfg.upsert_keys:
+            _check_keys(cfg, insp)
+        _create_bookkeeping(conn, cfg)
+        conn.commit()
+    return _create_staging(eng, cfg) if cfg.upsert_keys else staging_name(cfg, "")
 
 
 def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType) -> None:
