@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
 
 from spark_ext.windows import state as ws
 from spark_ext.windows.clock import Clock, ClockState, PartitionMark
 from spark_ext.windows.frames import WindowError
-from spark_ext.windows.state import BucketState, RowKind, StreamOutput
+from spark_ext.windows.state import BucketState, RowKind, StreamOutput, WindowDefinition
 from spark_ext.windows.windower import LateEvents
 
 S = 1_000_000  # µs
@@ -17,6 +19,10 @@ NOW = 1_700_000_000_000_000.0
 # with partitions 0 and 3, 7 late events, 4 buckets).
 OLD_META = ('{"wm": 35000000, "parts": {"0": [100000000, 1700000000000000.0], "3": [40000000, '
             '1700000000000000.0]}, "late": 7, "buckets": 4, "now": 1700000000000000.0}')
+
+
+# What the code that wrote OLD_META built: one clock column, as it always had.
+DEF = WindowDefinition("sliding", 30 * S, 10 * S, 0, ("k",), ("n",), "digest", ("partition",))
 
 
 class FakeGroupState:
@@ -40,10 +46,10 @@ class FakeGroupState:
 
 def test_a_state_row_written_before_typed_state_loads_and_the_clock_carries_on_from_it():
     partials = pa.table({"k": ["a"], "frame": pa.array([3], pa.int64()), "hzn__n": pa.array([2], pa.int64())})
-    kept, bucket = ws.load(FakeGroupState((ws.to_ipc(partials), OLD_META)), 4)
+    kept, bucket = ws.load(FakeGroupState((ws.to_ipc(partials), OLD_META)), 4, DEF)
     assert kept == partials
     marks = {0: PartitionMark(100 * S, NOW), 3: PartitionMark(40 * S, NOW)}
-    assert bucket == BucketState(4, ClockState(35 * S, marks, NOW), 7)
+    assert bucket == BucketState(4, ClockState(35 * S, marks, NOW), 7, DEF)
     moved = Clock(5 * S, 10 * S).advance(bucket.clock, NOW + S, [(3, 60 * S)])
     assert moved.watermark == 55 * S
 
@@ -57,8 +63,8 @@ def test_the_encoding_is_the_old_one_so_older_code_reads_new_state():
 
 def test_a_checkpoint_built_with_other_buckets_is_refused_and_none_means_fresh():
     with pytest.raises(WindowError, match="buckets=4"):
-        ws.load(FakeGroupState((ws.to_ipc(pa.table({"x": [1]})), OLD_META)), 8)
-    assert ws.load(FakeGroupState(), 8) == (None, BucketState(8, Clock.fresh(), 0))
+        ws.load(FakeGroupState((ws.to_ipc(pa.table({"x": [1]})), OLD_META)), 8, DEF)
+    assert ws.load(FakeGroupState(), 8, DEF) == (None, BucketState(8, Clock.fresh(), 0, DEF))
 
 
 def test_after_returns_a_new_bucket_state_and_adds_the_late_events():
@@ -92,3 +98,30 @@ def test_late_events_leave_stage_2_as_one_marker_row_beside_the_windows():
     assert rows.to_pylist() == [{"k": "a", "n": 1, "__late": None}, {"k": "b", "n": 2, "__late": None},
                                 {"k": None, "n": None, "__late": 5}]
     assert output.rows(windows, LateEvents(0)).num_rows == 2  # nothing late: no marker
+
+
+@pytest.mark.parametrize("change,named", [
+    ({"slide_us": 15 * S}, "slide 10 s -> 15 s"),
+    ({"size_us": 60 * S}, "size 30 s -> 60 s"),
+    ({"kind": "session", "size_us": 0, "slide_us": 0, "gap_us": 5 * S}, "kind sliding -> session"),
+    ({"keys": ("k", "j")}, "keys k -> k, j"),
+    ({"results": ("n", "total"), "partials": "other"}, "aggregations n -> n, total"),
+    ({"partials": "other"}, "an aggregation's state or an input column's type"),
+])
+def test_state_kept_under_another_definition_is_refused_naming_the_change(change, named):
+    now = replace(DEF, **change)
+    gs = FakeGroupState()
+    ws.save(gs, pa.table({"x": [1]}), BucketState(4, definition=DEF))
+    with pytest.raises(WindowError, match=f"({named}).*new checkpointLocation"):
+        ws.load(gs, 4, now)
+    assert ws.load(gs, 4, DEF)[1].definition == DEF
+
+
+def test_a_changed_clock_key_keeps_the_watermark_and_forgets_the_marks():
+    """Marks under the old key would never be seen again and would hold the watermark."""
+    gs = FakeGroupState((ws.to_ipc(pa.table({"x": [1]})), OLD_META))  # keyed by partition number
+    rekeyed = replace(DEF, clock=("topic", "partition"))
+    _, bucket = ws.load(gs, 4, rekeyed)
+    assert (bucket.clock.watermark, bucket.clock.parts, bucket.definition) == (35 * S, {}, rekeyed)
+    ws.save(gs, pa.table({"x": [1]}), bucket)
+    assert ws.load(gs, 4, rekeyed)[1] == bucket  # kept with the new key from then on

@@ -219,6 +219,49 @@ def test_late_events_are_counted_in_the_query_progress(spark, tmp_path):
     assert spark.table("w_late").where("account = 'b'").count() == 0  # dropped, not emitted
 
 
+def test_a_restart_with_another_window_definition_is_refused_and_the_old_one_resumes(spark, tmp_path):
+    """The kept frames are numbered under the slide they were built with: a restart with
+    another slide must fail naming it, before it writes anything; restarting with the old
+    definition then ends as one uninterrupted run would."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    files = _in_order_batches(11, 4, 200)
+    aggs = {"n": agg.count(), "total": agg.sum("amount")}
+
+    out: dict[str, dict[int, list[tuple]]] = {}
+
+    def run(ckpt: str, src: str, slide: str):
+        df = (spark.readStream.schema("account string, ts double, amount long")
+              .option("maxFilesPerTrigger", 1).json(str(tmp_path / src))
+              .withColumn("ts", F.col("ts").cast("timestamp")))
+        ours = windows.sliding(df, ["account"], "ts", "30 seconds", slide, aggs, lateness="5 seconds")
+        batches = out.setdefault(ckpt, {})  # by batch id: a replayed batch replaces its first try
+        keep = lambda b, i: batches.__setitem__(i, [tuple(r) for r in b.collect()])  # noqa: E731
+        q = (ours.writeStream.foreachBatch(keep)
+             .option("checkpointLocation", str(tmp_path / ckpt)).trigger(availableNow=True).start())
+        try:
+            assert q.awaitTermination(300), "still running after 300 s"
+        except StreamingQueryException:
+            pass  # the caller looks at q.exception()
+        return q
+
+    _write_files(tmp_path / "whole", files)
+    assert run("ck-whole", "whole", "10 seconds").exception() is None
+    _write_files(tmp_path / "src", files[:2])
+    assert run("ck", "src", "10 seconds").exception() is None
+    first = dict(out["ck"])
+    _write_files(tmp_path / "src", files)
+    changed = run("ck", "src", "15 seconds")
+    assert changed.exception() is not None, "a restart under another slide ran on"
+    assert "slide 10 s -> 15 s" in str(changed.exception())
+    assert out["ck"] == first  # nothing of the refused run reached the sink
+    assert run("ck", "src", "10 seconds").exception() is None
+    got = sorted(r for rows in out["ck"].values() for r in rows)
+    assert got and got == sorted(r for rows in out["ck-whole"].values() for r in rows)
+
+
 @pytest.mark.services
 @pytest.mark.parametrize("layout", ["partitions", "topics"])
 def test_a_lagging_kafka_partition_is_not_dropped_as_late(spark, services, tmp_path, layout):

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -56,6 +57,17 @@ class Spec:
         if not self.part_cols:
             return None
         return self.part_cols[0] if len(self.part_cols) == 1 else PART_KEY
+
+    @property
+    def definition(self) -> ws.WindowDefinition:
+        """What the kept state means; a restart must build the same."""
+        sliding = self.kind == "sliding"
+        shape = ";".join(f"{f.name}:{f.type}" for f in self.stage1_schema)
+        size_us, slide_us = (self.slide_us * self.frames_per_window, self.slide_us) if sliding else (0, 0)
+        return ws.WindowDefinition(
+            self.kind, size_us, slide_us, 0 if sliding else self.gap_us, self.keys,
+            tuple(self.out_schema.names[len(self.keys) + 2:]),
+            hashlib.sha256(shape.encode()).hexdigest()[:16], self.part_cols)
 
     @property
     def output(self) -> ws.StreamOutput:
@@ -118,11 +130,12 @@ def stream_stage2(spec: Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], It
     clock = Clock(spec.lateness_us, spec.idle_us)
     windower = spec.windower
     output = spec.output
+    definition = spec.definition
 
     def run(key: Any, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         _failpoint()
         wire = ws.read_wire_frames(list(pdfs), spec.stage1_schema)
-        kept, bucket = ws.load(state, spec.buckets)
+        kept, bucket = ws.load(state, spec.buckets, definition)
         # The batch's processing time from the offset log: the same when a batch is replayed.
         now = float(state.getCurrentProcessingTimeMs()) * 1000
         moved = clock.advance(bucket.clock, now, wire.seen)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -38,6 +39,8 @@ from spark_ext.windows.windower import LateEvents
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 BUCKET, KIND, PART, MAXTS, PAYLOAD = "__bucket", "__kind", "__part", "__maxts", "__payload"
 PART_KEY = "__part_key"  # stage-1 input: the hash of the columns that name a row's source partition
@@ -135,26 +138,73 @@ def read_wire_frames(frames: list[pd.DataFrame], schema: pa.Schema) -> WireInput
 
 
 @dataclass(frozen=True)
+class WindowDefinition:
+    """What a checkpoint's partials mean. A restart must build the same windows (frame
+    indices and partial states are read under it); only the clock's key may change."""
+
+    kind: str  # "sliding" or "session"
+    size_us: int  # sliding: the window's size; 0 for sessions
+    slide_us: int  # sliding: the frame's length; 0 for sessions
+    gap_us: int  # session: the gap; 0 for sliding
+    keys: tuple[str, ...]
+    results: tuple[str, ...]  # the aggregations' output columns
+    partials: str  # a digest of the partial states' columns and types
+    clock: tuple[str, ...] = ()  # the columns naming a source partition
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "size_us": self.size_us, "slide_us": self.slide_us, "gap_us": self.gap_us,
+                "keys": list(self.keys), "results": list(self.results), "partials": self.partials,
+                "clock": list(self.clock)}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> WindowDefinition:
+        return WindowDefinition(str(d["kind"]), int(d["size_us"]), int(d["slide_us"]), int(d["gap_us"]),
+                                tuple(d["keys"]), tuple(d["results"]), str(d["partials"]),
+                                tuple(d.get("clock", ())))
+
+    def changes(self, now: WindowDefinition) -> list[str]:
+        """What differs in ``now`` that would misread this definition's state, readably."""
+        out = []
+        for name, a, b in (("kind", self.kind, now.kind), ("size", self.size_us, now.size_us),
+                           ("slide", self.slide_us, now.slide_us), ("gap", self.gap_us, now.gap_us),
+                           ("keys", self.keys, now.keys), ("aggregations", self.results, now.results)):
+            if a != b:
+                out.append(f"{name} {_show(name, a)} -> {_show(name, b)}")
+        if not out and self.partials != now.partials:
+            out.append("an aggregation's state or an input column's type")
+        return out
+
+
+def _show(name: str, v: Any) -> str:
+    if name in ("size", "slide", "gap"):
+        return f"{v / 1e6:g} s"
+    return ", ".join(v) if isinstance(v, tuple) else str(v)
+
+
+@dataclass(frozen=True)
 class BucketState:
     """What a bucket keeps between batches besides its partials."""
 
     buckets: int  # the number of buckets the checkpoint was built with
     clock: ClockState = field(default_factory=ClockState)
     late_total: int = 0  # events dropped as late, over the query's life
+    definition: WindowDefinition | None = None  # None in checkpoints written before it was kept
 
     def after(self, clock: ClockState, late: LateEvents) -> BucketState:
         """This state once a call moved the clock to ``clock`` and dropped ``late``."""
-        return BucketState(self.buckets, clock, self.late_total + late.events)
+        return BucketState(self.buckets, clock, self.late_total + late.events, self.definition)
 
 
 def encode_meta(state: BucketState) -> str:
-    """The JSON checkpoints have always held (see the module doc)."""
+    """The JSON checkpoints have always held (see the module doc), and the definition."""
     c = state.clock
     meta: dict[str, Any] = {"wm": c.watermark, "parts": {str(p): [m.max_ts, m.last_seen] for p, m in
                                                           c.parts.items()},
                             "late": state.late_total, "buckets": state.buckets}
     if c.now is not None:  # absent before the first call, as it always was
         meta["now"] = c.now
+    if state.definition is not None:
+        meta["def"] = state.definition.to_json()
     return json.dumps(meta)
 
 
@@ -164,19 +214,39 @@ def decode_meta(text: str, buckets: int) -> BucketState:
     parts = {int(p): PartitionMark(int(v[0]), float(v[1])) for p, v in meta.get("parts", {}).items()}
     now = meta.get("now")
     clock = ClockState(int(meta.get("wm", MIN)), parts, None if now is None else float(now))
-    return BucketState(int(meta.get("buckets", buckets)), clock, int(meta.get("late", 0)))
+    definition = WindowDefinition.from_json(meta["def"]) if "def" in meta else None
+    return BucketState(int(meta.get("buckets", buckets)), clock, int(meta.get("late", 0)), definition)
 
 
-def load(state: Any, buckets: int) -> tuple[pa.Table | None, BucketState]:
-    """A bucket's kept partials and state from Spark's ``GroupState``; fresh ones if none."""
+def load(state: Any, buckets: int, definition: WindowDefinition) -> tuple[pa.Table | None, BucketState]:
+    """A bucket's kept partials and state from Spark's ``GroupState``; fresh ones if none.
+
+    Refuses state built with other buckets or another window definition: keys would move
+    and frames be read under another slide, silently wrong. A changed clock key only
+    forgets the partitions' marks (the watermark stays), as marks under the old key would
+    never be seen again and would hold the watermark back for good.
+    """
     if not state.exists:
-        return None, BucketState(buckets)
+        return None, BucketState(buckets, definition=definition)
     blob, text = state.get
     kept = decode_meta(text, buckets)
     if kept.buckets != buckets:
         raise WindowError(f"this checkpoint's window state was built with buckets={kept.buckets}, "
                           f"now {buckets}; pass buckets={kept.buckets} (keys would move)")
-    return from_ipc(blob), kept
+    old = kept.definition
+    if old is not None and (changed := old.changes(definition)):
+        raise WindowError(f"this checkpoint's windows were built with another definition "
+                          f"({'; '.join(changed)}); restart with the definition it was built with, or "
+                          "give the query a new checkpointLocation to start over")
+    # Checkpoints from before the definition was kept knew single-column clock keys only.
+    old_clock = old.clock if old is not None else definition.clock[:1]
+    clock = kept.clock
+    if old_clock != definition.clock and clock.parts:
+        log.warning("the windows' partition columns changed (%s -> %s): the clock forgets its partitions "
+                    "and relearns them; the watermark stays at %s", ", ".join(old_clock) or "none",
+                    ", ".join(definition.clock) or "none", clock.watermark)
+        clock = ClockState(clock.watermark, {}, clock.now)
+    return from_ipc(blob), BucketState(kept.buckets, clock, kept.late_total, definition)
 
 
 def save(state: Any, keep: pa.Table, bucket: BucketState) -> None:
