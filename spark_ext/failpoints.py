@@ -13,6 +13,11 @@ A name prefixed ``task:`` (``task:jdbc.after_prepare@3``) kills only the Python 
 running the task, and only in the task's first attempt: Spark sees a failed task and
 retries it, as when an executor dies after the task prepared its transaction.
 
+A name prefixed ``worker:`` (``worker:jdbc.after_decision@2``) kills only the Python
+process that reaches the step, every time: for a commit step the worker PySpark starts to
+run the batch's commit, as an out-of-memory kill of that worker would, while the driver
+lives on.
+
 With ``SPARK_EXT_FAILPOINT_LOG`` set to a file, each kill first appends its point
 (``task:name@batch`` or ``name@batch``) there, so a test can tell a fault struck.
 
@@ -53,6 +58,9 @@ def hit(name: str, batch: int | None = None, rows: int | None = None) -> None:
         _record(name, batch)
         os.killpg(int(os.environ.get(PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
         # This worker may sit in the worker daemon's group and would run on, orphaned.
+        os.kill(os.getpid(), signal.SIGKILL)
+    if armed(f"worker:{name}", batch, rows, spec):
+        _record(f"worker:{name}", batch)
         os.kill(os.getpid(), signal.SIGKILL)
     if armed(f"task:{name}", batch, rows, spec):
         from spark_ext import compat

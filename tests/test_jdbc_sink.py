@@ -502,3 +502,25 @@ def test_two_sinks_starting_together_both_create_the_bookkeeping_tables(services
         first.dispose()
     t.join(60)
     assert outcome == [None], outcome
+
+
+def test_the_commit_worker_killed_after_the_decision_leaves_the_batch_to_the_restart(services, tmp_path):
+    """Only the Python worker running batch 1's commit dies, right after the decision; the
+    driver lives and Spark calls abort. The abort must leave the decided batch alone
+    promptly (not wait on the locks of the batch's own prepared transactions), and the
+    restart commits it: every row once, nothing in doubt."""
+    url, table = services.postgres_url, make_table(services.postgres_url, "cw")
+    write_json_files(tmp_path / "src", [100, 200, 50])
+    argv = [sys.executable, "-m", "tests.drivers.files_to_jdbc", str(tmp_path / "src"),
+            str(tmp_path / "ckpt"), url, table]
+    failed = subprocess.run([*argv, "worker:jdbc.after_decision@1", "lockTimeoutMs=5000"],
+                            start_new_session=True, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "failed to abort" not in failed.stderr.lower(), failed.stderr[-3000:]
+    assert ids(url, table) == list(range(100))  # batch 1 decided, not yet committed
+    sink = checkpoint_sink_id(str(tmp_path / "ckpt"))
+    assert len(prepared(url, sink)) == 3
+    done = subprocess.run([*argv, "-"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ids(url, table) == list(range(350))
+    assert prepared(url, sink) == []
