@@ -524,3 +524,62 @@ def test_the_commit_worker_killed_after_the_decision_leaves_the_batch_to_the_res
     assert done.returncode == 0, done.stderr[-3000:]
     assert ids(url, table) == list(range(350))
     assert prepared(url, sink) == []
+
+
+@pytest.mark.parametrize("who", ["doctor", "operator"])
+def test_a_rollback_between_the_check_and_the_decision_never_leaves_a_dead_winner(services, who):
+    """Right after step 4a found batch 0's two winners prepared, `spark-ext doctor jdbc
+    resolve` runs, or an operator rolls one winner back by hand. The decision must never
+    name a transaction that is gone (the other winner would commit, and every later start
+    would fail on the missing one): the batch ends committed whole or undecided, nothing in
+    doubt. The doctor refuses while the sink's sessions are connected."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from spark_ext.connectors.jdbc.config import parse_url
+    from spark_ext.connectors.jdbc.transactions import connect, finish
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "doc")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("doc")
+    plan = _plan(url, table, sink_id, schema)
+    msgs = [plan.new_writer().write(iter([pa.record_batch({"id": pa.array([2 * p, 2 * p + 1], pa.int64()),
+                                                           "v": pa.array(["a", "b"])})]),
+                                    TaskInfo("q", 0, p, 0, p + 1)) for p in range(2)]
+    committer = plan.new_committer()
+    checked = committer.check
+    meddled: list[subprocess.CompletedProcess | bool] = []
+
+    def check_then_meddle(batch) -> None:
+        checked(batch)
+        if who == "doctor":
+            meddled.append(subprocess.run([sys.executable, "-m", "spark_ext", "doctor", "jdbc", "resolve",
+                                           "--url", url, "--sink", sink_id], capture_output=True, text=True,
+                                          timeout=120))
+        else:
+            conn = connect(parse_url(url, None, None))
+            conn.autocommit = True
+            meddled.append(finish(conn, msgs[1].gid, commit=False))
+            conn.close()
+
+    committer.check = check_then_meddle  # type: ignore[method-assign]
+    try:
+        committer.commit(msgs, 0, plan.claim)
+        error = None
+    except Exception as e:  # noqa: BLE001 - inspected below
+        error = e
+    assert meddled, "nothing ran between the check and the decision"
+    decided = query(url, "SELECT winners FROM spark_ext_commits WHERE sink_id = :s AND partition_id = -1",
+                    s=sink_id)
+    if decided:
+        assert ids(url, table) == [0, 1, 2, 3], error
+    else:
+        assert ids(url, table) == [] and isinstance(error, FencedError), error
+    assert prepared(url, sink_id) == []
+    if who == "doctor":
+        refused = meddled[0]
+        assert isinstance(refused, subprocess.CompletedProcess)
+        assert refused.returncode == 1 and "connected session" in refused.stderr, refused.stderr
+        assert decided
+    else:
+        assert not decided and "spark.speculation=false" in str(error)

@@ -38,6 +38,7 @@ import psycopg2.errors
 from spark_ext.commit import Batch, Claim, TwoPhaseCommitter
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import (
+    LOCK_SPACE,
     Db,
     JdbcCommittable,
     decisions,
@@ -52,7 +53,6 @@ from spark_ext.retry import Backoff, retry
 log = logging.getLogger(__name__)
 
 KEEP_BATCHES = 100  # decision and marker rows kept per sink (older ones are pruned)
-LOCK_SPACE = 0x53585431  # first key of the sinks' advisory locks ("SXT1"); the second is the sink id
 
 
 @dataclass(frozen=True)
@@ -188,14 +188,20 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     def check(self, batch: Batch[JdbcCommittable]) -> None:
         """Step 4a. ``record`` checks the epoch again, atomically with the decision."""
         self._check_epoch(batch)
+        self._check_prepared(batch)
+
+    def _check_prepared(self, batch: Batch[JdbcCommittable]) -> None:
         present = set(prepared_gids(self.conn, self.cfg.sink_id))
         gone = sorted(str(c.gid) for c in batch.prepared if c.gid not in present)
         if gone:  # only a newer run's take-over (or an operator) rolls back what a batch prepared
+            self.conn.rollback()  # record's transaction, if open: nothing is decided
+            self.conn.autocommit = True
             self._roll_back_own(batch)
             raise FencedError(
                 f"batch {batch.batch_id}: prepared transaction(s) {', '.join(gone)} were rolled back "
-                f"before the decision, by a newer run taking sink {self.cfg.sink_id!r} over (or an "
-                "operator); this run stops without committing anything of the batch"
+                f"before the decision, by a newer run taking sink {self.cfg.sink_id!r} over, by "
+                "'spark-ext doctor jdbc resolve', or by a speculative copy of a task (set "
+                "spark.speculation=false); this run stops without committing anything of the batch"
             )
 
     def _check_epoch(self, batch: Batch[JdbcCommittable]) -> None:
@@ -238,6 +244,9 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                     conn.autocommit = True
                     self._roll_back_own(batch)
                     raise self._fenced(batch, row and row[0])
+                # Again under the lock that the doctor and take-overs hold exclusively while
+                # they roll back: a decision never names a transaction that is gone.
+                self._check_prepared(batch)
                 cur.execute(
                     f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
                     "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "

@@ -9,8 +9,11 @@ not restart (the query was retired, its checkpoint lost), use this::
 ``list`` shows every prepared transaction named ``sx:...`` with its sink, epoch, batch,
 partition, attempt, age, and whether its batch was decided (the coordinator recorded
 "commit"): ``resolve`` then does what recovery would, committing the decided batch's
-winners and rolling back everything else of that sink. The password may also come
-from ``PGPASSWORD``; it is never printed.
+winners and rolling back everything else of that sink, then fences the sink (a new
+epoch), as a take-over does. ``resolve`` refuses while the sink's query is connected (its
+sessions are named ``spark-ext <sink>``): a running query resolves its own transactions.
+It holds the sink's lock while it works, so no decision can be recorded meanwhile. The
+password may also come from ``PGPASSWORD``; it is never printed.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import sys
 from sqlalchemy.dialects import postgresql as pg
 
 from spark_ext.connectors.jdbc.config import parse_url
-from spark_ext.connectors.jdbc.tables import BATCHES_TABLE
+from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE
 from spark_ext.connectors.jdbc.transactions import (
+    LOCK_SPACE,
     connect,
     decisions,
     parse_gid,
     prepared_gids,
     resolve_in_doubt,
+    session_name,
 )
 from spark_ext.errors import SparkExtError
 
@@ -36,6 +41,11 @@ from spark_ext.errors import SparkExtError
 def _batches_table(schema: str) -> str:
     prep = pg.dialect().identifier_preparer
     return f"{prep.quote_schema(schema)}.{prep.quote(BATCHES_TABLE)}"
+
+
+def _sinks_table(schema: str) -> str:
+    prep = pg.dialect().identifier_preparer
+    return f"{prep.quote_schema(schema)}.{prep.quote(SINKS_TABLE)}"
 
 
 def list_in_doubt(url: str, schema: str, sink: str | None) -> list[dict[str, object]]:
@@ -65,9 +75,34 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
     conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
     conn.autocommit = True
     try:
-        if not prepared_gids(conn, sink):
-            return [], []
-        return resolve_in_doubt(conn, _batches_table(schema), sink)
+        with conn.cursor() as cur:
+            cur.execute("SELECT pid, coalesce(host(client_addr), 'local') FROM pg_stat_activity "
+                        "WHERE application_name = %s AND pid <> pg_backend_pid() ORDER BY pid",
+                        (session_name(sink),))
+            live = cur.fetchall()
+            if live:
+                raise SparkExtError(
+                    f"sink {sink} has {len(live)} connected session(s) ("
+                    + ", ".join(f"pid {p} from {h}" for p, h in live) + "): its query is running; stop it "
+                    "first (a running query resolves its own transactions). A session left by a frozen "
+                    "or lost executor can be ended with SELECT pg_terminate_backend(pid)")
+            # The sink's lock, exclusively as a take-over holds it: no decision is recorded
+            # while transactions are resolved, so none can name one rolled back here.
+            cur.execute("SET lock_timeout = '30s'")
+            cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_SPACE, sink))
+        try:
+            if not prepared_gids(conn, sink):
+                return [], []
+            done = resolve_in_doubt(conn, _batches_table(schema), sink)
+            with conn.cursor() as cur:  # fence whatever of the old run still writes
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_sinks_table(schema),))
+                if cur.fetchone()[0]:
+                    cur.execute(f"UPDATE {_sinks_table(schema)} SET epoch = epoch + 1, updated_at = now() "
+                                "WHERE sink_id = %s", (sink,))
+            return done
+        finally:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_SPACE, sink))
     finally:
         conn.close()
 

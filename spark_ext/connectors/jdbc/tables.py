@@ -123,7 +123,7 @@ class JdbcSinkSetup:
 def engine(cfg: JdbcSinkConfig) -> sa.Engine:
     """Connections that wait out a restarting server, as every connection of the sink does."""
     return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool,
-                            creator=lambda: connect(cfg.url, cfg.reconnect_timeout_s))
+                            creator=lambda: connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id))
 
 
 def connect_error(cfg: JdbcSinkConfig, e: Exception) -> ConnectorError:

@@ -55,14 +55,26 @@ class _Unreachable(Exception):
     """A connection attempt that may succeed later; wraps libpq's error."""
 
 
-def connect(url: URL, reconnect_timeout_s: float = 0.0) -> Any:
-    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``).
+LOCK_SPACE = 0x53585431  # first key of the sinks' advisory locks ("SXT1"); the second is the sink id
+
+
+def session_name(sink_id: str) -> str:
+    """The ``application_name`` of a sink's sessions, so that the doctor can tell whether its
+    query is connected (at most 63 bytes: PostgreSQL truncates longer names)."""
+    return f"spark-ext {sink_id}"[:63]
+
+
+def connect(url: URL, reconnect_timeout_s: float = 0.0, sink_id: str | None = None) -> Any:
+    """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``);
+    with ``sink_id``, named as that sink's session.
 
     A server that refuses or drops the connection (restarting, failing over) is tried
     again with backoff for up to ``reconnect_timeout_s`` (``reconnectTimeoutMs``); then,
     or at once for any other error, libpq's error is raised.
     """
     kw: dict[str, Any] = {k: v for k, v in url.query.items()}
+    if sink_id is not None:
+        kw.setdefault("application_name", session_name(sink_id))
 
     def once() -> Any:
         try:
@@ -86,7 +98,7 @@ class Db:
 
     def __init__(self, cfg: JdbcSinkConfig) -> None:
         try:
-            self.conn = connect(cfg.url, cfg.reconnect_timeout_s)
+            self.conn = connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id)
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(
                 f"cannot reach PostgreSQL at {cfg.safe_url}: {str(e).strip()}"

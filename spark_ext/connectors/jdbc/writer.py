@@ -68,7 +68,7 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
         cfg = self.cfg
         try:
-            conn = connect(cfg.url, cfg.reconnect_timeout_s)
+            conn = connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id)
         except psycopg2.Error as e:
             raise ConnectorError(f"cannot connect to PostgreSQL at {cfg.safe_url}: {e}".strip()) from None
         try:
@@ -197,7 +197,7 @@ class PreparingJdbcWriter(JdbcWriter):
         """A retried task: roll back what its earlier attempts prepared, which would hold
         this attempt's row and unique-index locks. None of them can be a winner: the batch
         is not decided (checked under the share lock this transaction holds)."""
-        conn = connect(self.cfg.url, self.cfg.reconnect_timeout_s)
+        conn = connect(self.cfg.url, self.cfg.reconnect_timeout_s, self.cfg.sink_id)
         conn.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
         try:
             for gid in prepared_gids(conn, self.cfg.sink_id):
