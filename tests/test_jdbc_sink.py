@@ -583,3 +583,33 @@ def test_a_rollback_between_the_check_and_the_decision_never_leaves_a_dead_winne
         assert decided
     else:
         assert not decided and "spark.speculation=false" in str(error)
+
+
+def test_a_frozen_task_session_does_not_block_the_next_take_over(services):
+    """A task's process freezes mid-write (its executor stopped, its socket open): its
+    session lives on with the share lock on the sink's row. The next take-over (a new run,
+    or the next batch) must end that session of an older epoch instead of waiting on it
+    until lockTimeoutMs and failing, as every later start would."""
+    import signal
+
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "frz")
+    sink_id = table_name("frz")
+    task = subprocess.Popen([sys.executable, "-m", "tests.drivers.frozen_jdbc_task", url, table, sink_id],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert task.stdout is not None and task.stdout.readline().strip() == "copying", task.stderr
+        os.kill(task.pid, signal.SIGSTOP)
+        schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+        plan = _plan(url, table, sink_id, schema, lockTimeoutMs="3000")  # the next run takes over
+        assert plan.claim is not None
+        os.kill(task.pid, signal.SIGCONT)
+        _, err = task.communicate("more\n", timeout=60)  # the thawed task sends its next rows ...
+        assert task.returncode != 0 and "terminat" in err, err[-2000:]  # ... on a session that was ended
+    finally:
+        if task.poll() is None:
+            os.kill(task.pid, signal.SIGCONT)
+            task.kill()
+            task.wait()
+    assert ids(url, table) == [] and prepared(url, sink_id) == []

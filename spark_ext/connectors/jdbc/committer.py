@@ -46,6 +46,7 @@ from spark_ext.connectors.jdbc.transactions import (
     parse_gid,
     prepared_gids,
     resolve_in_doubt,
+    sink_sessions,
 )
 from spark_ext.errors import CommitError, ConnectorError, FatalCommitError, FencedError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
@@ -130,6 +131,7 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         rolled_back: list[str] = []
 
         def round_() -> int:
+            self._end_stale_sessions(conn)
             if batch_id is None:
                 c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
                 committed.extend(c)
@@ -154,6 +156,31 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         if batch_id is not None:  # what prepared while the bump waited
             rolled_back.extend(self._roll_back_batch(conn, batch_id))
         return committed, rolled_back, epoch
+
+    def _end_stale_sessions(self, conn: Any) -> None:
+        """End the task sessions of this sink's epochs up to the current one, which the
+        claim being made fences. A task whose executor froze or lost its host keeps its
+        session (and its share lock on the sink's row) open for hours or for ever; Spark
+        has retried it elsewhere meanwhile, so nothing of it can still be wanted."""
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT epoch FROM {self.sql.sinks_table} WHERE sink_id = %s", (self.cfg.sink_id,))
+            row = cur.fetchone()
+            if row is None:
+                return
+            stale = [(pid, host) for pid, host, epoch in sink_sessions(conn, self.cfg.sink_id)
+                     if epoch is not None and epoch <= row[0]]
+            for pid, host in stale:
+                try:
+                    cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                except psycopg2.errors.InsufficientPrivilege:
+                    log.warning("sink %s: cannot end the stale task session %s from %s (not allowed to "
+                                "signal it); the claim waits for it up to lockTimeoutMs", self.cfg.sink_id,
+                                pid, host)
+                    return
+        if stale:
+            log.warning("sink %s: ended %d task session(s) of older runs or attempts (pids %s): their "
+                        "executors froze or were lost", self.cfg.sink_id, len(stale),
+                        ", ".join(str(p) for p, _ in stale))
 
     # --- the primitives of steps 4 and 5 (spark_ext.commit.TwoPhaseCommitter orders them) ---
 

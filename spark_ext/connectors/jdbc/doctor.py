@@ -33,7 +33,7 @@ from spark_ext.connectors.jdbc.transactions import (
     parse_gid,
     prepared_gids,
     resolve_in_doubt,
-    session_name,
+    sink_sessions,
 )
 from spark_ext.errors import SparkExtError
 
@@ -75,11 +75,8 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
     conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
     conn.autocommit = True
     try:
+        live = [(pid, host) for pid, host, _ in sink_sessions(conn, sink)]
         with conn.cursor() as cur:
-            cur.execute("SELECT pid, coalesce(host(client_addr), 'local') FROM pg_stat_activity "
-                        "WHERE application_name = %s AND pid <> pg_backend_pid() ORDER BY pid",
-                        (session_name(sink),))
-            live = cur.fetchall()
             if live:
                 raise SparkExtError(
                     f"sink {sink} has {len(live)} connected session(s) ("

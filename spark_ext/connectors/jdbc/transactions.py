@@ -58,15 +58,37 @@ class _Unreachable(Exception):
 LOCK_SPACE = 0x53585431  # first key of the sinks' advisory locks ("SXT1"); the second is the sink id
 
 
-def session_name(sink_id: str) -> str:
-    """The ``application_name`` of a sink's sessions, so that the doctor can tell whether its
-    query is connected (at most 63 bytes: PostgreSQL truncates longer names)."""
-    return f"spark-ext {sink_id}"[:63]
+def session_name(sink_id: str, epoch: int | None = None) -> str:
+    """The ``application_name`` of a sink's sessions (tasks of an exactly-once run carry the
+    run's epoch), so that the doctor can tell whether its query is connected and a take-over
+    can end the sessions of older epochs. PostgreSQL keeps 63 bytes of it."""
+    return (f"spark-ext {sink_id}" + (f" e{epoch}" if epoch is not None else ""))[:63]
 
 
-def connect(url: URL, reconnect_timeout_s: float = 0.0, sink_id: str | None = None) -> Any:
+def sink_sessions(conn: Any, sink_id: str) -> list[tuple[int, str, int | None]]:
+    """(pid, client host, epoch or None) of the sink's other sessions."""
+    base = session_name(sink_id)
+    with conn.cursor() as cur:
+        cur.execute("SELECT pid, coalesce(host(client_addr), 'local'), application_name "
+                    "FROM pg_stat_activity WHERE (application_name = %s OR application_name LIKE %s) "
+                    "AND pid <> pg_backend_pid() ORDER BY pid", (base, _like_prefix(base) + " e%"))
+        out = []
+        for pid, host, name in cur.fetchall():
+            tail = name[len(base):]
+            epoch = int(tail[2:]) if tail.startswith(" e") and tail[2:].isdigit() and len(name) < 63 else None
+            out.append((int(pid), str(host), epoch))
+        return out
+
+
+def _like_prefix(text: str) -> str:
+    """``text`` with LIKE's wildcards escaped (backslash is LIKE's default escape)."""
+    return text.replace("\\", "\\\\").replace("_", r"\_").replace("%", r"\%")
+
+
+def connect(url: URL, reconnect_timeout_s: float = 0.0, sink_id: str | None = None,
+            epoch: int | None = None) -> Any:
     """A psycopg2 connection from a SQLAlchemy URL (libpq does not read ``+psycopg2``);
-    with ``sink_id``, named as that sink's session.
+    with ``sink_id``, named as that sink's session (of ``epoch``, for a task).
 
     A server that refuses or drops the connection (restarting, failing over) is tried
     again with backoff for up to ``reconnect_timeout_s`` (``reconnectTimeoutMs``); then,
@@ -74,7 +96,7 @@ def connect(url: URL, reconnect_timeout_s: float = 0.0, sink_id: str | None = No
     """
     kw: dict[str, Any] = {k: v for k, v in url.query.items()}
     if sink_id is not None:
-        kw.setdefault("application_name", session_name(sink_id))
+        kw.setdefault("application_name", session_name(sink_id, epoch))
 
     def once() -> Any:
         try:
@@ -116,7 +138,7 @@ def prepared_gids(conn: Any, sink_id: str) -> list[str]:
     """This sink's in-doubt transactions in the current database."""
     with conn.cursor() as cur:
         cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE %s",
-                    ("sx:" + sink_id.replace("_", r"\_").replace("%", r"\%") + ":%",))
+                    (_like_prefix("sx:" + sink_id) + ":%",))
         return sorted(r[0] for r in cur.fetchall() if parse_gid(r[0])[0] == sink_id)
 
 

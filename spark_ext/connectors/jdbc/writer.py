@@ -62,13 +62,15 @@ def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
 class JdbcWriter(SinkWriter[JdbcCommittable]):
     """Writes one task attempt's rows over one connection; a subclass per guarantee. Executor."""
 
+    epoch: int | None = None  # the run's claim, in the session's name (exactly-once)
+
     def __init__(self, setup: JdbcSinkSetup) -> None:
         self.cfg, self.sql = setup.cfg, setup.sql
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
         cfg = self.cfg
         try:
-            conn = connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id)
+            conn = connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id, self.epoch)
         except psycopg2.Error as e:
             raise ConnectorError(f"cannot connect to PostgreSQL at {cfg.safe_url}: {e}".strip()) from None
         try:
@@ -159,10 +161,10 @@ class PreparingJdbcWriter(JdbcWriter):
 
     def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
         super().__init__(setup)
-        self.epoch = epoch  # the claim's fence
+        self.epoch = self.fence = epoch  # the claim's (``fence``: typed int)
 
     def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        gid = gid_for(self.cfg.sink_id, self.epoch, task.batch_id, task.partition_id, task.attempt)
+        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt)
         conn.tpc_begin(gid)
         cur = self._cursor(conn)
         # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
@@ -172,7 +174,7 @@ class PreparingJdbcWriter(JdbcWriter):
         if task.attempt > 0:
             self._roll_back_earlier_attempts(task)
         rows = self._copy(cur, batches, task)
-        self._mark(cur, task, rows, self.epoch)
+        self._mark(cur, task, rows, self.fence)
         failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
         conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
         failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
@@ -184,10 +186,10 @@ class PreparingJdbcWriter(JdbcWriter):
         cfg, sql = self.cfg, self.sql
         cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE", (cfg.sink_id,))
         row = cur.fetchone()
-        if row is None or row[0] != self.epoch:
+        if row is None or row[0] != self.fence:
             raise FencedError(
                 f"sink {cfg.sink_id!r} was taken over by a newer run (epoch {row and row[0]}, "
-                f"this run {self.epoch}); this stale task writes nothing"
+                f"this run {self.fence}); this stale task writes nothing"
             )
         cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
                     "AND batch_id = %s AND partition_id = -1", (cfg.sink_id, task.query_id, task.batch_id))
