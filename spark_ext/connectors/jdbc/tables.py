@@ -42,6 +42,7 @@ from spark_ext.errors import ConnectorError, InvalidOptionError
 
 SINKS_TABLE = "spark_ext_sinks"
 BATCHES_TABLE = "spark_ext_commits"
+LANDED_TABLE = "spark_ext_landed"
 
 
 def _family_spark(t: DataType) -> str | None:
@@ -110,6 +111,7 @@ class SqlPlan:
     clear_staging: str
     sinks_table: str
     batches_table: str
+    landed_table: str
 
 
 @dataclass(frozen=True)
@@ -305,6 +307,15 @@ def _create_bookkeeping(conn: sa.Connection, cfg: JdbcSinkConfig) -> None:
         "epoch bigint NOT NULL, rows bigint, winners text, at timestamptz NOT NULL DEFAULT now(), "
         "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, attempt))"
     ))
+    # at_least_once: what each partition of a batch sent (a digest of its rows), so that a
+    # replay skips a partition only when it holds the same rows. A table of its own: adding
+    # a column to the commits table would need a lock that in-doubt transactions hold.
+    conn.execute(sa.text(
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, LANDED_TABLE)} (sink_id text NOT NULL, "
+        "query_id text NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, digest text NOT NULL, "
+        "rows bigint, at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, digest))"
+    ))
 
 
 def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan:
@@ -336,4 +347,5 @@ def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan
         clear_staging=f"DELETE FROM {stg} WHERE _sx_task = %s" if keys else "",
         sinks_table=_qualify(cfg, SINKS_TABLE),
         batches_table=_qualify(cfg, BATCHES_TABLE),
+        landed_table=_qualify(cfg, LANDED_TABLE),
     )

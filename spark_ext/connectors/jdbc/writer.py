@@ -12,12 +12,13 @@ under the global id ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``; before 
 it checks, under a share lock held until the commit, that its run still owns the sink
 (epoch) and that batch N was not already decided, in which case it writes nothing (a
 replay). ``at_least_once`` (``MarkedJdbcWriter``): committed by the task, with a marker
-row so a replay of a batch whose partition already landed is skipped. ``none``
+row so a replayed partition holding the rows that already landed is skipped. ``none``
 (``PlainJdbcWriter``): COPY and commit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -104,7 +105,8 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                                query_id=task.query_id)
 
 
-    def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> int:
+    def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo, digest: Any = None) -> int:
+        """COPY the task's rows; ``digest`` (a hashlib object), if given, sees every byte sent."""
         cfg, sql = self.cfg, self.sql
         keys = cfg.upsert_keys
         tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
@@ -119,6 +121,8 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                         "present (filter or fill them); nothing of this task was written"
                     )
             data = to_csv(rb, sql, tag)
+            if digest is not None:
+                digest.update(data)
             cur.copy_expert(sql.copy_staging if keys else sql.copy_target, io.BytesIO(data))
             rows += rb.num_rows
         if keys and rows:
@@ -137,20 +141,42 @@ class PlainJdbcWriter(JdbcWriter):
         return self._message(task, rows)
 
 
+KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
+
+
 class MarkedJdbcWriter(JdbcWriter):
-    """``at_least_once``: COPY and a marker row, committed by the task; a replay of a batch
-    whose partition already landed writes nothing."""
+    """``at_least_once``: COPY and a marker row, committed by the task.
+
+    A replayed partition is skipped (its COPY rolled back) only when it holds what landed:
+    the marker (``landed_table``) keys the batch and partition number with a digest of the
+    rows sent, since the same number names other rows once the partitioning changed
+    between a crash and the replay (``minPartitions``, a repartition). Upserts are merged
+    again instead (idempotent), with no marker.
+    """
 
     def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        cfg, sql = self.cfg, self.sql
         cur = self._cursor(conn)
-        cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
-                    "AND batch_id = %s AND partition_id = %s",
-                    (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id))
-        if cur.fetchone() is not None:
-            conn.rollback()
-            return self._message(task, 0)
-        rows = self._copy(cur, batches, task)
-        self._mark(cur, task, rows, 0)
+        digest = None if cfg.upsert_keys else hashlib.blake2b(digest_size=16)
+        rows = self._copy(cur, batches, task, digest)
+        seen = digest.hexdigest() if digest is not None else None
+        key = (cfg.sink_id, task.query_id, task.batch_id, task.partition_id)
+        if seen is not None:
+            cur.execute(f"SELECT 1 FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
+                        "batch_id = %s AND partition_id = %s AND digest = %s", (*key, seen))
+            landed = cur.fetchone() is not None
+            if not landed:  # a marker of a version that kept no digests: trust its number
+                cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s AND "
+                            "batch_id = %s AND partition_id = %s", key)
+                landed = cur.fetchone() is not None
+            if landed:
+                conn.rollback()
+                return self._message(task, 0)
+            cur.execute(f"INSERT INTO {sql.landed_table} (sink_id, query_id, batch_id, partition_id, digest, "
+                        "rows) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", (*key, seen, rows))
+            if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
+                cur.execute(f"DELETE FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
+                            "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
         conn.commit()
         failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
         return self._message(task, rows)
