@@ -147,12 +147,16 @@ class Claim(Generic[F]):
     decides, so an older run can do neither. ``last_decided``: the newest batch of this
     sink recorded as committed, where the sink tracks it, so a replay writes nothing.
     ``committed`` / ``rolled_back``: how many in-doubt transactions step 1 resolved.
+    ``planned_ms``: the driver's wall clock when step 1 ended. Every transaction of the
+    batch began later, so the committer (on the driver too) bounds their age on one
+    clock; an executor's clock may be minutes off.
     """
 
     fence: F
     last_decided: DecidedBatch | None = None
     committed: int = 0
     rolled_back: int = 0
+    planned_ms: float = 0.0
 
 
 C = TypeVar("C", bound=Committable)

@@ -562,7 +562,7 @@ def test_a_rollback_between_the_check_and_the_decision_never_leaves_a_dead_winne
             meddled.append(finish(conn, msgs[1].gid, commit=False))
             conn.close()
 
-    committer.check = check_then_meddle  # type: ignore[method-assign]
+    committer.check = check_then_meddle
     try:
         committer.commit(msgs, 0, plan.claim)
         error = None

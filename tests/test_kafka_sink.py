@@ -332,3 +332,33 @@ def test_prefix_shared_by_two_queries_is_refused(spark, services, tmp_path):
     assert len(consume(bootstrap, topic)) == 5
 
 
+
+
+def test_an_executor_clock_minutes_behind_does_not_make_a_batch_look_old(services, monkeypatch):
+    """The committer's timeout margin must measure a transaction's age on one clock. An
+    executor whose clock is 14 minutes behind the driver's made every batch look 14
+    minutes old (with the 15-minute default timeout: refused, every time); one ahead made
+    an old batch look young (decided, then aborted by the broker)."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_ext.commit import TaskInfo
+    from spark_ext.connectors.kafka import KafkaSink
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "skew")
+    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                 "transactionalidprefix": f"sk-{topic}"}, "hzsink")
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    plan = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    rows = [str(i) for i in range(100)]
+
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 14 * 60)  # the executor's clock, while it writes
+    msg = plan.new_writer().write(iter([pa.record_batch([pa.array(rows)] * 2, names=["key", "value"])]),
+                                  TaskInfo("q", 0, 0, 0, 1))
+    monkeypatch.undo()  # the driver's clock
+    plan.new_committer().commit([msg], 0, plan.claim)
+    assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)

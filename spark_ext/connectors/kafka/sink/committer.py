@@ -139,7 +139,9 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                 committed = len(decision.winners) - len(lost)
             rolled_back = self._abort_open(keep=())
             last = DecidedBatch(decision.batch_id, decision.query_id) if decision else None
-            return Claim(commit_producer, last, committed=committed, rolled_back=rolled_back), decision, lost
+            claim = Claim(commit_producer, last, committed=committed, rolled_back=rolled_back,
+                          planned_ms=time.time() * 1000)
+            return claim, decision, lost
         finally:
             self.client.close()
 
@@ -209,7 +211,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         return decision if _decides(decision, batch.batch_id, str(batch.query_id)) else None
 
     def check(self, batch: Batch[KafkaCommittable]) -> None:
-        self._check_open(batch.prepared, batch.batch_id, _fence(batch))
+        assert batch.claim is not None  # _fence checked it
+        self._check_open(batch.prepared, batch.batch_id, _fence(batch), batch.claim.planned_ms)
 
     def record(self, batch: Batch[KafkaCommittable]) -> Decision:
         """The decision, as group offsets in the commit id's transaction: its epoch is the
@@ -287,15 +290,17 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             except (FencedError, FatalCommitError):
                 pass  # already aborted (timeout, or fenced by a newer attempt)
 
-    def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int, fence: Producer) -> None:
+    def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int, fence: Producer,
+                    planned_ms: float) -> None:
         if not self._owns_sink(fence):
             raise FencedError(f"batch {batch_id}: another run of this sink ({self.cfg.txn_prefix!r}) took "
                               "over after this batch began; this run stops without committing "
                               "(zombie fencing)")
         producers = [_producer(c) for c in winners]
         states = self.client.describe([p.transactional_id for p in producers])
-        now = time.time() * 1000
-        age_s = (now - min(c.started_ms for c in winners)) / 1000
+        # An upper bound of the transactions' age on the driver's clock alone: they all began
+        # after the batch was planned (an executor's own clock may be minutes off).
+        age_s = (time.time() * 1000 - planned_ms) / 1000
         limit_s = self.cfg.txn_timeout_ms / 1000
         for p in producers:
             s = states[p.transactional_id]
