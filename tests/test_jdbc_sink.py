@@ -131,9 +131,10 @@ def test_upsert_at_least_once_replays_converge_to_the_exactly_once_state(service
     assert dict(query(url, f"SELECT id, v FROM {table}")) == final
 
 
-def _plan(url: str, table: str, sink_id: str, schema, **opts: str):
+def _plan(url: str, table: str, sink_id: str, schema, guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
+          **opts: str):
     o = Options({"url": url, "dbtable": table, "sinkid": sink_id, **opts}, "hzsink")
-    return JdbcSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    return JdbcSink().plan(o, schema, guarantee)
 
 
 def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
@@ -633,3 +634,66 @@ def test_at_least_once_replay_with_other_partitions_loses_nothing(services, tmp_
                           timeout=300, env={**os.environ, "PARTITION_BY": "v"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert set(ids(url, table)) == set(range(350))
+
+
+def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactions(services):
+    """An exactly_once run died with a batch prepared (perhaps decided); the operator
+    restarts with at_least_once. That run would never resolve them (it takes nothing
+    over): the batch would be written again and the old transactions, once resolved,
+    twice. Refused at start, naming both ways out; exactly_once once, then the change."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from spark_ext.errors import ConnectorError
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "gch")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("gch")
+    plan = _plan(url, table, sink_id, schema)
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+    for weaker in (Guarantee.AT_LEAST_ONCE, Guarantee.NONE):
+        with pytest.raises(ConnectorError, match=f"exactly_once to finish.*resolve --sink {sink_id}"):
+            _plan(url, table, sink_id, schema, weaker)
+    assert len(prepared(url, sink_id)) == 1
+    _plan(url, table, sink_id, schema)  # the exactly_once take-over resolves it
+    assert prepared(url, sink_id) == []
+    _plan(url, table, sink_id, schema, Guarantee.AT_LEAST_ONCE)
+
+
+def test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging(services):
+    """The network between a task and PostgreSQL fails mid-COPY (packets dropped, nothing
+    acknowledges what the task sends): before, the task hung for the kernel's
+    retransmissions, about 15 minutes; TCP's user timeout on the sink's connections now
+    fails it within about half a minute, and Spark can retry it."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from sqlalchemy.engine import make_url
+
+    from spark_ext.errors import ConnectorError
+    from tests.support.blackhole import Forwarder
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "cut")
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    real = make_url(url)
+    fwd = Forwarder(real.host or "127.0.0.1", real.port or 5432)
+    try:
+        via = real.set(port=fwd.port).render_as_string(hide_password=False)
+        plan = _plan(via, table, table_name("cut"), schema)
+
+        def part(lo: int) -> pa.RecordBatch:
+            ids_ = pa.array(range(lo, lo + 1000), pa.int64())
+            return pa.record_batch({"id": ids_, "v": pa.array(["x"] * 1000)})
+
+        def rows():
+            yield part(0)
+            fwd.cut()
+            yield part(1000)
+
+        started = time.monotonic()
+        with pytest.raises(ConnectorError, match=f"writing batch 0 partition 0 to {table} failed"):
+            plan.new_writer().write(rows(), TaskInfo("q", 0, 0, 0, 1))
+        assert time.monotonic() - started < 120
+    finally:
+        fwd.close()
+    assert ids(url, table) == []

@@ -362,3 +362,33 @@ def test_an_executor_clock_minutes_behind_does_not_make_a_batch_look_old(service
     monkeypatch.undo()  # the driver's clock
     plan.new_committer().commit([msg], 0, plan.claim)
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
+
+
+def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactions_open(services):
+    """An exactly_once run died with a batch's transaction open; the operator restarts
+    with at_least_once, which takes nothing over: the open transaction would stall every
+    read_committed consumer until the broker's timeout (15 minutes by default). Refused at
+    start, naming the ways out; exactly_once once, then the change."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_ext.commit import TaskInfo
+    from spark_ext.connectors.kafka import KafkaSink
+    from spark_ext.errors import ConnectorError
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "gch")
+    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                 "transactionalidprefix": f"gc-{topic}"}, "hzsink")
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    plan = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    plan.new_writer().write(iter([pa.record_batch([pa.array(["1", "2"])] * 2, names=["key", "value"])]),
+                            TaskInfo("q", 0, 0, 0, 1))
+    for weaker in (Guarantee.AT_LEAST_ONCE, Guarantee.NONE):
+        with pytest.raises(ConnectorError, match=r"exactly_once to finish them.*doctor kafka resolve"):
+            KafkaSink().plan(o, schema, weaker)
+    KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)  # its take-over aborts the open transaction
+    KafkaSink().plan(o, schema, Guarantee.AT_LEAST_ONCE)
+    assert consume(bootstrap, topic) == []

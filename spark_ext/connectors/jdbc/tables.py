@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 from sqlalchemy.dialects import postgresql as pg
 
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
-from spark_ext.connectors.jdbc.transactions import connect
+from spark_ext.connectors.jdbc.transactions import connect, prepared_gids
 from spark_ext.errors import ConnectorError, InvalidOptionError
 
 SINKS_TABLE = "spark_ext_sinks"
@@ -169,6 +169,15 @@ _DDL_ATTEMPTS = 5
 def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> str:
     """One pass of prepare_tables; returns the staging table's name."""
     with eng.connect() as conn:
+        if not need_2pc and (left := prepared_gids(conn.connection, cfg.sink_id)):
+            # An exactly_once run of this sink left them; only its take-over (or the doctor)
+            # knows which batch they decided, and a weaker run would write that batch again.
+            raise ConnectorError(
+                f"sink {cfg.sink_id!r} has {len(left)} prepared transaction(s) left by an exactly_once run "
+                f"({left[0]}{', ...' if len(left) > 1 else ''}), and this query runs with guarantee "
+                f"{cfg.guarantee.value}: restart it once with guarantee exactly_once to finish them, or "
+                f"resolve them with 'spark-ext doctor jdbc resolve --sink {cfg.sink_id}', then change "
+                "the guarantee")
         if need_2pc:
             n = int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one())
             if n == 0:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql.types import StructType
 
 from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
 from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
-from spark_ext.connectors.kafka.sink.committer import KafkaCommitter
+from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import check_schema
 from spark_ext.connectors.kafka.sink.writer import (
@@ -20,6 +22,8 @@ from spark_ext.connectors.kafka.sink.writer import (
 from spark_ext.errors import ConfigurationError, ConnectorError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+
+log = logging.getLogger(__name__)
 
 
 class TransactionTimeoutTooLongError(ConfigurationError):
@@ -43,6 +47,8 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         _check_topics(config, exactly)
         if exactly:
             _check_timeout(config)
+        elif config.txn_prefix:
+            _refuse_if_left_open(config)
         return config
 
     def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
@@ -56,6 +62,28 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
 
     def new_committer(self, config: KafkaSinkConfig) -> KafkaCommitter:
         return KafkaCommitter(config)
+
+
+def _refuse_if_left_open(cfg: KafkaSinkConfig) -> None:
+    """A weaker run never takes the sink over, so it would leave open what an exactly_once
+    run of this sink left (read_committed consumers stall behind it until the broker's
+    timeout; a decided batch would be written again): refuse, naming the ways out."""
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+    try:
+        left = client.list_transactions(cfg.txn_pattern, OPEN_STATES)
+    except Exception as e:  # noqa: BLE001 - a check the broker or its ACLs may not allow
+        log.warning("could not list the open transactions of prefix %r (%s); a weaker guarantee cannot "
+                    "tell whether an exactly_once run of this sink left some", cfg.txn_prefix, e)
+        return
+    finally:
+        client.close()
+    if left:
+        raise ConnectorError(
+            f"{len(left)} transaction(s) of transactionalIdPrefix {cfg.txn_prefix!r} are still open "
+            f"({left[0][0]}{', ...' if len(left) > 1 else ''}), left by an exactly_once run of this sink, "
+            f"and this query runs with guarantee {cfg.guarantee.value}: restart it once with guarantee "
+            "exactly_once to finish them, or resolve them with 'spark-ext doctor kafka resolve', then "
+            "change the guarantee")
 
 
 def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
