@@ -7,7 +7,8 @@ every later JVM (``-XX:SharedArchiveFile``): measured here, a session start and 
 query took 5.0-6.3 s with the archive against 8.5-9.6 s without. The suite starts over a
 hundred drivers (crash tests, campaigns), so it runs them with the archive.
 
-The archive is built once per PySpark install and JDK (the key is in its file name) under
+The archive is built once per PySpark install (its jars' sizes and times included) and JDK
+(the key is in its file name) under
 ``~/.cache/spark-ext/cds``, outside git, by whichever pytest process gets the lock first.
 A JVM that finds the archive unusable runs without it; so does the suite if it cannot be
 built (a warning says why): only speed depends on it.
@@ -23,6 +24,7 @@ import sys
 import warnings
 from pathlib import Path
 
+KEEP = 6  # archives kept: this checkout's, the compat virtualenvs', a few recent checkouts'
 CACHE = Path(os.environ.get("SPARK_EXT_CDS_DIR", Path.home() / ".cache" / "spark-ext" / "cds"))
 
 _WARM_UP = """
@@ -38,7 +40,13 @@ def _key(jvm_opts: str) -> str:
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    text = "\n".join([pyspark.__version__, str(Path(pyspark.__file__).parent), java, jvm_opts])
+    # The JVM maps an archive only if every jar on the class path has the size and
+    # modification time it had when the archive was dumped, and silently runs without it
+    # otherwise: a reinstalled PySpark at the same path (a fresh checkout's virtualenv)
+    # needs an archive of its own.
+    jars = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    text = "\n".join([pyspark.__version__, str(Path(pyspark.__file__).parent), java, jvm_opts, repr(jars)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -61,6 +69,9 @@ def archive(jvm_opts: str) -> Path | None:
                                   f"{res.stderr[-500:]}", stacklevel=2)
                     return None
                 tmp.rename(path)
+            os.utime(path)  # in use: the newest archives are the ones kept
+            for old in sorted(CACHE.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime)[:-KEEP]:
+                old.unlink(missing_ok=True)  # ~150 MB each; a fresh checkout makes another
         return path
     except (OSError, subprocess.SubprocessError) as e:
         warnings.warn(f"no class-data-sharing archive (the suite runs, only slower): {e}", stacklevel=2)
