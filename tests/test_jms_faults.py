@@ -28,6 +28,14 @@ def restart_artemis() -> None:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def to_jdbc(df, services, table: str, ckpt, trigger: str = "200 milliseconds"):
     return (df.selectExpr("message_id", "body_text AS body").writeStream.format("hzsink")
             .option("connector", "jdbc").option("url", services.postgres_url).option("dbtable", table)
@@ -203,3 +211,45 @@ def test_a_poison_message_fails_every_start_and_is_never_acknowledged(spark, ser
     assert run(tolerant) is None  # the fixed query writes the batch once
     bodies = sorted(b for (b,) in query(url, f"SELECT body FROM {table}"))
     assert bodies == sorted(["unparsed"] + [f"g{i}" for i in range(20)])
+
+
+@pytest.mark.restarts_services
+def test_acknowledgements_the_broker_never_handled_do_not_let_a_batch_be_written_twice(services, tmp_path):
+    """The broker hangs (frozen) right after batch 1 committed: batch 2's ACK frames go out
+    but are never handled, the query goes on with prefetched messages and commits batch 3,
+    then the driver dies (while acknowledging batch 3) and the broker crashes. The restart
+    learns only its last offset: batch 2's messages come back, and must be dropped, not
+    written a second time."""
+    import signal
+
+    from services.common import _read_pid
+
+    dest, table = queue_name("unacked"), table_name("jmsua")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    send(services, dest, [f"m{i}" for i in range(600)])
+    argv = driver_argv(services, dest, tmp_path / "c", table)
+    opts = ["maxMessagesPerTrigger=200", "connectTimeoutMs=3000"]
+    driver = subprocess.Popen([*argv, "600", "jms.mid_ack@3", *opts], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    artemis = _read_pid("artemis")
+    assert artemis is not None, "Artemis is not running"
+    frozen = False
+    try:
+        wait_for(lambda: count(url, table) > 0 or driver.poll() is not None, "batch 1 written")
+        first = count(url, table)
+        os.killpg(artemis, signal.SIGSTOP)
+        frozen = True
+        assert count(url, table) == first, "batch 2 committed before the broker froze: nothing tested"
+        _, err = driver.communicate(timeout=180)  # batches 2 and 3 on prefetched messages, then the kill
+        assert driver.returncode == -9, err[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        if frozen:
+            os.killpg(artemis, signal.SIGKILL)  # the hung broker crashes: unhandled frames are lost
+            wait_for(lambda: not _group_alive(artemis), "the killed broker to be gone")
+    restart_artemis()
+    done = subprocess.run([*argv, "600", "-", *opts], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert query(url, f"SELECT count(*), count(DISTINCT message_id) FROM {table}") == [(600, 600)]

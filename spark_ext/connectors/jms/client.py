@@ -74,6 +74,8 @@ class StompReceiver:
         self._conn: wire.StompSocket | None = None
         self._sub = "spark-ext-source"
         self._receipt = threading.Event()
+        self._receipts: set[str] = set()  # receipt ids the broker sent on this connection
+        self._asked = 0  # receipts asked for acknowledgements
         self._id_key = f"\n{cfg.id_header}:".encode()
         self.generation = 0  # connections made so far; ack ids are valid on their own only
         self._arrivals = 0  # messages received on this connection
@@ -119,6 +121,7 @@ class StompReceiver:
             self._error = None
             self._queue.clear()
             self._ack_ids.clear()
+            self._receipts.clear()
             self._arrivals = 0
             self.generation += 1
         conn = self._login()
@@ -164,10 +167,15 @@ class StompReceiver:
             self._error = headers.get("message") or body.decode("utf-8", "replace")[:500]
             self._receipt.set()
         elif cmd == "RECEIPT":
+            with self._lock:
+                self._receipts.add(wire.header(frame, b"\nreceipt-id:") or "")
+                self._arrived.notify_all()
             self._receipt.set()
 
     def _closed(self) -> None:
         self._connected = False
+        with self._lock:
+            self._arrived.notify_all()
         self._receipt.set()
 
     def check(self) -> None:
@@ -239,7 +247,36 @@ class StompReceiver:
         if not self._connected:  # the connection failed in the first half
             return unacked + list(ids[mid:])
         failpoints.hit("jms.mid_ack", batch)
-        return unacked + self._send_acks(conn, ids[mid:])
+        unacked += self._send_acks(conn, ids[mid:])
+        if len(unacked) < len(ids) and not self._confirmed(conn):
+            # The broker may never process ACK frames it has not confirmed (a hung link, a
+            # crash right after): the caller keeps every ID as committed-but-unacknowledged,
+            # and a restart learns them from the next offset.
+            log.warning("the STOMP broker at %s did not confirm %d acknowledgement(s) within %.0f s; "
+                        "their messages are dropped if they come again", self.cfg.where,
+                        len(ids) - len(unacked), self.cfg.connect_timeout_s)
+            return list(ids)
+        return unacked
+
+    def _confirmed(self, conn: wire.StompSocket) -> bool:
+        """Ask for a receipt after the ACK frames and wait for it: the broker handles a
+        connection's frames in order, so the receipt means every ACK before it was handled.
+        An empty transaction carries it (a receipt needs a frame, and an ACK cannot repeat)."""
+        with self._lock:
+            self._asked += 1
+            tx = rid = f"spark-ext-ack-{self.generation}-{self._asked}"
+        try:
+            conn.send(wire.encode("BEGIN", {"transaction": tx}) +
+                      wire.encode("ABORT", {"transaction": tx, "receipt": rid}))
+        except OSError:
+            self._connected = False
+            return False
+        with self._lock:
+            self._arrived.wait_for(lambda: rid in self._receipts or not self._connected,
+                                   self.cfg.connect_timeout_s)
+            got = rid in self._receipts
+            self._receipts.discard(rid)
+            return got
 
     def _send_acks(self, conn: wire.StompSocket, ids: Sequence[str]) -> list[str]:
         """ACK frames for ``ids``, ``_ACKS_PER_WRITE`` to a socket write. One stomp.py
