@@ -40,6 +40,10 @@ SLOW: dict[str, float] = {
     "test_a_lagging_kafka_partition_is_not_dropped_as_late": 26,
     "test_kafka_to_postgres_exactly_once_through_spark_connect": 24,
     "test_a_campaign_broken_off_counts_only_what_was_due": 24,
+    "test_the_commit_worker_killed_after_the_decision_leaves_the_batch_to_the_restart": 46,
+    "test_at_least_once_replay_with_other_partitions_loses_nothing": 42,
+    "test_a_restart_with_another_window_definition_is_refused_and_the_old_one_resumes": 35,
+    "test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging": 31,
 }
 
 

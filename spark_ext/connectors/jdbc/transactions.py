@@ -80,6 +80,13 @@ def sink_sessions(conn: Any, sink_id: str) -> list[tuple[int, str, int | None]]:
         return out
 
 
+# A server that vanished (host down, link cut) would hold a connection for the kernel's
+# retransmissions, about 15 minutes: libpq's connect timeout, TCP keepalives and a TCP user
+# timeout bound a dead link to about half a minute. A URL parameter of the same name wins.
+_BOUNDED = {"connect_timeout": "10", "keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
+            "keepalives_count": "3", "tcp_user_timeout": "30000"}
+
+
 def _like_prefix(text: str) -> str:
     """``text`` with LIKE's wildcards escaped (backslash is LIKE's default escape)."""
     return text.replace("\\", "\\\\").replace("_", r"\_").replace("%", r"\%")
@@ -94,7 +101,7 @@ def connect(url: URL, reconnect_timeout_s: float = 0.0, sink_id: str | None = No
     again with backoff for up to ``reconnect_timeout_s`` (``reconnectTimeoutMs``); then,
     or at once for any other error, libpq's error is raised.
     """
-    kw: dict[str, Any] = {k: v for k, v in url.query.items()}
+    kw: dict[str, Any] = {**_BOUNDED, **{k: v for k, v in url.query.items()}}
     if sink_id is not None:
         kw.setdefault("application_name", session_name(sink_id, epoch))
 
