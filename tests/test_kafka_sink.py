@@ -392,3 +392,49 @@ def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactio
     KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)  # its take-over aborts the open transaction
     KafkaSink().plan(o, schema, Guarantee.AT_LEAST_ONCE)
     assert consume(bootstrap, topic) == []
+
+
+def test_a_zombie_task_of_the_previous_batch_cannot_abort_a_decided_winner(services):
+    """Batch 1's winner is open and checked (step 4a) when a zombie attempt of batch 0
+    (its executor froze, Spark moved on) wakes up and initialises its transactional id.
+    With one id per partition and attempt for every batch, that fenced and aborted batch
+    1's winner after the decision: the commit failed with the batch incomplete. Batches
+    now alternate between two sets of ids, so the zombie holds another id."""
+    from typing import Any
+
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_ext.commit import TaskInfo
+    from spark_ext.connectors.kafka import KafkaSink
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "zmb")
+    prefix = f"zb-{topic}"
+    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix},
+                "hzsink")
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+
+    def rows(lo: int):
+        values = pa.array([str(i) for i in range(lo, lo + 50)])
+        return iter([pa.record_batch([values, values], names=["key", "value"])])
+
+    plan0 = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    first = plan0.new_writer().write(rows(0), TaskInfo("q", 0, 0, 0, 1))
+    plan0.new_committer().commit([first], 0, plan0.claim)
+    plan1 = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    winner = plan1.new_writer().write(rows(50), TaskInfo("q", 1, 0, 0, 2))
+    committer: Any = plan1.new_committer()
+    checked = committer.check
+
+    def check_then_zombie(batch) -> None:
+        checked(batch)
+        plan0.new_writer().write(rows(1000), TaskInfo("q", 0, 0, 0, 1))  # batch 0's stale attempt
+
+    committer.check = check_then_zombie
+    committer.commit([winner], 1, plan1.claim)
+    KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)  # the next take-over aborts the zombie's transaction
+    assert open_transactions(bootstrap, prefix) == []
+    assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(100))

@@ -64,14 +64,17 @@ class KafkaSinkConfig:
         """The consumer group whose offsets on ``commit_topic`` record committed batches."""
         return f"{self.txn_prefix}.batches"
 
-    def txn_id(self, partition: int, attempt: int) -> str:
-        """A task's transactional id: bounded by partitions x attempts, reused every batch.
+    def txn_id(self, partition: int, attempt: int, batch: int) -> str:
+        """A task's transactional id: bounded by 2 x partitions x attempts.
 
-        A retried *stage* restarts attempt numbers at 0, so its tasks fence the old stage's
-        zombies by id (PySpark exposes no stage attempt number); that fails the commit
-        loudly rather than duplicating anything.
+        Batches alternate between two sets of ids: a zombie attempt of the previous batch
+        (its executor froze and woke after Spark moved on) that initialises its id would
+        otherwise fence, and so abort, the same id's winner of the batch being committed,
+        after its decision. A retried *stage* restarts attempt numbers at 0, so its tasks
+        fence the old stage's zombies by id (PySpark exposes no stage attempt number);
+        that fails the commit loudly rather than duplicating anything.
         """
-        return f"{self.txn_prefix}-p{partition}-a{attempt}"
+        return f"{self.txn_prefix}-p{partition}-a{attempt}-b{batch % 2}"
 
     @property
     def commit_txn_id(self) -> str:
@@ -80,7 +83,7 @@ class KafkaSinkConfig:
     @property
     def txn_pattern(self) -> str:
         """A regex matching exactly this sink's task transactional ids."""
-        return re.escape(self.txn_prefix) + r"-p[0-9]+-a[0-9]+"
+        return re.escape(self.txn_prefix) + r"-p[0-9]+-a[0-9]+(-b[01])?"  # no -b: before the two sets
 
     @staticmethod
     def parse(opts: Options, guarantee: Guarantee) -> KafkaSinkConfig:

@@ -164,7 +164,7 @@ class TransactionalKafkaWriter(KafkaWriter):
         return True
 
     def _txn_id(self, task: TaskInfo) -> str | None:
-        return self.cfg.txn_id(task.partition_id, task.attempt)
+        return self.cfg.txn_id(task.partition_id, task.attempt, task.batch_id)
 
     def _producer(self, client: KafkaTxnClient, tid: str | None) -> Producer:
         # fences any older holder of the id and aborts what it left open
