@@ -88,10 +88,12 @@ def start(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
               .writeStream.format("hzsink").options(**jdbc).option("dbtable", LEDGER)
               .option("upsertKeys", "payment_id").option("checkpointLocation", f"{ckpt}/ledger")
               .trigger(processingTime=args.trigger).queryName("ledger").start())
+    _initialized(ledger)
     wins = (account_windows(payments(spark, args))
             .writeStream.format("hzsink").options(**jdbc).option("dbtable", WINDOWS)
             .option("checkpointLocation", f"{ckpt}/windows")
             .trigger(processingTime=args.trigger).queryName("windows").start())
+    _initialized(wins)
     over = account_windows(payments(spark, args)).where(F.col("total") > F.lit(args.limit))
     alerts = (over.select(F.col("account").alias("key"), F.to_json(F.struct(
                   "account", F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_start"),
@@ -101,6 +103,15 @@ def start(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
               .option("guarantee", "exactly_once").option("checkpointLocation", f"{ckpt}/alerts")
               .trigger(processingTime=args.trigger).queryName("alerts").start())
     return {"ledger": ledger, "windows": wins, "alerts": alerts}
+
+
+def _initialized(q: Any, timeout_s: float = 120.0) -> None:
+    """Until ``q`` has started its sources (or ended). Each source starts a fresh Python
+    process that must connect back to the JVM within Spark's fixed 10 s; three at once on
+    a loaded 2-core machine missed that (measured: "Python worker failed to connect back")."""
+    deadline = time.monotonic() + timeout_s
+    while q.isActive and q.status.get("message") == "Initializing sources" and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def status(queries: dict[str, Any]) -> dict[str, Any]:
