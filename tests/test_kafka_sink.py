@@ -339,26 +339,13 @@ def test_an_executor_clock_minutes_behind_does_not_make_a_batch_look_old(service
     executor whose clock is 14 minutes behind the driver's made every batch look 14
     minutes old (with the 15-minute default timeout: refused, every time); one ahead made
     an old batch look young (decided, then aborted by the broker)."""
-    import pyarrow as pa
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    from spark_ext.commit import TaskInfo
-    from spark_ext.connectors.kafka import KafkaSink
-    from spark_ext.guarantees import Guarantee
-    from spark_ext.options import Options
-
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 1, "skew")
-    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
-                 "transactionalidprefix": f"sk-{topic}"}, "hzsink")
-    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
-    plan = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    plan = sink_plan(bootstrap, topic, f"sk-{topic}")
     rows = [str(i) for i in range(100)]
-
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() - 14 * 60)  # the executor's clock, while it writes
-    msg = plan.new_writer().write(iter([pa.record_batch([pa.array(rows)] * 2, names=["key", "value"])]),
-                                  TaskInfo("q", 0, 0, 0, 1))
+    msg = prepare_batch(plan, 0, rows)
     monkeypatch.undo()  # the driver's clock
     plan.new_committer().commit([msg], 0, plan.claim)
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
@@ -369,28 +356,18 @@ def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactio
     with at_least_once, which takes nothing over: the open transaction would stall every
     read_committed consumer until the broker's timeout (15 minutes by default). Refused at
     start, naming the ways out; exactly_once once, then the change."""
-    import pyarrow as pa
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    from spark_ext.commit import TaskInfo
-    from spark_ext.connectors.kafka import KafkaSink
     from spark_ext.errors import ConnectorError
     from spark_ext.guarantees import Guarantee
-    from spark_ext.options import Options
 
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 1, "gch")
-    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
-                 "transactionalidprefix": f"gc-{topic}"}, "hzsink")
-    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
-    plan = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
-    plan.new_writer().write(iter([pa.record_batch([pa.array(["1", "2"])] * 2, names=["key", "value"])]),
-                            TaskInfo("q", 0, 0, 0, 1))
+    prefix = f"gc-{topic}"
+    prepare_batch(sink_plan(bootstrap, topic, prefix), 0, ["1", "2"])
     for weaker in (Guarantee.AT_LEAST_ONCE, Guarantee.NONE):
         with pytest.raises(ConnectorError, match=r"exactly_once to finish them.*doctor kafka resolve"):
-            KafkaSink().plan(o, schema, weaker)
-    KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)  # its take-over aborts the open transaction
-    KafkaSink().plan(o, schema, Guarantee.AT_LEAST_ONCE)
+            sink_plan(bootstrap, topic, prefix, guarantee=weaker)
+    sink_plan(bootstrap, topic, prefix)  # its take-over aborts the open transaction
+    sink_plan(bootstrap, topic, prefix, guarantee=Guarantee.AT_LEAST_ONCE)
     assert consume(bootstrap, topic) == []
 
 
@@ -402,39 +379,26 @@ def test_a_zombie_task_of_the_previous_batch_cannot_abort_a_decided_winner(servi
     now alternate between two sets of ids, so the zombie holds another id."""
     from typing import Any
 
-    import pyarrow as pa
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    from spark_ext.commit import TaskInfo
-    from spark_ext.connectors.kafka import KafkaSink
-    from spark_ext.guarantees import Guarantee
-    from spark_ext.options import Options
-
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 1, "zmb")
     prefix = f"zb-{topic}"
-    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix},
-                "hzsink")
-    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
 
-    def rows(lo: int):
-        values = pa.array([str(i) for i in range(lo, lo + 50)])
-        return iter([pa.record_batch([values, values], names=["key", "value"])])
+    def rows(lo: int) -> list[str]:
+        return [str(i) for i in range(lo, lo + 50)]
 
-    plan0 = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
-    first = plan0.new_writer().write(rows(0), TaskInfo("q", 0, 0, 0, 1))
-    plan0.new_committer().commit([first], 0, plan0.claim)
-    plan1 = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
-    winner = plan1.new_writer().write(rows(50), TaskInfo("q", 1, 0, 0, 2))
+    plan0 = sink_plan(bootstrap, topic, prefix)
+    plan0.new_committer().commit([prepare_batch(plan0, 0, rows(0))], 0, plan0.claim)
+    plan1 = sink_plan(bootstrap, topic, prefix)
+    winner = prepare_batch(plan1, 1, rows(50))
     committer: Any = plan1.new_committer()
     checked = committer.check
 
     def check_then_zombie(batch) -> None:
         checked(batch)
-        plan0.new_writer().write(rows(1000), TaskInfo("q", 0, 0, 0, 1))  # batch 0's stale attempt
+        prepare_batch(plan0, 0, rows(1000))  # batch 0's stale attempt
 
     committer.check = check_then_zombie
     committer.commit([winner], 1, plan1.claim)
-    KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)  # the next take-over aborts the zombie's transaction
+    sink_plan(bootstrap, topic, prefix)  # the next take-over aborts the zombie's transaction
     assert open_transactions(bootstrap, prefix) == []
     assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(100))

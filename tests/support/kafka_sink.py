@@ -82,13 +82,13 @@ def run(spark, src, ckpt, bootstrap: str, topic: str, select: tuple[str, ...] | 
 
 
 def sink_plan(bootstrap: str, topic: str, prefix: str, listener: Listener | None = None,
-          opts: dict[str, str] | None = None):
+              opts: dict[str, str] | None = None, guarantee: Guarantee = Guarantee.EXACTLY_ONCE):
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
     o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalidprefix": prefix,
                  **(listener.spark_options() if listener else {}), **(opts or {})}, "hzsink")
-    return KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+    return KafkaSink().plan(o, schema, guarantee)
 
 
 def prepare_batch(plan, batch: int, rows: list[str], partition: int = 0, attempt: int = 0):
