@@ -298,9 +298,11 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                               "(zombie fencing)")
         producers = [_producer(c) for c in winners]
         states = self.client.describe([p.transactional_id for p in producers])
-        # An upper bound of the transactions' age on the driver's clock alone: they all began
-        # after the batch was planned (an executor's own clock may be minutes off).
-        age_s = (time.time() * 1000 - planned_ms) / 1000
+        # The transactions began after the batch was planned: now minus that, on the driver's
+        # clock alone, bounds their age, so an executor clock minutes behind cannot make a
+        # batch look old. The executors' own start times, when lower, are the closer figure.
+        now = time.time() * 1000
+        age_s = min(now - planned_ms, now - min(c.started_ms for c in winners)) / 1000
         limit_s = self.cfg.txn_timeout_ms / 1000
         for p in producers:
             s = states[p.transactional_id]
