@@ -33,6 +33,6 @@ def _verified(out: str) -> None:
 
 
 def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) -> None:
-    out = _run("examples.payments.cluster", "--count", "5000", "--rate", "800")
+    out = _run("examples.payments.cluster", "--count", "5000", "--rate", "800", "--workers", "1")
     assert "cluster up at spark://127.0.0.1:" in out
     _verified(out)

@@ -22,7 +22,7 @@ DEFAULT_S = 2.0
 
 # Test function -> seconds per case, from `make test --durations` on 2 cores (2026-11-26).
 SLOW: dict[str, float] = {
-    "test_cluster_demo_ships_the_environment_to_a_standalone_cluster": 183,
+    "test_cluster_demo_ships_the_environment_to_a_standalone_cluster": 140,
     "test_a_restart_after_the_decision_records_expired_is_still_exactly_once": 110,
     "test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once": 90,
     "test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in_postgres": 80,
