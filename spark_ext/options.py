@@ -81,13 +81,103 @@ def stable_sink_id(opts: Options, connector: str, exactly_once: bool, what_for: 
             "set .option('checkpointLocation', ...) on writeStream, or .option('sinkId', ...)")
     return None
 
+Default = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option as users write it, with what the reference says about it.
+
+    ``name`` keeps the user's spelling (``maxOffsetsPerTrigger``); Spark lower-cases option
+    names, so matching uses ``key``. A name ending in ``.*`` documents a pass-through
+    prefix. ``default`` is the value the connector's parser falls back to (it reads it from
+    here, so the reference shows what the code does); ``shown`` stands in for a default the
+    parser computes (derived from the checkpoint location, different for batch reads).
+    """
+
+    name: str
+    description: str
+    default: Default | None = None
+    shown: str | None = None
+    required: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.name.lower()
+
+    @property
+    def is_prefix(self) -> bool:
+        return self.name.endswith(".*")
+
+    def default_text(self) -> str:
+        """The default as the reference prints it."""
+        if self.shown is not None:
+            return self.shown
+        if self.required:
+            return "required"
+        if self.default is None:
+            return ""
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        return str(self.default)
+
+
 @dataclass(frozen=True)
 class OptionSpec:
-    """The options one connector accepts: exact names plus pass-through prefixes."""
+    """The options one connector accepts: exact names plus pass-through prefixes.
+
+    ``documented`` lists them for the reference (the docs' option tables are generated
+    from it); build a connector's spec with ``OptionSpec.of`` so names and documentation
+    come from one list.
+    """
 
     names: frozenset[str]
     prefixes: tuple[str, ...] = ()
     required: frozenset[str] = field(default_factory=frozenset)
+    documented: tuple[Option, ...] = ()
+
+    @classmethod
+    def of(cls, *options: Option, prefixes: tuple[str, ...] = ()) -> OptionSpec:
+        """A spec from documented options. An option under one of ``prefixes`` (a
+        ``kafka.*`` setting with a default of ours) is documented, and accepted by its prefix."""
+        names = frozenset(o.key for o in options if not o.is_prefix and not o.key.startswith(prefixes))
+        required = frozenset(o.key for o in options if o.required)
+        return cls(names, prefixes, required, options)
+
+    def option(self, name: str) -> Option:
+        """The documented option ``name`` (any case); KeyError when it is not documented."""
+        for o in self.documented:
+            if o.key == name.lower():
+                return o
+        raise KeyError(name)
+
+    def default(self, name: str) -> Default:
+        """The declared default of ``name``; KeyError when it has none (a bug of ours)."""
+        value = self.option(name).default
+        if value is None:
+            raise KeyError(f"option {name!r} declares no default")
+        return value
+
+    def default_int(self, name: str) -> int:
+        value = self.default(name)
+        assert isinstance(value, int) and not isinstance(value, bool), name
+        return value
+
+    def default_bool(self, name: str) -> bool:
+        value = self.default(name)
+        assert isinstance(value, bool), name
+        return value
+
+    def default_str(self, name: str) -> str:
+        value = self.default(name)
+        assert isinstance(value, str), name
+        return value
+
+    def undocumented(self) -> list[str]:
+        """Accepted names and prefixes that have no documented option with a description."""
+        described = {o.key for o in self.documented if o.description.strip()}
+        wanted = sorted(self.names | self.required) + [p.lower() + "*" for p in self.prefixes]
+        return [n for n in wanted if n not in described]
 
     def check(self, options: Mapping[str, str], what: str) -> None:
         """Raise on an unknown or missing option, naming it and the valid choices."""
@@ -155,6 +245,11 @@ class Options:
         if minimum is not None and n < minimum:
             raise InvalidOptionError(self._bad(name, value, f"an integer >= {minimum}"))
         return n
+
+    def get_int_or(self, name: str, default: int, minimum: int | None = None) -> int:
+        """``get_int`` for an option with a default (0 stays 0 where ``minimum`` allows it)."""
+        value = self.get_int(name, minimum=minimum)
+        return default if value is None else value
 
     def get_bool(self, name: str, default: bool) -> bool:
         value = self.get_str(name)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_ext import compat
+from spark_ext.options import Option, OptionSpec
 from spark_ext.windows import frames as fr
 from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import AggregateOperation
@@ -25,6 +26,31 @@ from spark_ext.windows.windower import HIDDEN_COUNT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+#: The arguments of ``tumbling`` / ``sliding`` / ``session``, for the reference (its table is
+#: generated from this; a test holds the keyword defaults equal to ``sliding``'s signature).
+ARGUMENTS = OptionSpec.of(
+    Option("keys", "Column names to group by (a list, or one name).", required=True),
+    Option("timestamp", "The event-time column (timestamp or timestamp_ntz).", required=True),
+    Option("size", "`tumbling`, `sliding`: the window length, e.g. `'60 seconds'`.", required=True),
+    Option("slide", "`sliding`: how often a window starts; `size` must be a multiple of it.", required=True),
+    Option("timeout", "`session`: events of a key at most this far apart share a session.", required=True),
+    Option("aggs", "Output column -> aggregate (`spark_ext.windows.aggregate`).", required=True),
+    Option("lateness", "How far behind the coalesced watermark an event may be.", default="0 seconds"),
+    Option("partition_column", "The source partition of each row (e.g. the Kafka source's `partition`), or "
+           "several columns that name it together; the watermark is the minimum over partitions that are "
+           "not idle. `\"partition\"` on a frame with the Kafka source's `topic` column means "
+           "`(\"topic\", \"partition\")`.", shown="none: the input is one stream"),
+    Option("idle_timeout", "A partition without events this long (processing time) stops holding the "
+           "watermark back; `None`: never.", default="60 seconds"),
+    Option("buckets", "Stage 2's key buckets; keep it unchanged across restarts of one checkpoint.",
+           shown="`spark.sql.shuffle.partitions`"),
+    Option("metrics", "Streaming: the name of the observed metrics (`late_events`) in the query's progress; "
+           "give each windowed aggregation of one query its own.", default="windows"),
+    Option("emit_when_idle", "Streaming: emit the windows the watermark passes while no input arrives. "
+           "Needs a `processingTime` trigger and an `idle_timeout` of at least twice the trigger "
+           "interval.", default=False),
+)
 
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
           "hour": 3600 * 10**6, "day": 86400 * 10**6}
@@ -80,9 +106,12 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
     gap_us = duration_us(timeout, "timeout")
     if gap_us <= 0:
         raise WindowError("timeout must be positive, e.g. '30 seconds'")
-    spec = _spec(df, "session", keys, timestamp, aggs, 0, 0, gap_us, kw.pop("lateness", "0 seconds"),
-                 kw.pop("partition_column", None), kw.pop("idle_timeout", "60 seconds"),
-                 kw.pop("buckets", None), kw.pop("metrics", "windows"), kw.pop("emit_when_idle", False))
+    a = ARGUMENTS
+    spec = _spec(df, "session", keys, timestamp, aggs, 0, 0, gap_us,
+                 kw.pop("lateness", a.default_str("lateness")), kw.pop("partition_column", None),
+                 kw.pop("idle_timeout", a.default_str("idle_timeout")),
+                 kw.pop("buckets", None), kw.pop("metrics", a.default_str("metrics")),
+                 kw.pop("emit_when_idle", a.default_bool("emit_when_idle")))
     if kw:
         raise WindowError(f"unknown argument(s) {sorted(kw)}")
     return _build(df, spec)

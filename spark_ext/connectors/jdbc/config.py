@@ -17,14 +17,29 @@ from sqlalchemy.exc import ArgumentError
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec, stable_sink_id
+from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
 
-SINK_OPTIONS = OptionSpec(
-    names=frozenset({"url", "user", "password", "dbtable", "upsertkeys", "upsertorderby", "createtable",
-                     "sinkid", "locktimeoutms", "reconnecttimeoutms"}),
-    required=frozenset({"url", "dbtable"}),
+SINK_OPTIONS = OptionSpec.of(
+    Option("url", "SQLAlchemy URL (`postgresql+psycopg2://user@host:5432/db`) or Spark's "
+           "`jdbc:postgresql://host:5432/db`.", required=True),
+    Option("user", "Overrides the URL's user."),
+    Option("password", "Overrides the URL's password; never logged."),
+    Option("dbtable", "`table` or `schema.table`; must exist unless `createTable` is true.", required=True),
+    Option("createTable", "Create the table when missing: columns from the DataFrame, `upsertKeys` as "
+           "primary key.", default=False),
+    Option("guarantee", "`exactly_once`: prepared transactions committed with the batch (two-phase "
+           "commit); `at_least_once`: each task commits, a replayed partition is skipped only when it "
+           "holds exactly the rows that landed; `none`: plain append.", default="exactly_once"),
+    Option("upsertKeys", "Comma list: write by `INSERT ... ON CONFLICT (keys) DO UPDATE` (needs a primary "
+           "key or unique index on exactly those columns). With `exactly_once`, partition by the keys."),
+    Option("upsertOrderBy", "A version or event-time column: the row with the greatest value wins, within a "
+           "batch and against the row in the table (ties: the later row). Needs `upsertKeys`."),
+    Option("sinkId", "Stable sink name (1-64 letters, digits, `_`, `-`, `.`); `exactly_once` needs it or a "
+           "`checkpointLocation`.", shown="derived from `checkpointLocation`"),
+    Option("lockTimeoutMs", "How long a task waits for a row lock (ms).", default=60_000),
+    Option("reconnectTimeoutMs", "How long every connection of the sink waits out a server that refuses or "
+           "drops it (a restart, a failover) before the query fails (ms; 0: fail at once).", default=60_000),
 )
-
 
 
 def parse_url(value: str, user: str | None, password: str | None) -> URL:
@@ -89,7 +104,8 @@ class JdbcSinkConfig:
 
     @staticmethod
     def parse(opts: Options, guarantee: Guarantee) -> JdbcSinkConfig:
-        SINK_OPTIONS.check(opts.raw(), "hzsink connector 'jdbc'")
+        spec = SINK_OPTIONS
+        spec.check(opts.raw(), "hzsink connector 'jdbc'")
         url = parse_url(opts.require("url"), opts.get_str("user"), opts.get_str("password"))
         dbtable = opts.require("dbtable").strip()
         schema, _, table = dbtable.rpartition(".")
@@ -104,11 +120,12 @@ class JdbcSinkConfig:
             table=table,
             upsert_keys=keys,
             upsert_order_by=_order_by(opts, keys),
-            create_table=opts.get_bool("createtable", False),
+            create_table=opts.get_bool("createtable", spec.default_bool("createTable")),
             sink_id=_sink_id(opts, guarantee, url, dbtable),
-            lock_timeout_ms=opts.get_int("locktimeoutms", 60_000, minimum=1) or 60_000,
+            lock_timeout_ms=opts.get_int_or("locktimeoutms", spec.default_int("lockTimeoutMs"), minimum=1),
             guarantee=guarantee,
-            reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 60_000, minimum=0) or 0) / 1000.0,
+            reconnect_timeout_s=opts.get_int_or(
+                "reconnecttimeoutms", spec.default_int("reconnectTimeoutMs"), minimum=0) / 1000.0,
         )
 
 

@@ -7,14 +7,41 @@ from urllib.parse import urlsplit
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec
+from spark_ext.options import Option, Options, OptionSpec
 
-SOURCE_OPTIONS = OptionSpec(
-    names=frozenset({"host", "port", "user", "password", "brokerurl", "destination",
-                     "maxmessagespertrigger", "messageidheader", "consumerwindowsize",
-                     "replaytimeoutms", "skipmissingmessages", "dedupwindowms", "connecttimeoutms",
-                     "reconnecttimeoutms"}),
-    required=frozenset({"destination"}),
+#: The broker's address and login, shared by the queue source and sink.
+BROKER_OPTIONS = (
+    Option("host", "The broker's STOMP acceptor host.", default="127.0.0.1"),
+    Option("port", "The broker's STOMP acceptor port.", default=61613),
+    Option("brokerUrl", "`stomp://host:port`; wins over `host` and `port`."),
+    Option("user", "The broker login."),
+    Option("password", "The broker password; never logged."),
+)
+
+SOURCE_OPTIONS = OptionSpec.of(
+    *BROKER_OPTIONS,
+    Option("destination", "`/queue/<name>` (acknowledged, replayable) or `/topic/<name>`; `/queue/` must "
+           "mean an anycast queue on the broker.", required=True),
+    Option("guarantee", "`exactly_once`: a batch's message IDs live in its offset and redeliveries of "
+           "committed messages are dropped, also across a driver restart; `at_least_once`: the IDs are "
+           "recorded, but a batch committed and not yet acknowledged when the driver died is read again; "
+           "`none`: auto-acknowledge.", default="exactly_once"),
+    Option("maxMessagesPerTrigger", "At most this many messages a batch.", default=10_000),
+    Option("messageIdHeader", "The header that identifies a message for de-duplication (case-sensitive, "
+           "e.g. an application's payment id).", default="message-id"),
+    Option("consumerWindowSize", "The subscription's `consumer-window-size`: bytes the broker sends ahead "
+           "of acknowledgements (-1: no limit).", default=64 * 1024 * 1024),
+    Option("replayTimeoutMs", "How long a replay waits for the broker to redeliver a recorded message (ms).",
+           default=60_000),
+    Option("skipMissingMessages", "`false`: a recorded message the broker never redelivers (expired, "
+           "dead-lettered, taken by another consumer) fails the query naming it; `true`: skip and log it.",
+           default=False),
+    Option("dedupWindowMs", "After a restart, how long the IDs of committed, maybe unacknowledged batches "
+           "are kept to drop their redeliveries (ms).", default=300_000),
+    Option("connectTimeoutMs", "How long a login, a subscription or an acknowledgement's receipt is waited "
+           "for (ms).", default=10_000),
+    Option("reconnectTimeoutMs", "How long the source waits for a broker that went away, planning no new "
+           "data, before the query fails naming the broker (ms; 0: fail at once).", default=120_000),
 )
 
 
@@ -58,7 +85,8 @@ class JmsSourceConfig:
 
     @staticmethod
     def parse(opts: Options) -> JmsSourceConfig:
-        SOURCE_OPTIONS.check(opts.raw(), "hzsource connector 'jms'")
+        spec = SOURCE_OPTIONS
+        spec.check(opts.raw(), "hzsource connector 'jms'")
         host, port = broker_address(opts)
         dest = destination(opts, "/queue/<name> (acknowledged, replayable) or /topic/<name>")
         return JmsSourceConfig(
@@ -67,22 +95,29 @@ class JmsSourceConfig:
             user=opts.get_str("user"),
             password=opts.get_str("password"),
             destination=dest,
-            guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee.EXACTLY_ONCE),
-            max_per_trigger=opts.get_int("maxmessagespertrigger", 10_000, minimum=1) or 10_000,
+            guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee(spec.default_str("guarantee"))),
+            max_per_trigger=opts.get_int_or(
+                "maxmessagespertrigger", spec.default_int("maxMessagesPerTrigger"), minimum=1),
             # STOMP header names are case-sensitive (an application's "paymentId")
-            id_header=opts.get_str("messageidheader", "message-id") or "message-id",
-            window_bytes=opts.get_int("consumerwindowsize", 64 * 1024 * 1024, minimum=-1) or -1,
-            replay_timeout_s=(opts.get_int("replaytimeoutms", 60_000, minimum=1) or 60_000) / 1000.0,
-            skip_missing=opts.get_bool("skipmissingmessages", False),
-            dedup_window_s=(opts.get_int("dedupwindowms", 300_000, minimum=0) or 0) / 1000.0,
-            connect_timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
-            reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 120_000, minimum=0) or 0) / 1000.0,
+            id_header=opts.get_str("messageidheader") or spec.default_str("messageIdHeader"),
+            window_bytes=opts.get_int_or(
+                "consumerwindowsize", spec.default_int("consumerWindowSize"), minimum=-1) or -1,
+            replay_timeout_s=opts.get_int_or("replaytimeoutms", spec.default_int("replayTimeoutMs"),
+                                             minimum=1) / 1000.0,
+            skip_missing=opts.get_bool("skipmissingmessages", spec.default_bool("skipMissingMessages")),
+            dedup_window_s=opts.get_int_or("dedupwindowms", spec.default_int("dedupWindowMs"),
+                                           minimum=0) / 1000.0,
+            connect_timeout_s=opts.get_int_or("connecttimeoutms", spec.default_int("connectTimeoutMs"),
+                                              minimum=1) / 1000.0,
+            reconnect_timeout_s=opts.get_int_or("reconnecttimeoutms", spec.default_int("reconnectTimeoutMs"),
+                                                minimum=0) / 1000.0,
         )
 
 
 def broker_address(opts: Options) -> tuple[str, int]:
     """Options host/port, or brokerUrl (stomp://host:port), which wins."""
-    host, port = opts.get_str("host", "127.0.0.1") or "127.0.0.1", opts.get_int("port", 61613, minimum=1)
+    host = opts.get_str("host") or SOURCE_OPTIONS.default_str("host")
+    port = opts.get_int_or("port", SOURCE_OPTIONS.default_int("port"), minimum=1)
     url = opts.get_str("brokerurl")
     if url is not None:
         parts = urlsplit(url)
@@ -90,8 +125,8 @@ def broker_address(opts: Options) -> tuple[str, int]:
             raise InvalidOptionError(
                 f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor)"
             )
-        host, port = parts.hostname, parts.port or 61613
-    return host, int(port or 61613)
+        host, port = parts.hostname, parts.port or SOURCE_OPTIONS.default_int("port")
+    return host, port
 
 
 def destination(opts: Options, expected: str) -> str:

@@ -72,7 +72,7 @@ from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.client import Message, StompReceiver
-from spark_ext.connectors.jms.config import JmsSourceConfig
+from spark_ext.connectors.jms.config import SOURCE_OPTIONS, JmsSourceConfig
 from spark_ext.connectors.jms.ids import pack_ids, unpack_ids
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
@@ -393,6 +393,7 @@ class JmsSource(SourceConnector):
     """``spark.readStream.format("hzsource").option("connector", "jms")``."""
 
     name = "jms"
+    option_spec = SOURCE_OPTIONS
 
     def check(self, options: Options) -> None:
         JmsSourceConfig.parse(options)

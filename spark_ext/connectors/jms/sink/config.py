@@ -8,15 +8,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_ext.connectors.jms.config import broker_address, destination
+from spark_ext.connectors.jms.config import BROKER_OPTIONS, broker_address, destination
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec, stable_sink_id
+from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
 
-SINK_OPTIONS = OptionSpec(
-    names=frozenset({"host", "port", "user", "password", "brokerurl", "destination", "sinkid", "persistent",
-                     "connecttimeoutms", "committimeoutms", "reconnecttimeoutms"}),
-    required=frozenset({"destination"}),
+SINK_OPTIONS = OptionSpec.of(
+    *BROKER_OPTIONS,
+    Option("destination", "`/queue/<name>`; `/topic/<name>` with `at_least_once` or `none` only.",
+           required=True),
+    Option("guarantee", "`exactly_once`: tasks stage their messages, the driver moves a decided batch's "
+           "into the destination; `at_least_once`: one STOMP transaction per task, committed by the task (a "
+           "retried task or a replayed batch sends again); `none`: plain sends, flushed before the task "
+           "ends.",
+           default="exactly_once"),
+    Option("sinkId", "Stable sink name (1-64 letters, digits, `_`, `-`, `.`); `exactly_once` needs it or a "
+           "`checkpointLocation`.", shown="derived from `checkpointLocation`"),
+    Option("persistent", "`persistent:true` on every message; `exactly_once` refuses false.", default=True),
+    Option("connectTimeoutMs", "How long a login or a management call waits (ms).", default=10_000),
+    Option("commitTimeoutMs", "How long moving one task's messages into the destination may take (ms).",
+           default=120_000),
+    Option("reconnectTimeoutMs", "How long every connection of the sink waits for a broker that is down, "
+           "restarting or frozen before the query fails (ms; 0: fail at once); a refused login fails at "
+           "once.", default=60_000),
 )
 
 #: Every queue the sink keeps for itself starts with this (one security-setting covers them).
@@ -70,7 +84,8 @@ class JmsSinkConfig:
                 f"option 'destination' is {dest!r}: exactly_once writes to a queue (/queue/<name>), "
                 "because a decided batch is moved into the destination's queue by the broker. Write "
                 "to a queue, or use guarantee at_least_once for a topic")
-        persistent = opts.get_bool("persistent", True)
+        spec = SINK_OPTIONS
+        persistent = opts.get_bool("persistent", spec.default_bool("persistent"))
         if guarantee is Guarantee.EXACTLY_ONCE and not persistent:
             raise InvalidOptionError(
                 "option 'persistent' is false, but exactly_once must store every message of a decided "
@@ -85,9 +100,12 @@ class JmsSinkConfig:
             guarantee=guarantee,
             sink_id=_sink_id(opts, guarantee),
             persistent=persistent,
-            timeout_s=(opts.get_int("connecttimeoutms", 10_000, minimum=1) or 10_000) / 1000.0,
-            commit_timeout_s=(opts.get_int("committimeoutms", 120_000, minimum=1) or 120_000) / 1000.0,
-            reconnect_timeout_s=(opts.get_int("reconnecttimeoutms", 60_000, minimum=0) or 0) / 1000.0,
+            timeout_s=opts.get_int_or("connecttimeoutms", spec.default_int("connectTimeoutMs"),
+                                      minimum=1) / 1000.0,
+            commit_timeout_s=opts.get_int_or("committimeoutms", spec.default_int("commitTimeoutMs"),
+                                             minimum=1) / 1000.0,
+            reconnect_timeout_s=opts.get_int_or("reconnecttimeoutms", spec.default_int("reconnectTimeoutMs"),
+                                                minimum=0) / 1000.0,
         )
 
 

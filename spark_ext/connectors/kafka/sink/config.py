@@ -17,23 +17,41 @@ from spark_ext.connectors.kafka.client.security import PLAINTEXT, SECURITY_KEYS,
 from spark_ext.connectors.kafka.sink.records import CODECS
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
-from spark_ext.options import Options, OptionSpec
+from spark_ext.options import Option, Options, OptionSpec
 
-SINK_OPTIONS = OptionSpec(
-    names=frozenset({"topic", "committopic", "transactionalidprefix", "transactiontimeoutwarnfraction"}),
-    prefixes=("kafka.",),
-    required=frozenset({"kafka.bootstrap.servers"}),
-)
-
-# kafka.* settings this producer honours, with their defaults.
-_PRODUCER_DEFAULTS = {
+SINK_OPTIONS = OptionSpec.of(
+    Option("kafka.bootstrap.servers", "The brokers, any listener: plain text, `SSL`, `SASL_PLAINTEXT`, "
+           "`SASL_SSL`.", required=True),
+    Option("topic", "The topic when there is no `topic` column (and the one for rows whose `topic` is "
+           "null)."),
+    Option("guarantee", "`exactly_once`: Kafka transactions committed with the batch; `at_least_once`: "
+           "idempotent producer, acknowledged before the task ends; `none`: `acks=0`.",
+           default="exactly_once"),
+    Option("transactionalIdPrefix", "Stable name of the sink's transactions; `exactly_once` needs it or a "
+           "`checkpointLocation`.", shown="derived from `checkpointLocation`"),
+    Option("commitTopic", "An existing topic whose consumer-group offsets record committed batches; "
+           "required when rows name their topic in a column and there is no `topic` option.",
+           shown="`topic`"),
     # The broker's default maximum (15 min): a driver killed after deciding a batch must be
     # back before its transactions time out, or their records are lost (Flink uses 1 h).
-    "transaction.timeout.ms": "900000",
-    "batch.size": "1048000",  # under the broker's default message.max.bytes (1 MiB + 12)
-    "compression.type": "none",
-    "request.timeout.ms": "30000",
-}
+    Option("kafka.transaction.timeout.ms", "How long a batch's transactions may stay open (ms); must not "
+           "exceed the broker's `transaction.max.timeout.ms` (checked at start).", default="900000"),
+    Option("transactionTimeoutWarnFraction", "Warn when a batch took more than this share of the "
+           "transaction timeout.", default=0.5),
+    # Under the broker's default message.max.bytes (1 MiB + 12).
+    Option("kafka.batch.size", "Bytes of one record batch.", default="1048000"),
+    Option("kafka.compression.type", "`none`, `gzip`, `snappy`, `lz4` or `zstd`.", default="none"),
+    Option("kafka.request.timeout.ms", "How long the client waits for a broker's answer (ms).",
+           default="30000"),
+    Option("kafka.*", "Security settings as in Spark's Kafka connector. Other producer settings are refused "
+           "at start, naming the setting, except common Java ones that do not apply here (`acks`, "
+           "`linger.ms`, serializers ...), which are ignored."),
+    prefixes=("kafka.",),
+)
+
+# kafka.* settings this producer honours, with their defaults (the documented ones above).
+_PRODUCER_DEFAULTS = {o.key[len("kafka."):]: str(o.default) for o in SINK_OPTIONS.documented
+                      if o.key.startswith("kafka.") and o.default is not None}
 # Settings users copy from Java jobs that change nothing here: accepted, ignored.
 _HARMLESS = frozenset({"linger.ms", "acks", "enable.idempotence", "max.in.flight.requests.per.connection",
                        "retries", "delivery.timeout.ms", "key.serializer", "value.serializer",
@@ -106,7 +124,8 @@ class KafkaSinkConfig:
                                      f"{', '.join(CODECS)}")
         topic = opts.get_str("topic")
         prefix = _prefix(opts, guarantee)
-        fraction = float(opts.get_str("transactiontimeoutwarnfraction") or "0.5")
+        fraction = float(opts.get_str("transactiontimeoutwarnfraction")
+                         or SINK_OPTIONS.default("transactionTimeoutWarnFraction"))
         if not 0 < fraction <= 1:
             raise InvalidOptionError("option 'transactionTimeoutWarnFraction' must be in (0, 1], e.g. 0.5")
         return KafkaSinkConfig(

@@ -17,17 +17,43 @@ from dataclasses import dataclass, field
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, normalize
 from spark_ext.connectors.kafka.source.offsets import StartingOffsets, TopicPartition, parse_assign
 from spark_ext.errors import InvalidOptionError, MissingOptionError
-from spark_ext.options import Options, OptionSpec, redact
+from spark_ext.options import Option, Options, OptionSpec, redact
 
-SOURCE_OPTIONS = OptionSpec(
-    names=frozenset({
-        "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
-        "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
-        "maxrecordsperpartition", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
-        "fetchoffset.retryintervalms", "groupidprefix", "fetcher",
-    }),
+SOURCE_OPTIONS = OptionSpec.of(
+    Option("kafka.bootstrap.servers", "The brokers, `host:port,...`.", required=True),
+    Option("subscribe", "A comma list of topics. Exactly one of `subscribe`, `subscribePattern`, `assign`; "
+           "unknown topics and partitions fail at query start."),
+    Option("subscribePattern", "A regular expression over topic names."),
+    Option("assign", "JSON of topics and partitions, `{\"payments\": [0, 1]}`."),
+    Option("startingOffsets", "`latest`, `earliest`, or JSON per partition with -2 = earliest, -1 = latest; "
+           "JSON must name every subscribed partition.",
+           shown="`latest` (streams), `earliest` (batch reads)"),
+    Option("endingOffsets", "Batch reads only: `latest` or JSON.", shown="`latest`"),
+    Option("maxOffsetsPerTrigger", "Admission control: at most this many records a batch, spread over "
+           "partitions by backlog. PySpark 4.2 or later."),
+    Option("failOnDataLoss", "`true`: fail naming topic, partition and missing range; `false`: log once and "
+           "continue from the earliest available offset.", default=True),
+    Option("includeHeaders", "Add the column `headers array<struct<key string, value binary>>`.",
+           default=False),
+    Option("minPartitions", "Split offset ranges into at least this many Spark tasks (deterministically)."),
+    Option("maxRecordsPerPartition", "Split offset ranges so no task reads more records than this."),
+    Option("kafkaConsumer.pollTimeoutMs", "How long a task or the planner waits through a broker outage "
+           "(ms).",
+           default=120_000),
+    Option("fetchOffset.numRetries", "Retries of metadata calls on the driver.", default=3),
+    Option("fetchOffset.retryIntervalMs", "Wait between those retries (ms).", default=10),
+    Option("groupIdPrefix", "The `group.id` the clients use; no group is joined and nothing is committed.",
+           default="spark-ext-kafka-source"),
+    Option("fetcher", "`auto`: `wire` wherever it speaks the cluster's security (plain text, `SSL`, "
+           "`SASL_PLAINTEXT` / `SASL_SSL` with `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`), `librdkafka` "
+           "otherwise (GSSAPI, OAUTHBEARER); or either by name.", default="auto"),
+    Option("kafka.isolation.level", "`read_uncommitted` also returns records of aborted transactions.",
+           default="read_committed"),
+    Option("kafka.default.api.timeout.ms", "Bounds the driver's metadata calls (ms).", default=30_000),
+    Option("kafka.*", "Client settings: security as in Spark's Kafka connector, or librdkafka's names. "
+           "`kafka.auto.offset.reset`, `kafka.enable.auto.commit` and the deserializers are refused, as "
+           "Spark refuses them."),
     prefixes=("kafka.",),
-    required=frozenset({"kafka.bootstrap.servers"}),
 )
 
 # Spark's own rules: these client settings would break offset tracking.
@@ -76,7 +102,7 @@ def _client_options(opts: Options) -> dict[str, str]:
 def _fetcher(opts: Options, client: dict[str, str]) -> tuple[str, KafkaSecurity]:
     """``wire`` (raw fetches, fastest) wherever it speaks the cluster's security (plain text,
     TLS, SASL PLAIN / SCRAM), ``librdkafka`` otherwise (GSSAPI, OAUTHBEARER, ...)."""
-    choice = (opts.get_str("fetcher", "auto") or "auto").lower()
+    choice = (opts.get_str("fetcher") or SOURCE_OPTIONS.default_str("fetcher")).lower()
     if choice not in ("auto", "wire", "librdkafka"):
         raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
     try:
@@ -158,7 +184,8 @@ class KafkaSourceConfig:
 
     def consumer_conf(self) -> dict[str, object]:
         """librdkafka settings for a consumer that is only ever assigned, never subscribed."""
-        conf: dict[str, object] = {**_DEFAULTS, "isolation.level": "read_committed", **self.client}
+        isolation = SOURCE_OPTIONS.default_str("kafka.isolation.level")
+        conf: dict[str, object] = {**_DEFAULTS, "isolation.level": isolation, **self.client}
         conf.update({
             "group.id": self.client.get("group.id", self.group_id),
             "enable.auto.commit": False,
@@ -189,9 +216,11 @@ class KafkaSourceConfig:
             raise InvalidOptionError(
                 "option 'endingOffsets' cannot be earliest (-2); use 'latest' or JSON offsets"
             )
-        api_timeout = opts.get_int("kafka.default.api.timeout.ms", 30_000, minimum=1) or 30_000
+        spec = SOURCE_OPTIONS
+        api_timeout = opts.get_int_or("kafka.default.api.timeout.ms",
+                                      spec.default_int("kafka.default.api.timeout.ms"), minimum=1)
         fetcher, security = _fetcher(opts, client)
-        prefix = opts.get_str("groupidprefix", "spark-ext-kafka-source") or "spark-ext-kafka-source"
+        prefix = opts.get_str("groupidprefix") or spec.default_str("groupIdPrefix")
         return KafkaSourceConfig(
             client=client,
             subscription=_subscription(opts),
@@ -199,14 +228,17 @@ class KafkaSourceConfig:
                 opts.get_str("startingoffsets", "earliest" if batch else "latest")),
             ending=ending,
             max_offsets_per_trigger=opts.get_int("maxoffsetspertrigger", minimum=1),
-            fail_on_data_loss=opts.get_bool("failondataloss", True),
-            include_headers=opts.get_bool("includeheaders", False),
+            fail_on_data_loss=opts.get_bool("failondataloss", spec.default_bool("failOnDataLoss")),
+            include_headers=opts.get_bool("includeheaders", spec.default_bool("includeHeaders")),
             min_partitions=opts.get_int("minpartitions", minimum=1),
             max_records_per_partition=opts.get_int("maxrecordsperpartition", minimum=1),
-            poll_timeout_ms=opts.get_int("kafkaconsumer.polltimeoutms", 120_000, minimum=1) or 120_000,
+            poll_timeout_ms=opts.get_int_or("kafkaconsumer.polltimeoutms",
+                                            spec.default_int("kafkaConsumer.pollTimeoutMs"), minimum=1),
             metadata_timeout_s=api_timeout / 1000.0,
-            metadata_retries=opts.get_int("fetchoffset.numretries", 3, minimum=0) or 0,
-            retry_interval_ms=opts.get_int("fetchoffset.retryintervalms", 10, minimum=0) or 0,
+            metadata_retries=opts.get_int_or("fetchoffset.numretries",
+                                             spec.default_int("fetchOffset.numRetries"), minimum=0),
+            retry_interval_ms=opts.get_int_or("fetchoffset.retryintervalms",
+                                              spec.default_int("fetchOffset.retryIntervalMs"), minimum=0),
             group_id=prefix,
             fetcher=fetcher,
             security=security,

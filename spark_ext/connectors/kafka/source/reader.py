@@ -45,7 +45,7 @@ from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsT
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
-from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
+from spark_ext.connectors.kafka.source.config import SOURCE_OPTIONS, KafkaSourceConfig
 from spark_ext.connectors.kafka.source.librdkafka_reader import RangeReader
 from spark_ext.connectors.kafka.source.offsets import (
     EARLIEST,
@@ -332,12 +332,14 @@ class KafkaSource(SourceConnector):
     """``spark.readStream.format("hzsource").option("connector", "kafka")``."""
 
     name = "kafka"
+    option_spec = SOURCE_OPTIONS
 
     def check(self, options: Options) -> None:
         KafkaSourceConfig.parse(options)
 
     def schema(self, options: Options) -> StructType:
-        return source_schema(options.get_bool("includeheaders", False))
+        default = SOURCE_OPTIONS.default_bool("includeHeaders")
+        return source_schema(options.get_bool("includeheaders", default))
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
         cfg = KafkaSourceConfig.parse(options)
