@@ -1,8 +1,10 @@
 """``make bench [CASES="a b"]``: run benchmark cases, print one ``BENCH`` line each.
 
 Line format: ``BENCH <case> ours=<rows/s> baseline=<rows/s> ratio=<ours/baseline> equal=<bool>``;
-the same figures go to ``bench/results/<case>.json``. Cases register in ``CASES`` as
-they are built (kafka_read, kafka_write, jdbc_write, window_*).
+the same figures go to ``bench/results/<case>.json``, and charts of every case's latest
+result beside them (``bench/chart.py``: ``ratios.png``, and ``windows.png`` for the
+sliding-window cases). Cases register in ``CASES`` as they are built (kafka_read,
+kafka_write, jdbc_write, window_*).
 """
 
 from __future__ import annotations
@@ -39,6 +41,20 @@ def _run(name: str) -> Result:
     return run()
 
 
+def _charts() -> None:
+    """Charts of every case's latest result; a missing matplotlib (make bench installs it)
+    costs the charts, never the figures already printed and written."""
+    from bench import chart
+
+    try:
+        written = chart.write_charts(chart.load(RESULTS), RESULTS, "latest results")
+    except ImportError as e:
+        print(f"no charts: {e} (pip install -e '.[docs]')", file=sys.stderr)
+        return
+    for path in written:
+        print(f"chart: {path}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
     names = argv or sorted(CASES)
     unknown = [n for n in names if n not in CASES]
@@ -56,6 +72,7 @@ def main(argv: list[str]) -> int:
         (RESULTS / f"{name}.json").write_text(json.dumps({**asdict(r), "ratio": r.ratio}, indent=2))
         if not r.equal:
             unequal.append(name)
+    _charts()
     if unequal:  # a speed figure over different output means nothing
         print(f"output differs from the baseline in: {', '.join(unequal)}", file=sys.stderr)
         return 1
