@@ -49,7 +49,7 @@ ARGUMENTS = OptionSpec.of(
            "give each windowed aggregation of one query its own.", default="windows"),
     Option("emit_when_idle", "Streaming: emit the windows the watermark passes while no input arrives. "
            "Needs a `processingTime` trigger and an `idle_timeout` of at least twice the trigger "
-           "interval.", default=False),
+           "interval.", default=False, shown="`False`"),
 )
 
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
