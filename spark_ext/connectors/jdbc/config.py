@@ -38,7 +38,8 @@ SINK_OPTIONS = OptionSpec.of(
            "`checkpointLocation`.", shown="derived from `checkpointLocation`"),
     Option("lockTimeoutMs", "How long a task waits for a row lock (ms).", default=60_000),
     Option("reconnectTimeoutMs", "How long every connection of the sink waits out a server that refuses or "
-           "drops it (a restart, a failover) before the query fails (ms; 0: fail at once).", default=60_000),
+           "drops it (a restart, a failover) before the query fails (ms; 0: fail at once). Other connection "
+           "errors (credentials, a missing database) fail at once.", default=60_000),
 )
 
 

@@ -30,7 +30,7 @@ SOURCE_OPTIONS = OptionSpec.of(
            shown="`latest` (streams), `earliest` (batch reads)"),
     Option("endingOffsets", "Batch reads only: `latest` or JSON.", shown="`latest`"),
     Option("maxOffsetsPerTrigger", "Admission control: at most this many records a batch, spread over "
-           "partitions by backlog. PySpark 4.2 or later."),
+           "partitions by backlog. PySpark 4.2 or later. (`Trigger.AvailableNow` is supported.)"),
     Option("failOnDataLoss", "`true`: fail naming topic, partition and missing range; `false`: log once and "
            "continue from the earliest available offset.", default=True),
     Option("includeHeaders", "Add the column `headers array<struct<key string, value binary>>`.",
