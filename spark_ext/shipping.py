@@ -22,8 +22,8 @@ HINT = (
     "holding spark-ext (venv-pack) and submit with --archives env.tar.gz#environment and "
     "PYSPARK_PYTHON=./environment/bin/python (Python data sources also run PYSPARK_DRIVER_PYTHON on "
     "executors, so in client mode use a path that exists on both, e.g. the same ./environment "
-    "unpacked in the driver's working directory), or install spark-ext on every node. See the README, "
-    "'Running on a cluster'."
+    "unpacked in the driver's working directory), or install spark-ext on every node. See "
+    "'Running on a cluster' in the spark-ext documentation (docs/cluster.md)."
 )
 
 
