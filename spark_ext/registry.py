@@ -8,7 +8,8 @@ declares entry points in its distribution metadata (``pyproject.toml``)::
 
 Groups: ``spark_ext.sources`` (``SourceConnector`` classes), ``spark_ext.sinks``
 (``SinkConnector`` classes) and ``spark_ext.doctors`` (operator tools, a
-``main(argv) -> int`` reached through ``spark-ext doctor <name> ...``). Entry points are
+``main(argv) -> int`` reached through ``spark-ext doctor <name> ...``, in a module that
+may also define ``status(argv) -> int`` for ``spark-ext status <name> ...``). Entry points are
 read from the installed distributions, so they work in every Python process Spark
 starts, on the driver and on executors, as long as the package is installed there.
 ``register`` adds an entry for the current process only (tests, notebooks).
@@ -55,8 +56,11 @@ def available(group: str) -> dict[str, str]:
     return {**_installed(group), **_extra[group]}
 
 
-def load(group: str, name: str | None, what: str) -> object:
+def load(group: str, name: str | None, what: str, attribute: str | None = None) -> object:
     """The object registered as ``name`` in ``group``; ``what`` names the caller in errors.
+
+    ``attribute``: another attribute of the registered module (a doctor module's
+    ``status`` beside its ``main``), so one entry point serves both commands.
 
     Raises ``MissingOptionError`` / ``UnknownConnectorError`` naming the valid choices.
     """
@@ -87,4 +91,4 @@ def load(group: str, name: str | None, what: str) -> object:
             f"this Python ({sys.executable}); install the connector's extra: pip install '{spec}' "
             "(on a cluster, in the environment the executors run too)"
         ) from None
-    return getattr(loaded, attr)
+    return getattr(loaded, attribute or attr)

@@ -32,7 +32,7 @@ def test_wheel_contains_entry_modules_and_packages(tmp_path):
     # the core's own dependencies; each connector's clients only with its extra
     requires = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist:")]
     core = sorted(re.split(r"[<>=!~; ]", r)[0] for r in requires if "extra ==" not in r)
-    assert core == ["mmh3", "pandas", "pyarrow", "pyspark"]
+    assert core == ["mmh3", "pandas", "pyarrow", "pyspark", "rich"]
     for extra, client in (("kafka", "kafka-python"), ("postgres", "psycopg2-binary"), ("jms", "stomp.py")):
         assert f'{client}' in next(line for line in text.splitlines()
                                     if line.startswith(f"Requires-Dist: {client}")

@@ -5,6 +5,7 @@ not restart (the query was retired, its checkpoint lost), use this::
 
     spark-ext doctor jdbc list    --url postgresql+psycopg2://user@host/db [--schema public]
     spark-ext doctor jdbc resolve --url ... --sink SINK_ID [--schema public]
+    spark-ext status jdbc         --url ... [--sink SINK_ID] [--schema public] [--json]
 
 ``list`` shows every prepared transaction named ``sx:...`` with its sink, epoch, batch,
 partition, attempt, age, and whether its batch was decided (the coordinator recorded
@@ -12,15 +13,19 @@ partition, attempt, age, and whether its batch was decided (the coordinator reco
 winners and rolling back everything else of that sink, then fences the sink (a new
 epoch), as a take-over does. ``resolve`` refuses while the sink's query is connected (its
 sessions are named ``spark-ext <sink>``): a running query resolves its own transactions.
-It holds the sink's lock while it works, so no decision can be recorded meanwhile. The
-password may also come from ``PGPASSWORD``; it is never printed.
+It holds the sink's lock while it works, so no decision can be recorded meanwhile.
+``status`` shows, per sink of the schema, its table, epoch, last decided batch and
+whether it finished, and how many transactions are in doubt. The password may also
+come from ``PGPASSWORD``; it is never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from typing import Any
 
 from sqlalchemy.dialects import postgresql as pg
 
@@ -36,6 +41,8 @@ from spark_ext.connectors.jdbc.transactions import (
     sink_sessions,
 )
 from spark_ext.errors import SparkExtError
+from spark_ext.status import SinkStatus
+from spark_ext.status import run as run_status
 
 
 def _batches_table(schema: str) -> str:
@@ -49,26 +56,71 @@ def _sinks_table(schema: str) -> str:
 
 
 def list_in_doubt(url: str, schema: str, sink: str | None) -> list[dict[str, object]]:
+    """Every in-doubt transaction of spark-ext sinks (of ``sink`` only, if given), oldest first."""
     conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
     conn.autocommit = True
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT gid, prepared, owner FROM pg_prepared_xacts "
-                        "WHERE database = current_database() AND gid LIKE 'sx:%' ORDER BY prepared")
-            rows = cur.fetchall()
-        out: list[dict[str, object]] = []
-        for gid, when, owner in rows:
-            s, epoch, batch, part, attempt = parse_gid(gid)
-            if sink and s != sink:
-                continue
-            decided = decisions(conn, _batches_table(schema), s, {batch})
-            state = ("undecided" if batch not in decided
-                     else "decided: commit" if gid in decided[batch] else "decided: not a winner")
-            out.append({"gid": gid, "sink": s, "epoch": epoch, "batch": batch, "partition": part,
-                        "attempt": attempt, "prepared": str(when), "owner": owner, "state": state})
-        return out
+        return _in_doubt(conn, schema, sink)
     finally:
         conn.close()
+
+
+def _in_doubt(conn: Any, schema: str, sink: str | None) -> list[dict[str, object]]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT gid, prepared, owner FROM pg_prepared_xacts "
+                    "WHERE database = current_database() AND gid LIKE 'sx:%' ORDER BY prepared")
+        rows = cur.fetchall()
+    out: list[dict[str, object]] = []
+    for gid, when, owner in rows:
+        s, epoch, batch, part, attempt = parse_gid(gid)
+        if sink and s != sink:
+            continue
+        decided = decisions(conn, _batches_table(schema), s, {batch})
+        state = ("undecided" if batch not in decided
+                 else "decided: commit" if gid in decided[batch] else "decided: not a winner")
+        out.append({"gid": gid, "sink": s, "epoch": epoch, "batch": batch, "partition": part,
+                    "attempt": attempt, "prepared": str(when), "owner": owner, "state": state})
+    return out
+
+
+def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
+    """Per sink of ``schema`` (or ``sink`` only): its table, epoch, last decision and
+    whether every winner of it committed, and its in-doubt transactions (``list``'s)."""
+    conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
+    conn.autocommit = True
+    try:
+        doubt: dict[str, list[str]] = {}
+        for r in _in_doubt(conn, schema, sink):
+            doubt.setdefault(str(r["sink"]), []).append(str(r["gid"]))
+        sinks: dict[str, tuple[str, int]] = {}
+        last: dict[str, tuple[str, int, set[str]]] = {}
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+                        (_sinks_table(schema), _batches_table(schema)))
+            has_sinks, has_batches = cur.fetchone()
+            where, params = ("WHERE sink_id = %s", (sink,)) if sink else ("", ())
+            if has_sinks:
+                cur.execute(f"SELECT sink_id, target, epoch FROM {_sinks_table(schema)} {where}", params)
+                sinks = {s: (t, int(e)) for s, t, e in cur.fetchall()}
+            if has_batches:
+                # The newest decision row per sink: by time, as batch ids restart at 0 for a
+                # query started afresh from a new checkpoint under the same sink id.
+                cur.execute(f"SELECT DISTINCT ON (sink_id) sink_id, query_id, batch_id, winners FROM "
+                            f"{_batches_table(schema)} WHERE partition_id = -1 "
+                            f"{where.replace('WHERE', 'AND')} ORDER BY sink_id, at DESC, batch_id DESC",
+                            params)
+                last = {s: (q, int(b), set(json.loads(w or "[]"))) for s, q, b, w in cur.fetchall()}
+    finally:
+        conn.close()
+    out = []
+    for s in sorted(set(sinks) | set(doubt) | set(last)):
+        target, epoch = sinks.get(s, (None, None))
+        query, batch, winners = last.get(s, (None, None, set()))
+        gids = doubt.get(s, [])
+        out.append(SinkStatus(sink=s, target=target, batch=batch, query=query,
+                              finished=None if batch is None else not winners & set(gids),
+                              in_doubt=len(gids), epoch=epoch, in_doubt_ids=tuple(gids)))
+    return out
 
 
 def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
@@ -104,15 +156,25 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
         conn.close()
 
 
+def _connection_arguments(p: argparse.ArgumentParser, sink_required: bool = False) -> None:
+    p.add_argument("--url", required=True,
+                   help="SQLAlchemy or jdbc:postgresql:// URL (the password: $PGPASSWORD)")
+    p.add_argument("--schema", default="public", help="schema of the sink's target table")
+    p.add_argument("--sink", required=sink_required, help="sink id (sinkId, or ck-... )")
+
+
+def status(argv: list[str]) -> int:
+    """``spark-ext status jdbc ...``: every sink of the schema (or ``--sink``), one row each."""
+    return run_status("jdbc", argv, "The PostgreSQL sinks' last decisions and in-doubt transactions.",
+                      _connection_arguments, lambda a: sink_status(a.url, a.schema, a.sink))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``spark-ext doctor jdbc <list|resolve> ...`` (``argv`` starts after ``jdbc``)."""
     ap = argparse.ArgumentParser(prog="spark-ext doctor jdbc", description=__doc__.split("\n")[0])
     jsub = ap.add_subparsers(dest="action", required=True)
     for name in ("list", "resolve"):
-        p = jsub.add_parser(name)
-        p.add_argument("--url", required=True, help="SQLAlchemy or jdbc:postgresql:// URL")
-        p.add_argument("--schema", default="public", help="schema of the sink's target table")
-        p.add_argument("--sink", required=name == "resolve", help="sink id (sinkId, or ck-... )")
+        _connection_arguments(jsub.add_parser(name), sink_required=name == "resolve")
     args = ap.parse_args(argv)
     try:
         if args.action == "list":

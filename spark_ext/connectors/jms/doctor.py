@@ -6,6 +6,7 @@ Use this when it will not restart::
     spark-ext doctor jms list    --broker stomp://HOST:61613 --user USER --checkpoint PATH
     spark-ext doctor jms resolve --broker stomp://HOST:61613 --user USER --checkpoint PATH \\
                                  --destination /queue/NAME
+    spark-ext status jms   --broker stomp://HOST:61613 --user USER --checkpoint PATH [--json]
 
 ``--sink-id ID`` instead of ``--checkpoint`` when the query set option ``sinkId``. The
 password comes from the environment variable ``SPARK_EXT_JMS_PASSWORD`` (never the
@@ -28,6 +29,8 @@ from spark_ext.connectors.jms.sink.config import JmsSinkConfig
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from spark_ext.status import SinkStatus
+from spark_ext.status import run as run_status
 
 PASSWORD_ENV = "SPARK_EXT_JMS_PASSWORD"
 
@@ -60,19 +63,48 @@ def _state(committer: JmsCommitter) -> SinkState | None:
         return None
 
 
+def sink_state(cfg: JmsSinkConfig) -> tuple[SinkState | None, dict[str, int]]:
+    """What ``list`` and ``status`` show: the log's last entry (None: no log on this
+    broker) and the staged messages per attempt token."""
+    committer = JmsCommitter(cfg)
+    try:
+        return _state(committer), staged(committer)
+    finally:
+        committer.close()
+
+
+def sink_status(cfg: JmsSinkConfig, destination: str | None) -> SinkStatus:
+    state, left = sink_state(cfg)
+    d = state.decision if state else None
+    return SinkStatus(sink=cfg.sink_id, target=destination, batch=d.batch_id if d else None,
+                      query=d.query_id if d else None, finished=state.done if state and d else None,
+                      in_doubt=len(left), epoch=state.epoch if state else None,
+                      in_doubt_ids=tuple(sorted(left)))
+
+
+def _connection_arguments(p: argparse.ArgumentParser, destination_required: bool = False) -> None:
+    p.add_argument("--broker", required=True, help="stomp://host:port of the broker's STOMP acceptor")
+    p.add_argument("--user", help=f"the broker user (password: ${PASSWORD_ENV})")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help="the query's checkpoint location")
+    which.add_argument("--sink-id", help="the query's sinkId option")
+    p.add_argument("--destination", required=destination_required,
+                   help="the sink's destination, /queue/NAME")
+
+
+def status(argv: list[str]) -> int:
+    """``spark-ext status jms ...``: the sink of ``--sink-id`` or ``--checkpoint``, one row."""
+    return run_status("jms", argv, "The queue sink's last decision and staged attempts.",
+                      _connection_arguments, lambda a: [sink_status(_config(a), a.destination)])
+
+
 def main(argv: list[str] | None = None) -> int:
     """``spark-ext doctor jms <list|resolve> ...`` (``argv`` starts after ``jms``)."""
     ap = argparse.ArgumentParser(prog="spark-ext doctor jms", description=(__doc__ or "").split("\n")[0])
     sub = ap.add_subparsers(dest="action", required=True)
     for name in ("list", "resolve"):
         p = sub.add_parser(name)
-        p.add_argument("--broker", required=True, help="stomp://host:port of the broker's STOMP acceptor")
-        p.add_argument("--user", help=f"the broker user (password: ${PASSWORD_ENV})")
-        which = p.add_mutually_exclusive_group(required=True)
-        which.add_argument("--checkpoint", help="the query's checkpoint location")
-        which.add_argument("--sink-id", help="the query's sinkId option")
-        p.add_argument("--destination", required=name == "resolve",
-                       help="the sink's destination, /queue/NAME")
+        _connection_arguments(p, destination_required=name == "resolve")
         if name == "resolve":
             p.add_argument("--watch", type=float, default=5.0,
                            help="seconds to watch for a running query first (default 5)")
@@ -88,11 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list(cfg: JmsSinkConfig) -> int:
-    committer = JmsCommitter(cfg)
-    try:
-        state, left = _state(committer), staged(committer)
-    finally:
-        committer.close()
+    state, left = sink_state(cfg)
     if state is None:
         print(f"sink {cfg.sink_id}: no log (never ran exactly-once on this broker)")
     else:

@@ -6,6 +6,7 @@ a decided batch whose transactions the broker aborted (the driver was down longe
 
     spark-ext doctor kafka list    --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC
     spark-ext doctor kafka resolve --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC
+    spark-ext status kafka         --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC [--json]
 
 ``PREFIX`` is the sink's ``transactionalIdPrefix`` (``spark-ext-<hash>`` when derived from
 the checkpoint location: the query's error message names it), ``COMMIT_TOPIC`` its
@@ -24,14 +25,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, TxnState
-from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
+from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, Decision, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from spark_ext.status import SinkStatus
+from spark_ext.status import run as run_status
 
 
 def _properties(path: str | None) -> dict[str, str]:
@@ -63,14 +67,60 @@ def open_transactions(cfg: KafkaSinkConfig) -> list[TxnState]:
         client.close()
 
 
-def _snapshot(cfg: KafkaSinkConfig) -> set[tuple[str, int, int]]:
+def _commit_state(cfg: KafkaSinkConfig) -> TxnState:
+    """The sink's commit id: its producer epoch grows with every take-over (each run and batch plan)."""
     client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
     try:
-        commit = client.describe([cfg.commit_txn_id])[cfg.commit_txn_id]
+        return client.describe([cfg.commit_txn_id])[cfg.commit_txn_id]
     finally:
         client.close()
+
+
+def _snapshot(cfg: KafkaSinkConfig) -> set[tuple[str, int, int]]:
+    commit = _commit_state(cfg)
     return {(s.transactional_id, s.epoch, s.start_ms) for s in open_transactions(cfg)} | {
         (commit.transactional_id, commit.epoch, commit.start_ms)}
+
+
+@dataclass(frozen=True)
+class KafkaSinkState:
+    """What ``list`` and ``status`` show: the open transactions, the last decision and
+    whether it finished, and the commit id's state (its epoch fences older runs)."""
+
+    open: list[TxnState]
+    decision: Decision | None
+    done: bool
+    commit: TxnState
+
+
+def sink_state(cfg: KafkaSinkConfig) -> KafkaSinkState:
+    txns = open_transactions(cfg)
+    commit = _commit_state(cfg)
+    decision, done = KafkaCommitter(cfg).last_decision()
+    return KafkaSinkState(txns, decision, done, commit)
+
+
+def sink_status(cfg: KafkaSinkConfig) -> SinkStatus:
+    st = sink_state(cfg)
+    d = st.decision
+    return SinkStatus(sink=cfg.txn_prefix, target=cfg.commit_topic, batch=d.batch_id if d else None,
+                      query=d.query_id if d else None, finished=st.done if d else None,
+                      in_doubt=len(st.open), epoch=None if st.commit.state == "NotFound" else st.commit.epoch,
+                      in_doubt_ids=tuple(t.transactional_id for t in st.open))
+
+
+def _connection_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", required=True, help="kafka.bootstrap.servers")
+    p.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
+    p.add_argument("--topic", required=True, help="the sink's commitTopic (by default its topic)")
+    p.add_argument("--command-config", help="a properties file of client security settings")
+
+
+def status(argv: list[str]) -> int:
+    """``spark-ext status kafka ...``: the sink of ``--prefix``, one row."""
+    return run_status("kafka", argv, "The Kafka sink's last decision and open transactions.",
+                      _connection_arguments,
+                      lambda a: [sink_status(_config(a.bootstrap, a.prefix, a.topic, a.command_config))])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,10 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="action", required=True)
     for name in ("list", "resolve"):
         p = sub.add_parser(name)
-        p.add_argument("--bootstrap", required=True, help="kafka.bootstrap.servers")
-        p.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
-        p.add_argument("--topic", required=True, help="the sink's commitTopic (by default its topic)")
-        p.add_argument("--command-config", help="a properties file of client security settings")
+        _connection_arguments(p)
         if name == "resolve":
             p.add_argument("--watch", type=float, default=5.0,
                            help="seconds to watch for a running query first (default 5)")
@@ -99,18 +146,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _list(cfg: KafkaSinkConfig) -> int:
     now = time.time() * 1000
-    txns = open_transactions(cfg)
-    for s in txns:
+    st = sink_state(cfg)
+    for s in st.open:
         parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
         print(f"open {s.transactional_id} state={s.state} producer={s.producer_id} epoch={s.epoch} "
               f"age={(now - s.start_ms) / 1000:.0f}s partitions={parts or '-'}")
-    decision, done = KafkaCommitter(cfg).last_decision()
+    decision = st.decision
     if decision is None:
         print("no decision recorded")
     else:
-        print(f"decision batch={decision.batch_id} query={decision.query_id} done={done} "
+        print(f"decision batch={decision.batch_id} query={decision.query_id} done={st.done} "
               f"winners={','.join(f'{w.transactional_id}@{w.epoch}' for w in decision.winners)}")
-    print(f"{len(txns)} open transaction(s)")
+    print(f"commit {st.commit.transactional_id} producer={st.commit.producer_id} epoch={st.commit.epoch}")
+    print(f"{len(st.open)} open transaction(s)")
     return 0
 
 
