@@ -57,6 +57,8 @@ run, because Spark calls ``commit``/``abort`` on a freshly unpickled writer each
 from __future__ import annotations
 
 import logging
+import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -243,6 +245,11 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
 
     name: ClassVar[str]
 
+    @property
+    def label(self) -> str:
+        """Who commits, in log lines: the connector and, where the committer knows it, the sink."""
+        return self.name
+
     @abstractmethod
     def take_over(self) -> Claim[Any]:
         """Step 1: fence older runs, resolve what is in doubt, return this run's claim.
@@ -312,6 +319,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         batch = Batch(batch_id, tuple(committables), claim)
         if batch.query_id is None:
             return  # no task reported: nothing was prepared
+        started = time.monotonic()
         with self.connected():
             decision = self.recorded(batch)
             if decision is None:
@@ -324,9 +332,10 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
             elif self.finished(decision):
                 self.roll_back_others(batch, decision)                              # step 4d
                 return
+            decided = time.monotonic()
             self.before_winners(decision)
-            lost = []
-            for i, winner in enumerate(self.winners(decision)):                    # step 4c
+            winners, lost = self.winners(decision), []
+            for i, winner in enumerate(winners):                                    # step 4c
                 if i == 1:
                     failpoints.hit(f"{self.name}.mid_commit", batch_id, batch.rows)
                 if not self.commit_winner(decision, winner):
@@ -336,8 +345,12 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
             self.finish(batch, decision)
             failpoints.hit(f"{self.name}.after_done", batch_id, batch.rows)
             self.roll_back_others(batch, decision)                                  # step 4d
-        log.info("%s: batch %s committed (%d rows, %d transactions)", self.name, batch_id, batch.rows,
-                 len(self.winners(decision)))
+            ended = time.monotonic()
+        # The one line per committed batch operators read: key=value for grep and
+        # log shippers; names only ids and counts, never a URL or a credential.
+        log.info("%s: committed batch=%d query=%s transactions=%d rows=%d decide_ms=%.0f commit_ms=%.0f",
+                 self.label, batch_id, batch.query_id, len(winners), batch.rows,
+                 (decided - started) * 1000, (ended - decided) * 1000)
 
     @final
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
@@ -385,6 +398,28 @@ def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s
         raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
 
 
+LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"
+
+
+def log_to_stderr() -> None:
+    """Send spark-ext's log records to stderr at ``$SPARK_EXT_LOG_LEVEL`` (default INFO),
+    unless this process configured logging itself.
+
+    ``commit`` and ``abort`` run in a Python worker Spark starts on the driver, which no
+    logging set-up of the job's own process reaches; without a handler Python would drop
+    the per-batch INFO line and show warnings bare. Spark forwards the worker's stderr to
+    the driver's.
+    """
+    pkg = logging.getLogger("spark_ext")
+    if logging.getLogger().handlers or pkg.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    pkg.addHandler(handler)
+    level = os.environ.get(LOG_LEVEL_ENV, "INFO").strip().upper()
+    pkg.setLevel(level if isinstance(logging.getLevelName(level), int) else logging.INFO)
+
+
 class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     """Spark's streaming writer, delegating to a sink's writer and committer.
 
@@ -401,6 +436,7 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 4: after every task of batch ``batchId`` succeeded."""
+        log_to_stderr()
         committables, claim = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
         call_with_retries(lambda: committer.commit(committables, batchId, claim),
@@ -408,6 +444,7 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""
+        log_to_stderr()
         committables, claim = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
         call_with_retries(lambda: committer.abort(committables, batchId, claim),

@@ -74,6 +74,10 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         self.cfg, self.sql = setup.cfg, setup.sql
         self._conn: Any = None
 
+    @property
+    def label(self) -> str:
+        return f"{self.name} sink {self.cfg.sink_id}"
+
     def take_over(self) -> Claim[int]:
         """Step 1: claim the sink (new epoch) and resolve what earlier runs left in doubt.
 

@@ -119,6 +119,10 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         self._session: BrokerSession | None = None
         self._browse_lifted = False  # on this session's broker (a restart may drop the setting)
 
+    @property
+    def label(self) -> str:
+        return f"{self.name} sink {self.cfg.sink_id}"
+
     # --- the connection and the log ------------------------------------------------------------
 
     @property

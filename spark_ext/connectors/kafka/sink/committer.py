@@ -102,6 +102,10 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         self.cfg = cfg
         self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s, self.cfg.security)
 
+    @property
+    def label(self) -> str:
+        return f"{self.name} sink {self.cfg.txn_prefix}"
+
     # --- before a batch (plan with prepare=True) ---------------------------------------------
 
     def take_over(self) -> Claim[Producer]:
