@@ -4,8 +4,9 @@ Steps: start the job with ``spark-submit`` (the services must be up: ``make serv
 send payments to Kafka while it runs; once the ledger has committed part of them,
 ``kill -9`` the job's whole process group; start it again from its checkpoint; when every
 query has read the whole topic, stop it with SIGTERM; verify (``verify.py``). Progress is
-one updating line; Spark's log goes to ``.local/demo/<run>/job-<n>.log``. Exit status 0
-when nothing was lost, duplicated or left in doubt.
+a live table on a terminal (``Progress``), a plain line every 5 s otherwise; Spark's log
+goes to ``.local/demo/<run>/job-<n>.log``. Exit status 0 when nothing was lost,
+duplicated or left in doubt.
 
 ``--master spark://...`` and ``--submit-arg`` run the same job on a cluster
 (``examples/payments/cluster.py``, ``make cluster-demo``).
@@ -23,7 +24,11 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from examples.payments import generator
 from examples.payments.job import LEDGER, WINDOWS
@@ -96,25 +101,71 @@ def _read(offsets: dict[str, Any] | None) -> int:
     return sum(int(v) for parts in (offsets or {}).values() for v in parts.values())
 
 
+QUERIES = ("ledger", "windows", "alerts")
+
+
 class Progress:
-    """One line, rewritten in place on a terminal (a line every 5 s otherwise)."""
+    """A live table on a terminal (``rich``): per query its batch, rows/s, lag and how long
+    ago its last batch committed. Not a terminal (a log, a test): the plain line every 5 s."""
 
-    def __init__(self) -> None:
-        self.tty = sys.stdout.isatty()
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty()
         self.last = 0.0
+        self.moved: dict[str, tuple[int, float]] = {}  # query -> (batch, when it was first seen)
+        self.live: Live | None = None  # started by the first show(), stopped by close()
 
-    def show(self, text: str) -> None:
+    def show(self, runs: int, queries: dict[str, dict[str, Any]], read: dict[str, int], end: int,
+             rate: float) -> None:
+        now = time.monotonic()
+        for name, q in queries.items():
+            batch = int(q.get("batch", -1))
+            if self.moved.get(name, (None, 0.0))[0] != batch:
+                self.moved[name] = (batch, now)
         if self.tty:
-            sys.stdout.write("\r\033[K" + text)
-            sys.stdout.flush()
-        elif time.monotonic() - self.last >= 5:
-            print(text, flush=True)
-            self.last = time.monotonic()
+            if self.live is None:
+                self.live = Live(console=Console(file=self.out), refresh_per_second=2)
+                self.live.start()
+            self.live.update(self._table(runs, queries, read, end, rate, now))
+        elif now - self.last >= 5:
+            print(plain_line(runs, queries, read, end, rate), file=self.out, flush=True)
+            self.last = now
+
+    def _table(self, runs: int, queries: dict[str, dict[str, Any]], read: dict[str, int], end: int,
+               rate: float, now: float) -> Table:
+        t = Table(title=f"payments demo, run {runs}", title_justify="left",
+                  caption=f"sent {end:,} | ledger {rate:,.0f} rows/s", caption_justify="left")
+        for col in ("query", "batch", "rows/s", "lag", "last commit"):
+            t.add_column(col, justify="left" if col == "query" else "right")
+        for name in QUERIES:
+            q = queries.get(name)
+            if q is None or int(q.get("batch", -1)) < 0:
+                t.add_row(name, "-", "-", f"{end - read.get(name, 0):,}", "-")
+                continue
+            ago = now - self.moved[name][1]
+            t.add_row(name, str(q["batch"]), f"{float(q.get('rows_per_s') or 0):,.0f}",
+                      f"{end - read.get(name, 0):,}", f"{ago:.0f} s ago")
+        return t
 
     def done(self, text: str) -> None:
-        if self.tty:
-            sys.stdout.write("\r\033[K")
-        print(text, flush=True)
+        """A line that stays (the kill, the end), above the live table on a terminal."""
+        if self.live is not None:
+            self.live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def plain_line(runs: int, queries: dict[str, dict[str, Any]], read: dict[str, int], end: int,
+               rate: float) -> str:
+    """The progress line printed when stdout is not a terminal (its format is relied on)."""
+    batches = "/".join(str(queries.get(n, {}).get("batch", "-")) for n in QUERIES)
+    return (f"run {runs} | batches ledger/windows/alerts {batches} | {rate:,.0f} rows/s | "
+            f"lag {end - min(read.values(), default=0):,} | sent {end:,}")
 
 
 def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str],
@@ -167,9 +218,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
             if now - prev[0] >= 1:
                 rate = 0.7 * rate + 0.3 * max(0, read.get("ledger", 0) - prev[1]) / (now - prev[0])
                 prev = (now, read.get("ledger", 0))
-            batches = "/".join(str(qs.get(n, {}).get("batch", "-")) for n in ("ledger", "windows", "alerts"))
-            progress.show(f"run {runs} | batches ledger/windows/alerts {batches} | {rate:,.0f} rows/s | "
-                          f"lag {end - min(read.values(), default=0):,} | sent {end:,}")
+            progress.show(runs, qs, read, end, rate)
             if runs == 1 and read.get("ledger", 0) >= args.kill_fraction * args.count and (
                     committed := _committed(engine))[1] > 0:
                 # Killed after both tables hold committed rows: a replay that wrote them
@@ -190,6 +239,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
             os.killpg(job.proc.pid, signal.SIGKILL)
         raise
     finally:
+        progress.close()
         consumer.close()
         engine.dispose()
     rep = verify(args.bootstrap, topic, alerts, args.postgres_url, args.limit, str(work / "checkpoint"))

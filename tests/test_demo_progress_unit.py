@@ -1,0 +1,46 @@
+"""The payments demo's progress: a live ``rich`` table on a terminal, the plain line
+(whose format is relied on) when stdout is not one (pure logic; the demo itself runs in
+test_payments_demo.py)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from examples.payments import demo
+
+QUERIES: dict[str, dict[str, Any]] = {"ledger": {"batch": 12, "rows_per_s": 812.4},
+                                      "windows": {"batch": 11, "rows_per_s": 790.0}, "alerts": {"batch": -1}}
+READ = {"ledger": 9000, "windows": 8800, "alerts": 0}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_not_a_terminal_prints_the_plain_line_every_five_seconds():
+    out = io.StringIO()
+    p = demo.Progress(out)
+    p.show(2, QUERIES, READ, 10000, 801.6)
+    p.show(2, QUERIES, READ, 10000, 801.6)  # within 5 s: nothing more
+    p.done("kill -9 of the job's process group (...); restarting it")
+    p.close()
+    assert out.getvalue().splitlines() == [
+        "run 2 | batches ledger/windows/alerts 12/11/-1 | 802 rows/s | lag 10,000 | sent 10,000",
+        "kill -9 of the job's process group (...); restarting it",
+    ]
+
+
+def test_a_terminal_gets_a_live_table_per_query_and_the_lines_that_stay():
+    out = _Terminal()
+    p = demo.Progress(out)
+    p.show(1, QUERIES, READ, 10000, 801.6)
+    p.done("every query has read all 10,000 events; stopping the job (SIGTERM)")
+    p.close()
+    text = out.getvalue()
+    assert "run 1 | batches" not in text  # the table, not the plain line
+    for cell in ("payments demo, run 1", "rows/s", "lag", "last commit", "ledger", "812", "1,000",
+                 "windows", "1,200", "alerts", "10,000", "0 s ago", "sent 10,000",
+                 "every query has read all 10,000 events"):
+        assert cell in text, cell
