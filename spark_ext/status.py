@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from spark_ext.errors import SparkExtError
@@ -68,7 +69,7 @@ def _cell(value: object) -> str:
 
 
 def table(connector: str, rows: Sequence[SinkStatus]) -> Table:
-    """The rows as a ``rich`` table; long ids fold rather than being cut off."""
+    """The rows as a ``rich`` table; on a narrow terminal long ids fold rather than being cut off."""
     t = Table(title=f"spark-ext status {connector}", title_justify="left")
     t.add_column("sink", overflow="fold")
     t.add_column("table/topic", overflow="fold")
@@ -93,7 +94,11 @@ def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextI
     if not rows:
         console.print(f"no {connector} sinks found", markup=False)
         return
-    console.print(table(connector, rows))
+    t = table(connector, rows)
+    if not console.is_terminal:  # a pipe or file: whole ids on one line, not folded to 80 columns
+        wide = console.options.update_width(1000)
+        console.width = max(console.width, Measurement.get(console, wide, t).maximum)
+    console.print(t)
 
 
 def run(connector: str, argv: Sequence[str], description: str,

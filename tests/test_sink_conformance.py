@@ -7,18 +7,15 @@ that wrote a committed batch again would show duplicates, not only a loss.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from spark_ext import failpoints
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
 from tests.support.pg_util import write_json_files
 from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, plan
+from tests.support.sinks import run_driver as _run
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -29,16 +26,6 @@ BATCH = 40
 @pytest.fixture
 def make_case(services):
     return lambda name: SINKS[name](services)
-
-
-def _run(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", checkpoint: str | None = None,
-         **options: str) -> subprocess.CompletedProcess[str]:
-    """The driver, as its own process; ``checkpoint``: another spelling of ``tmp / "ckpt"``."""
-    argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"),
-            checkpoint or str(tmp / "ckpt"), "|".join(case.select), failpoint,
-            *case.argv_options(target, **options)]
-    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log")}
-    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=300, env=env)
 
 
 def _struck(tmp: Path) -> list[str]:

@@ -9,6 +9,9 @@ own crash points beyond the protocol's.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
+from spark_ext import failpoints
 from spark_ext.connector import SinkConnector
 from spark_ext.connectors.jdbc import JdbcSink
 from spark_ext.connectors.jms import JmsSink
@@ -193,3 +197,15 @@ def crashed_points() -> frozenset[str]:
 def plan(case: SinkCase, target: str, checkpoint: Path, guarantee: Guarantee = Guarantee.EXACTLY_ONCE) -> Any:
     """The sink's plan for a batch (step 1), as the driver builds it."""
     return case.connector.plan(case.plan_options(target, checkpoint), case.schema(), guarantee)
+
+
+def run_driver(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", checkpoint: str | None = None,
+               **options: str) -> subprocess.CompletedProcess[str]:
+    """The query of ``tests/drivers/files_to_sink.py`` (files of ``tmp / "src"``, one a batch)
+    as its own driver process, killed at ``failpoint`` if given; the points that fired are
+    logged to ``tmp / "struck.log"``. ``checkpoint``: another spelling of ``tmp / "ckpt"``."""
+    argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"),
+            checkpoint or str(tmp / "ckpt"), "|".join(case.select), failpoint,
+            *case.argv_options(target, **options)]
+    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log")}
+    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=300, env=env)

@@ -157,7 +157,8 @@ def _list(cfg: KafkaSinkConfig) -> int:
     else:
         print(f"decision batch={decision.batch_id} query={decision.query_id} done={st.done} "
               f"winners={','.join(f'{w.transactional_id}@{w.epoch}' for w in decision.winners)}")
-    print(f"commit {st.commit.transactional_id} producer={st.commit.producer_id} epoch={st.commit.epoch}")
+    print(f"commit {st.commit.transactional_id} state={st.commit.state} producer={st.commit.producer_id} "
+          f"epoch={st.commit.epoch}")
     print(f"{len(st.open)} open transaction(s)")
     return 0
 
