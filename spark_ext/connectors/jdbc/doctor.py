@@ -98,17 +98,17 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
             cur.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
                         (_sinks_table(schema), _batches_table(schema)))
             has_sinks, has_batches = cur.fetchone()
-            where, params = ("WHERE sink_id = %s", (sink,)) if sink else ("", ())
+            one, params = ("AND sink_id = %s", (sink,)) if sink else ("", ())
             if has_sinks:
-                cur.execute(f"SELECT sink_id, target, epoch FROM {_sinks_table(schema)} {where}", params)
+                cur.execute(f"SELECT sink_id, target, epoch FROM {_sinks_table(schema)} WHERE true {one}",
+                            params)
                 sinks = {s: (t, int(e)) for s, t, e in cur.fetchall()}
             if has_batches:
                 # The newest decision row per sink: by time, as batch ids restart at 0 for a
                 # query started afresh from a new checkpoint under the same sink id.
                 cur.execute(f"SELECT DISTINCT ON (sink_id) sink_id, query_id, batch_id, winners FROM "
-                            f"{_batches_table(schema)} WHERE partition_id = -1 "
-                            f"{where.replace('WHERE', 'AND')} ORDER BY sink_id, at DESC, batch_id DESC",
-                            params)
+                            f"{_batches_table(schema)} WHERE partition_id = -1 {one} "
+                            "ORDER BY sink_id, at DESC, batch_id DESC", params)
                 last = {s: (q, int(b), set(json.loads(w or "[]"))) for s, q, b, w in cur.fetchall()}
     finally:
         conn.close()
