@@ -2,7 +2,8 @@
 
 Line format: ``BENCH <case> ours=<rows/s> baseline=<rows/s> ratio=<ours/baseline> equal=<bool>``;
 the same figures go to ``bench/results/<case>.json``. Cases register in ``CASES`` as
-they are built (kafka_read, kafka_write, jdbc_write, window_*).
+they are built (kafka_read, kafka_write, jdbc_write, window_*; peer_* against Kafka Streams
+and Flink, bench/peers/).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ CASES: dict[str, str] = {
     "window_sliding_12": "bench.windows:sliding_12",
     "window_sliding_60": "bench.windows:sliding_60",
     "window_session": "bench.windows:session",
+    "peer_kafka_eo": "bench.peer_kafka:run",
+    "peer_latency_eo": "bench.peer_latency:run",
 }
 
 
