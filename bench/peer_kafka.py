@@ -91,17 +91,24 @@ def _fill(bootstrap: str, topic: str, rows: int) -> None:
         raise BenchError(f"could not produce {rows} records to {topic}")
 
 
+#: Spark pipelines by name: (our source?, our sink?). ``ours_source`` and ``ours_sink`` mix
+#: ours with Spark's connector (at-least-once sink / plain source) to split a batch's time.
+SPARK_PIPELINES = {"ours": (True, True), "spark": (False, False),
+                   "ours_source": (True, False), "ours_sink": (False, True)}
+
+
 def spark_copy(spark: Any, engine: str, bootstrap: str, source: str, sink: str, ckpt: str,
                interval: int) -> Any:
-    """Start a Kafka -> Kafka query: ``ours`` (hzsource -> hzsink exactly_once) or ``spark``
-    (Spark's built-in source and at-least-once sink), reading ``source`` from the start."""
-    ours = engine == "ours"
-    r = spark.readStream.format("hzsource").option("connector", "kafka") if ours else \
+    """Start a Kafka -> Kafka query of ``SPARK_PIPELINES[engine]`` reading ``source`` from
+    the start: ours is hzsource / hzsink ``exactly_once``; Spark's, its built-in source and
+    (at-least-once) sink."""
+    our_source, our_sink = SPARK_PIPELINES[engine]
+    r = spark.readStream.format("hzsource").option("connector", "kafka") if our_source else \
         spark.readStream.format("kafka")
     df = (r.option("kafka.bootstrap.servers", bootstrap).option("subscribe", source)
           .option("startingOffsets", "earliest").load().select("key", "value"))
     w = df.writeStream
-    w = w.format("hzsink").option("connector", "kafka").option("guarantee", "exactly_once") if ours else \
+    w = w.format("hzsink").option("connector", "kafka").option("guarantee", "exactly_once") if our_sink else \
         w.format("kafka")
     return (w.option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
             .option("checkpointLocation", ckpt).trigger(processingTime=f"{interval} milliseconds").start())

@@ -9,7 +9,8 @@ one warm-up record is sent and awaited on the output (start-up is not latency), 
 ``BENCH_PEER_LATENCY_S`` seconds (default 20), each value carrying its produce time. A
 ``read_committed`` consumer in this process (the same for every engine) notes when each
 record arrives; latency = arrival - produce time, same clock. Interval:
-``BENCH_PEER_INTERVAL_MS`` (default 1000).
+``BENCH_PEER_INTERVAL_MS`` (default 1000). ``BENCH_PEER_SPLIT=1`` also runs our source with
+Spark's sink and Spark's source with our sink, to split our batch time between the two.
 
 The ``BENCH`` line's figures for this case are p99 latencies in milliseconds (lower is
 better): ``ours`` = our exactly-once p99, ``baseline`` = the best exactly-once peer's p99,
@@ -196,7 +197,9 @@ def run() -> Result:
     batches: dict[str, dict[str, float]] = {}
     equal = True
     with tempfile.TemporaryDirectory() as tmp:
-        for engine in ("spark", "ours", *ENGINES):
+        # BENCH_PEER_SPLIT=1 adds ours_source and ours_sink (bench.peer_kafka.SPARK_PIPELINES).
+        split = ("ours_source", "ours_sink") if os.environ.get("BENCH_PEER_SPLIT") == "1" else ()
+        for engine in ("spark", "ours", *ENGINES, *split):
             p50, p99, once, profile = _measure(engine, spark, bootstrap, tmp, run_id, rate, seconds, interval)
             figures[engine] = {"p50_ms": p50, "p99_ms": p99}
             if profile:
