@@ -184,6 +184,7 @@ def run() -> Result:
           file=sys.stderr)
     spark = spark_session()
     rates: dict[str, float] = {}
+    per_round: dict[str, list[float]] = {}  # round 0 is ours' first query of the session (cold)
     last: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):  # alternate engines, so drift in the machine's load hits all alike
@@ -197,6 +198,7 @@ def run() -> Result:
                     dt = run_peer(engine, bootstrap, source, sink, rows, interval,
                                   f"peer-{engine}-{run_id}-{i}", Path(tmp) / f"{engine}-{i}.log").seconds
                 rates[engine] = max(rates.get(engine, 0.0), rows / dt)
+                per_round.setdefault(engine, []).append(rows / dt)
                 last[engine] = sink
                 print(f"[bench] peer_kafka_eo {engine} round {i}: {rows} records in {dt:.2f} s "
                       f"({rows / dt:.0f} rec/s)", file=sys.stderr)
@@ -205,7 +207,7 @@ def run() -> Result:
         print(f"[bench] peer_kafka_eo peer {e}={rates[e]:.0f} rec/s ours/{e}={rates['ours'] / rates[e]:.2f}",
               file=sys.stderr)
     extra = {"rows": rows, "interval_ms": interval, "rounds": rounds,
-             "rows_per_s": rates, "settings": SETTINGS}
+             "rows_per_s": rates, "rows_per_s_by_round": per_round, "settings": SETTINGS}
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "peer_kafka_eo_extra.json").write_text(json.dumps(extra, indent=2))
     delete_topics(bootstrap, made)
