@@ -4,7 +4,7 @@ Line format: ``BENCH <case> ours=<rows/s> baseline=<rows/s> ratio=<ours/baseline
 the same figures go to ``bench/results/<case>.json``, and charts of every case's latest
 result beside them (``bench/chart.py``: ``ratios.png``, and ``windows.png`` for the
 sliding-window cases). Cases register in ``CASES`` as they are built (kafka_read,
-kafka_write, jdbc_write, window_*).
+kafka_write, jdbc_write, window_*; peer_* against Kafka Streams and Flink, bench/peers/).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ CASES: dict[str, str] = {
     "window_sliding_12": "bench.windows:sliding_12",
     "window_sliding_60": "bench.windows:sliding_60",
     "window_session": "bench.windows:session",
+    "peer_kafka_eo": "bench.peer_kafka:run",
+    "peer_latency_eo": "bench.peer_latency:run",
 }
 
 

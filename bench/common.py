@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,11 @@ def read_to_end(consumer: Any, topic: str, timeout_s: float = 120) -> list[Any]:
     """Every record of ``topic`` up to its end offsets (the last stable offsets when
     ``consumer`` reads ``read_committed``), read until each position reaches its end: never
     "stop after some silence". ``consumer``: an unassigned kafka-python ``KafkaConsumer``."""
+    return list(iter_to_end(consumer, topic, timeout_s))
+
+
+def iter_to_end(consumer: Any, topic: str, timeout_s: float = 120) -> Iterator[Any]:
+    """``read_to_end`` one record at a time, for topics too large to hold as a list."""
     from kafka import TopicPartition
 
     parts = consumer.partitions_for_topic(topic)
@@ -104,14 +110,12 @@ def read_to_end(consumer: Any, topic: str, timeout_s: float = 120) -> list[Any]:
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
     end = consumer.end_offsets(tps)
-    out: list[Any] = []
     deadline = time.monotonic() + timeout_s
     while any(consumer.position(tp) < end[tp] for tp in tps):
         if time.monotonic() > deadline:
             raise TimeoutError(f"could not read {topic} to its end {end}")
         for tp, recs in consumer.poll(timeout_ms=500).items():
-            out.extend(r for r in recs if r.offset < end[tp])
-    return out
+            yield from (r for r in recs if r.offset < end[tp])
 
 
 def kafka_sink_prefix(checkpoint: object) -> str:

@@ -1,0 +1,218 @@
+"""Bench case ``peer_latency_eo``: how long a record takes to become visible to a
+``read_committed`` consumer, at a steady rate, for ours and the exactly-once peers.
+
+For each engine in turn (Spark's native at-least-once Kafka -> Kafka as the floor, ours
+``exactly_once``, Kafka Streams ``exactly_once_v2``, Flink ``KafkaSink`` ``EXACTLY_ONCE``;
+settings as in ``bench.peer_kafka``), on fresh 4-partition topics: the pipeline is started,
+one warm-up record is sent and awaited on the output (start-up is not latency), then
+``BENCH_PEER_LATENCY_RATE`` records/s (default 2,000) are produced for
+``BENCH_PEER_LATENCY_S`` seconds (default 20), each value carrying its produce time. A
+``read_committed`` consumer in this process (the same for every engine) notes when each
+record arrives; latency = arrival - produce time, same clock. Interval:
+``BENCH_PEER_INTERVAL_MS`` (default 1000). ``BENCH_PEER_SPLIT=1`` also runs our source with
+Spark's sink and Spark's source with our sink, to split our batch time between the two.
+
+The ``BENCH`` line's figures for this case are p99 latencies in milliseconds (lower is
+better): ``ours`` = our exactly-once p99, ``baseline`` = the best exactly-once peer's p99,
+``ratio`` = ours / baseline (the issue's goal: at most 1.25). ``equal``: every engine's
+output held every produced record exactly once. p50 / p99 of every engine go to stderr
+and ``bench/results/peer_latency_eo_extra.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS_DIR, BenchError, Result, services_env, spark_session
+from bench.peer_jobs import ENGINES, finish_peer, peers_jar, start_peer
+from bench.peer_kafka import (
+    SETTINGS,
+    delete_topics,
+    interval_ms,
+    make_topics,
+    parse,
+    producer,
+    record,
+    spark_copy,
+)
+
+WARMUP = 10**12 - 1  # the warm-up record's sequence number (12 digits), outside the measured 0..n-1
+
+
+class Arrivals(threading.Thread):
+    """Reads ``topic`` ``read_committed`` from the start, noting each record's latency."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from kafka import KafkaConsumer, TopicPartition
+
+        # A short fetch wait: the broker answers as soon as committed data is there anyway.
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                      enable_auto_commit=False, fetch_max_wait_ms=20)
+        deadline = time.monotonic() + 60
+        while not (parts := self.consumer.partitions_for_topic(topic)):  # a new topic's metadata lags
+            if time.monotonic() > deadline:
+                raise BenchError(f"no metadata for topic {topic}")
+            time.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        self.latency_ns: dict[int, list[int]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                batch = self.consumer.poll(timeout_ms=100)
+                now = time.time_ns()
+                with self.lock:
+                    for recs in batch.values():
+                        for r in recs:
+                            seq, stamp = parse(r.value)
+                            self.latency_ns.setdefault(seq, []).append(now - stamp)
+        except BaseException as e:  # noqa: BLE001 - reported by the waiting thread
+            self.error = e
+        finally:
+            self.consumer.close()
+
+    def wait_for(self, seqs: range | list[int], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        want = len(seqs)
+        while True:
+            with self.lock:
+                have = sum(s in self.latency_ns for s in seqs)
+            if have == want:
+                return
+            if self.error is not None:
+                raise BenchError(f"latency consumer failed: {self.error!r}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"{what}: {have} of {want} records visible after {timeout_s:.0f} s")
+            time.sleep(0.1)
+
+
+def _steady(bootstrap: str, topic: str, rate: int, n: int) -> None:
+    """Produce records 0..n-1 at ``rate`` per second, paced against the start time."""
+    p = producer(bootstrap, 1)
+    t0 = time.monotonic()
+    for i in range(n):
+        due = t0 + i / rate
+        if (ahead := due - time.monotonic()) > 0.001:
+            time.sleep(ahead)
+        key, value = record(i, time.time_ns())
+        p.produce(topic, value=value, key=key)
+        p.poll(0)
+    if p.flush(60) != 0:
+        raise BenchError(f"could not produce {n} records to {topic}")
+    lag = time.monotonic() - t0 - n / rate
+    if lag > 1:  # the harness itself fell behind: the rate was not steady
+        print(f"[bench] peer_latency_eo: producing took {lag:.1f} s longer than planned", file=sys.stderr)
+
+
+def _percentile(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+def batch_profile(query: Any) -> dict[str, float]:
+    """Median of each phase of the query's batches that carried rows (Spark's
+    ``durationMs``: latestOffset, queryPlanning, walCommit, addBatch, commitOffsets,
+    triggerExecution), plus rows per batch: where a batch's time goes."""
+    import statistics
+
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0][1:]  # [0]: warm-up
+    if not batches:
+        return {}
+    keys = set.intersection(*(set(p["durationMs"]) for p in batches))
+    out = {k: float(statistics.median(p["durationMs"][k] for p in batches)) for k in sorted(keys)}
+    out["rows"] = float(statistics.median(p["numInputRows"] for p in batches))
+    return out
+
+
+def _measure(engine: str, spark: Any, bootstrap: str, tmp: str, run_id: str, rate: int, seconds: int,
+             interval: int) -> tuple[float, float, bool, dict[str, float]]:
+    """(p50 ms, p99 ms, every record once, Spark's batch phases) for one engine on fresh
+    topics."""
+    n = rate * seconds
+    source, sink = (f"peer-lat-{engine.replace('_', '-')}-{run_id}-{d}" for d in ("in", "out"))
+    make_topics(bootstrap, [source, sink])
+    arrivals = Arrivals(bootstrap, sink)
+    arrivals.start()
+    log = Path(tmp) / f"{engine}.log"
+    proc: subprocess.Popen[str] | None = None
+    query = None
+    if engine in ENGINES:  # a peer stops by itself once it counted the warm-up and all n
+        prefix = f"peer-lat-{run_id}-{engine}"
+        proc = start_peer(engine, bootstrap, source, sink, n + 1, interval, prefix, log)
+    else:
+        query = spark_copy(spark, engine, bootstrap, source, sink, f"{tmp}/ck-{engine}", interval)
+    try:
+        warm = producer(bootstrap, 0)
+        key, value = record(WARMUP, time.time_ns())
+        warm.produce(source, value=value, key=key)
+        warm.flush(30)
+        arrivals.wait_for([WARMUP], 300, f"{engine} warm-up")
+        _steady(bootstrap, source, rate, n)
+        arrivals.wait_for(range(n), 120, engine)
+        if proc is not None:
+            finish_peer(engine, proc, log)
+        profile = batch_profile(query) if query is not None else {}
+    finally:
+        if query is not None:
+            query.stop()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        arrivals.stop.set()
+        arrivals.join()
+    delete_topics(bootstrap, [source, sink])
+    lat = arrivals.latency_ns
+    once = len(lat) == n + 1 and all(len(v) == 1 for v in lat.values())
+    if not once:
+        dup = sum(len(v) > 1 for v in lat.values())
+        print(f"[bench] peer_latency_eo {engine}: {len(lat)} distinct of {n + 1}, {dup} seen more than once",
+              file=sys.stderr)
+    ms = sorted(lat[s][0] / 1e6 for s in range(n))
+    return _percentile(ms, 0.5), _percentile(ms, 0.99), once, profile
+
+
+def run() -> Result:
+    rate = int(os.environ.get("BENCH_PEER_LATENCY_RATE", "2000"))
+    seconds = int(os.environ.get("BENCH_PEER_LATENCY_S", "20"))
+    interval = interval_ms()
+    bootstrap = services_env()["KAFKA_BOOTSTRAP_SERVERS"]
+    peers_jar()
+    spark = spark_session()
+    run_id = uuid.uuid4().hex[:8]
+    figures: dict[str, dict[str, float]] = {}
+    batches: dict[str, dict[str, float]] = {}
+    equal = True
+    with tempfile.TemporaryDirectory() as tmp:
+        # BENCH_PEER_SPLIT=1 adds ours_source and ours_sink (bench.peer_kafka.SPARK_PIPELINES).
+        split = ("ours_source", "ours_sink") if os.environ.get("BENCH_PEER_SPLIT") == "1" else ()
+        for engine in ("spark", "ours", *ENGINES, *split):
+            p50, p99, once, profile = _measure(engine, spark, bootstrap, tmp, run_id, rate, seconds, interval)
+            figures[engine] = {"p50_ms": p50, "p99_ms": p99}
+            if profile:
+                batches[engine] = profile
+                print(f"[bench] peer_latency_eo {engine} batch phases (median ms): {json.dumps(profile)}",
+                      file=sys.stderr)
+            equal = equal and once
+            print(f"[bench] peer_latency_eo {engine}: p50={p50:.0f} ms p99={p99:.0f} ms "
+                  f"({rate} rec/s for {seconds} s, interval {interval} ms, once={str(once).lower()})",
+                  file=sys.stderr)
+    extra = {"rate": rate, "seconds": seconds, "interval_ms": interval, "latency": figures,
+             "spark_batch_phases_ms": batches, "settings": SETTINGS}
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (Path(RESULTS_DIR) / "peer_latency_eo_extra.json").write_text(json.dumps(extra, indent=2))
+    best_peer = min(figures[e]["p99_ms"] for e in ENGINES)
+    return Result("peer_latency_eo", figures["ours"]["p99_ms"], best_peer, equal)
