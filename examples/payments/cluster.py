@@ -170,6 +170,20 @@ class StandaloneCluster:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.procs.clear()
+        self._drop_executor_files()
+
+    def _drop_executor_files(self) -> None:
+        """Keep each executor's stdout and stderr, drop the rest: every executor unpacks the
+        shipped environment (hundreds of MiB) into its directory, and the worker never
+        removes it."""
+        for d in self.work.glob("worker-*/app-*/*"):
+            for f in d.iterdir():
+                if f.name in ("stdout", "stderr"):
+                    continue
+                if f.is_dir() and not f.is_symlink():
+                    shutil.rmtree(f)
+                else:
+                    f.unlink()
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()
