@@ -96,5 +96,12 @@ class FencedError(FatalCommitError):
     """A newer run or task attempt owns the sink; this one must stop (zombie fencing)."""
 
 
+class PredecessorSinkError(FatalCommitError):
+    """The query (same Spark query id) ran before as another sink, which decided this
+    batch or left transactions in doubt: its checkpoint was copied or spelled differently,
+    or ``sinkId`` / ``transactionalIdPrefix`` changed. Carrying on as a new sink would write
+    the batch twice; the message names the old sink and the option that continues it."""
+
+
 class UnknownCommitError(CommitError):
     """An unexpected failure during commit; treated as fatal."""

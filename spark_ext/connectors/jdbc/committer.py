@@ -48,7 +48,14 @@ from spark_ext.connectors.jdbc.transactions import (
     resolve_in_doubt,
     sink_sessions,
 )
-from spark_ext.errors import CommitError, ConnectorError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.errors import (
+    CommitError,
+    ConnectorError,
+    FatalCommitError,
+    FencedError,
+    PredecessorSinkError,
+    RetriableCommitError,
+)
 from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
@@ -220,6 +227,38 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         """Step 4a. ``record`` checks the epoch again, atomically with the decision."""
         self._check_epoch(batch)
         self._check_prepared(batch)
+        self._check_predecessors(batch)
+
+    def _check_predecessors(self, batch: Batch[JdbcCommittable]) -> None:
+        """Refuse to decide a batch that this query already decided as another sink.
+
+        The sink id comes from the checkpoint's spelling (or ``sinkId``), Spark's query id
+        from the checkpoint's content: a checkpoint copied to a new path, or reached by
+        another spelling, keeps the query id under a new sink id. If the old sink decided
+        this batch (its driver died before Spark's commit log) or left transactions in
+        doubt, a new sink would write the batch again and leave the old transactions
+        holding locks for ever; the old sink, carried on, finishes both."""
+        if not batch.query_id:
+            return
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT sink_id, max(batch_id) FROM {self.sql.batches_table} WHERE query_id = %s "
+                        "AND sink_id <> %s AND partition_id = -1 GROUP BY sink_id ORDER BY sink_id",
+                        (batch.query_id, self.cfg.sink_id))
+            others = cur.fetchall()
+        for other, last in others:
+            in_doubt = prepared_gids(self.conn, other)
+            if last < batch.batch_id and not in_doubt:
+                continue  # an earlier spelling whose every batch is done: nothing at stake
+            self._roll_back_own(batch)
+            what = f"decided batch {last}" if last >= batch.batch_id else "decided earlier batches"
+            left = f" and left {len(in_doubt)} prepared transaction(s) in doubt" if in_doubt else ""
+            raise PredecessorSinkError(
+                f"query {batch.query_id} ran before as sink {other!r}, which {what}{left}; this run is "
+                f"sink {self.cfg.sink_id!r} (the checkpoint was copied or spelled differently, or sinkId "
+                f"changed) and would write batch {batch.batch_id} again. Restart with "
+                f".option('sinkId', '{other}') to carry that sink on (its decided batches are finished, "
+                "none written twice) and keep that option; nothing of this batch was committed"
+            )
 
     def _check_prepared(self, batch: Batch[JdbcCommittable]) -> None:
         present = set(prepared_gids(self.conn, self.cfg.sink_id))

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from kafka.errors import TransactionalIdNotFoundError
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.groups import ListGroupsRequest, ListGroupsResponse
 from kafka.protocol.admin.transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
@@ -283,6 +284,22 @@ class KafkaTxnClient:
                     c.close()
             return out
         return self._retry("listing transactions", call)
+
+    def list_groups(self) -> list[str]:
+        """Every consumer group's id (each broker answers for the groups it coordinates)."""
+        def call() -> list[str]:
+            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
+            out: list[str] = []
+            for b in md.brokers:
+                c = Conn(b.host, b.port, self.timeout_s, self.security)
+                try:
+                    r = c.request(ListGroupsRequest(states_filter=[]), 4, ListGroupsResponse)
+                    _check(r.error_code, "listing consumer groups")
+                    out += [g.group_id for g in r.groups]
+                finally:
+                    c.close()
+            return out
+        return self._retry("listing consumer groups", call)
 
     def describe(self, tids: list[str]) -> dict[str, TxnState]:
         """DescribeTransactions for ``tids`` (asked of each id's coordinator)."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -50,7 +51,14 @@ from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
-from spark_ext.errors import CommitError, ConfigurationError, FatalCommitError, FencedError, SparkExtError
+from spark_ext.errors import (
+    CommitError,
+    ConfigurationError,
+    FatalCommitError,
+    FencedError,
+    PredecessorSinkError,
+    SparkExtError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +225,51 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     def check(self, batch: Batch[KafkaCommittable]) -> None:
         assert batch.claim is not None  # _fence checked it
         self._check_open(batch.prepared, batch.batch_id, _fence(batch), batch.claim.planned_ms)
+        self._check_predecessors(batch)
+
+    def _check_predecessors(self, batch: Batch[KafkaCommittable]) -> None:
+        """Refuse to decide a batch that this query already decided under another prefix.
+
+        The prefix comes from the checkpoint's spelling (or the option), Spark's query id
+        from the checkpoint's content: a checkpoint copied to a new path keeps the query id
+        under a new prefix. If the old prefix decided this batch (its driver died before
+        Spark's commit log), a new prefix would write the batch again, and the old one's
+        open transactions would hold every read_committed consumer back until the broker
+        times them out. Searched once per run: after this sink's first decision for the
+        query, its own record names the query."""
+        query = str(batch.query_id or "")
+        own, _ = self._recorded(stable=False)
+        if not query or (own is not None and own.query_id == query):
+            return
+        mine = self.cfg.group + ".kept"  # every sink that decided a batch keeps a copy
+        kept = sorted(g for g in self.client.list_groups() if g.endswith(".batches.kept") and g != mine)
+        for group in kept:
+            off, meta = self.client.fetch_offsets(group, self._anchor(), [0]).get(0, (-1, ""))
+            if off < 0 or not meta:
+                continue  # a sink of another topic
+            state, _, encoded = meta.partition("|")
+            try:
+                old = Decision.decode(encoded)
+            except (ValueError, KeyError, TypeError, zlib.error):
+                continue  # not ours
+            if old.query_id != query:
+                continue
+            prefix = group[: -len(".batches.kept")]
+            pattern = re.escape(prefix) + r"-(p[0-9]+-a[0-9]+(-b[01])?|commit)"
+            open_ = self.client.list_transactions(pattern, OPEN_STATES)
+            if old.batch_id < batch.batch_id and state == "done" and not open_:
+                continue  # an earlier name whose every batch is done: nothing at stake
+            left = f" and left {len(open_)} transaction(s) open" if open_ else ""
+            raise PredecessorSinkError(
+                f"query {query} ran before with transactionalIdPrefix {prefix!r} (checkpoint "
+                f"{old.checkpoint or 'unknown'}), which decided batch {old.batch_id}"
+                f"{'' if state == 'done' else ' without finishing it'}{left}; this run's prefix is "
+                f"{self.cfg.txn_prefix!r} (the checkpoint was copied or spelled differently, or the prefix "
+                f"changed) and would write batch {batch.batch_id} again. Restart the query from "
+                f"{old.checkpoint or 'its old checkpoint'} until it has committed a batch, stop it, then "
+                "move the checkpoint; "
+                "nothing of this batch was committed"
+            )
 
     def record(self, batch: Batch[KafkaCommittable]) -> Decision:
         """The decision, as group offsets in the commit id's transaction: its epoch is the
