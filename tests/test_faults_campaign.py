@@ -16,7 +16,7 @@ from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from tests.support.kafka_sink import consume
 from tests.support.kafka_util import create_topic
-from tests.support.sinks import crashed_points
+from tests.support.sinks import crashed_points, new_query_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -29,6 +29,7 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
     numbers, so nothing twice) instead of failing. It used to fail with "Kafka refused
     ... NotLeaderOrFollower" or a reset connection, and Spark's few task retries all fell
     inside the restart, failing the query."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import subprocess
     import sys
 
@@ -46,7 +47,7 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
             subprocess.run([sys.executable, "-m", "services", verb, "kafka"], check=True, capture_output=True)
         yield pa.record_batch([pa.array(rows[2000:])] * 2, names=["key", "value"])
 
-    task = TaskInfo(query_id="q", batch_id=0, partition_id=0, attempt=0, task_attempt_id=0)
+    task = TaskInfo(query_id=qid, batch_id=0, partition_id=0, attempt=0, task_attempt_id=0)
     msg = plan.new_writer().write(parts(), task)
     plan.new_committer().commit([msg], 0, plan.claim)
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)

@@ -16,6 +16,7 @@ from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, checkpoint_sink_id
 from tests.support.pg_util import execute, prepared, query, table_name, write_json_files
+from tests.support.sinks import new_query_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -140,6 +141,7 @@ def _plan(url: str, table: str, sink_id: str, schema, guarantee: Guarantee = Gua
 def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
     """Attempt 0 of a task prepared (holding its rows' unique-index locks), then Spark
     retried the task: attempt 1 must not wait on those locks until it times out."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -148,8 +150,8 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
     sink_id = table_name("retry")
     plan = _plan(url, table, sink_id, schema, lockTimeoutMs="3000")
     rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
-    first: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
-    retried: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 1, 2))
+    first: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
+    retried: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 1, 2))
     assert first.gid not in prepared(url, sink_id)
     plan.new_committer().commit([retried], 0, plan.claim)
     assert ids(url, table) == [1, 2]
@@ -159,6 +161,7 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
 def test_the_upsert_staging_table_follows_the_target(services):
     """The target is altered between runs (a column widened, a column added): the next
     run writes the new values exactly, not rounded to the old type or failing."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     from decimal import Decimal
 
     import pyarrow as pa
@@ -171,7 +174,7 @@ def test_the_upsert_staging_table_follows_the_target(services):
 
     def write(schema: StructType, batch: pa.RecordBatch, batch_id: int) -> None:
         plan = _plan(url, table, sink_id, schema, upsertKeys="id")
-        msg = plan.new_writer().write(iter([batch]), TaskInfo("q", batch_id, 0, 0, 1))
+        msg = plan.new_writer().write(iter([batch]), TaskInfo(qid, batch_id, 0, 0, 1))
         plan.new_committer().commit([msg], batch_id, plan.claim)
 
     dec = pa.decimal128(12, 4)
@@ -193,6 +196,7 @@ def test_the_upsert_staging_table_follows_the_target(services):
 def test_upsert_order_by_keeps_the_greatest_version_whatever_the_arrival_order(services, guarantee):
     """With upsertOrderBy the row with the greatest value wins, within a batch and against
     the row already in the table, so a replay in another order ends in the same state."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -209,7 +213,7 @@ def test_upsert_order_by_keeps_the_greatest_version_whatever_the_arrival_order(s
         data = pa.record_batch({"id": pa.array([r[0] for r in rows], pa.int64()),
                                 "seq": pa.array([r[1] for r in rows], pa.int64()),
                                 "v": pa.array([r[2] for r in rows])})
-        msg = plan.new_writer().write(iter([data]), TaskInfo("q", batch_id, 0, 0, 1))
+        msg = plan.new_writer().write(iter([data]), TaskInfo(qid, batch_id, 0, 0, 1))
         plan.new_committer().commit([msg], batch_id, plan.claim)
 
     write(0, [(1, 5, "new"), (1, 3, "old"), (2, 1, "a")])  # the older version of 1 arrives last
@@ -223,6 +227,7 @@ def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
     before it bumps the epoch (a session holds the sink row). A's driver commits right
     then: it must be fenced, never record a decision naming a rolled-back transaction
     (B's replay of batch 0 would then write nothing: the batch lost)."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import threading
 
     import pyarrow as pa
@@ -236,7 +241,7 @@ def test_a_zombie_cannot_decide_while_a_new_run_takes_over(services):
     sink_id = table_name("race")
     plan_a = _plan(url, table, sink_id, schema)
     rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
-    msg_a: JdbcCommittable = plan_a.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+    msg_a: JdbcCommittable = plan_a.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
 
     holder = connect(parse_url(url, None, None))
     hold = holder.cursor()
@@ -375,6 +380,7 @@ def test_exactly_once_needs_a_stable_sink_id(services):
 
 
 def test_doctor_lists_and_resolves_in_doubt_transactions(services):
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -386,8 +392,8 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
     sink_id = table_name("doctor")
     plan = _plan(url, table, sink_id, schema)
     rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
-    decided = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
-    undecided = plan.new_writer().write(iter([rows]), TaskInfo("q", 1, 0, 0, 2))
+    decided = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
+    undecided = plan.new_writer().write(iter([rows]), TaskInfo(qid, 1, 0, 0, 2))
     committer = plan.new_committer()
     with committer.connected():  # as if the driver died after deciding
         committer.record(Batch(0, (decided,), plan.claim))
@@ -534,6 +540,7 @@ def test_a_rollback_between_the_check_and_the_decision_never_leaves_a_dead_winne
     name a transaction that is gone (the other winner would commit, and every later start
     would fail on the missing one): the batch ends committed whole or undecided, nothing in
     doubt. The doctor refuses while the sink's sessions are connected."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -546,7 +553,7 @@ def test_a_rollback_between_the_check_and_the_decision_never_leaves_a_dead_winne
     plan = _plan(url, table, sink_id, schema)
     msgs = [plan.new_writer().write(iter([pa.record_batch({"id": pa.array([2 * p, 2 * p + 1], pa.int64()),
                                                            "v": pa.array(["a", "b"])})]),
-                                    TaskInfo("q", 0, p, 0, p + 1)) for p in range(2)]
+                                    TaskInfo(qid, 0, p, 0, p + 1)) for p in range(2)]
     committer = plan.new_committer()
     checked = committer.check
     meddled: list[subprocess.CompletedProcess | bool] = []
@@ -641,6 +648,7 @@ def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactio
     restarts with at_least_once. That run would never resolve them (it takes nothing
     over): the batch would be written again and the old transactions, once resolved,
     twice. Refused at start, naming both ways out; exactly_once once, then the change."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -651,7 +659,7 @@ def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactio
     sink_id = table_name("gch")
     plan = _plan(url, table, sink_id, schema)
     rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
-    plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
+    plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
     for weaker in (Guarantee.AT_LEAST_ONCE, Guarantee.NONE):
         with pytest.raises(ConnectorError, match=f"exactly_once to finish.*resolve --sink {sink_id}"):
             _plan(url, table, sink_id, schema, weaker)
@@ -666,6 +674,7 @@ def test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging(s
     acknowledges what the task sends): before, the task hung for the kernel's
     retransmissions, about 15 minutes; TCP's user timeout on the sink's connections now
     fails it within about half a minute, and Spark can retry it."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
     from sqlalchemy.engine import make_url
@@ -692,7 +701,7 @@ def test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging(s
 
         started = time.monotonic()
         with pytest.raises(ConnectorError, match=f"writing batch 0 partition 0 to {table} failed"):
-            plan.new_writer().write(rows(), TaskInfo("q", 0, 0, 0, 1))
+            plan.new_writer().write(rows(), TaskInfo(qid, 0, 0, 0, 1))
         assert time.monotonic() - started < 120
     finally:
         fwd.close()

@@ -18,6 +18,7 @@ from spark_ext.connectors.jms.sink.config import JmsSinkConfig
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from tests.support import jms_sink, stomp_util
+from tests.support.sinks import new_query_id
 
 pytestmark = pytest.mark.services
 
@@ -58,6 +59,7 @@ def test_the_log_is_appended_by_compare_and_set(services):
 
 def test_consumers_receive_body_headers_priority_correlation_and_reply_to(services):
     """One exactly-once batch through the plan, read by an independent stomp.py consumer."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     dest = stomp_util.queue_name("fields")
     opts = Options(_options(services, dest, sinkid=f"t-{uuid.uuid4().hex[:12]}"), "hzsink")
     schema_rb = pa.record_batch({
@@ -72,7 +74,7 @@ def test_consumers_receive_body_headers_priority_correlation_and_reply_to(servic
 
     sink = JmsSink()
     plan = sink.plan(opts, from_arrow_schema(schema_rb.schema), Guarantee.EXACTLY_ONCE)
-    c = plan.new_writer().write(iter([schema_rb]), TaskInfo("q", 0, 0, 0, 1))
+    c = plan.new_writer().write(iter([schema_rb]), TaskInfo(qid, 0, 0, 0, 1))
     assert c.rows == 2 and c.token
     assert stomp_util.drain(services, dest, timeout=10) == []  # staged, not visible yet
     plan.new_committer().commit([c], 0, plan.claim)
@@ -127,6 +129,7 @@ def test_bad_input_fails_at_start_naming_the_fix(spark, services, tmp_path, chan
 def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, monkeypatch):
     """A driver decided batch 0 and died before moving it; another attempt's messages are
     still staged. ``doctor jms list`` shows both; ``resolve`` moves the winner only."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     from spark_ext import cli
     from spark_ext.commit import Batch
     from spark_ext.connectors.jms.doctor import PASSWORD_ENV
@@ -137,8 +140,8 @@ def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, mo
     sink = JmsSink()
     plan = sink.plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
     rows = pa.record_batch({"body": pa.array(["1", "2", "3"])})
-    winner = plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 0, 1))
-    plan.new_writer().write(iter([rows]), TaskInfo("q", 0, 0, 1, 2))  # a failed attempt's
+    winner = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
+    plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 1, 2))  # a failed attempt's
     committer = plan.new_committer()
     assert isinstance(committer, JmsCommitter)
     batch = Batch(0, (winner,), plan.claim)
@@ -151,7 +154,7 @@ def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, mo
              "--user", services.stomp_user, "--sink-id", sink_id]
     assert cli.main(["doctor", "jms", "list", *where]) == 0
     listed = capsys.readouterr().out
-    assert "decision batch=0 query=q done=False" in listed and "6 staged message(s)" in listed
+    assert f"decision batch=0 query={qid} done=False" in listed and "6 staged message(s)" in listed
     assert cli.main(["doctor", "jms", "resolve", *where, "--destination", dest, "--watch", "0.2"]) == 0
     assert sorted(stomp_util.drain(services, dest)) == ["1", "2", "3"]
     assert jms_sink.staged_tokens(services, sink_id) == []
@@ -160,11 +163,12 @@ def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, mo
 def test_a_batch_larger_than_the_brokers_browse_page_commits_whole(services):
     """Two tasks of 700 messages each: more than the 200 messages the broker's filtered
     counts look at by default, so both attempts must still be found whole, and moved."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     dest = stomp_util.queue_name("big")
     opts = Options(_options(services, dest, sinkid=f"t-{uuid.uuid4().hex[:12]}"), "hzsink")
     plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
     ids = [[str(p * 1000 + i) for i in range(700)] for p in (0, 1)]
-    done = [plan.new_writer().write(iter([pa.record_batch({"body": pa.array(b)})]), TaskInfo("q", 0, p, 0, p))
+    done = [plan.new_writer().write(iter([pa.record_batch({"body": pa.array(b)})]), TaskInfo(qid, 0, p, 0, p))
             for p, b in enumerate(ids)]
     plan.new_committer().commit(done, 0, plan.claim)
     assert stomp_util.drain(services, dest) == ids[0] + ids[1]  # every message, each task in order

@@ -14,7 +14,7 @@ import pytest
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import FencedError
 from tests.support.pg_util import write_json_files
-from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, plan
+from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
 from tests.support.sinks import run_driver as _run
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -109,19 +109,20 @@ def test_a_kill_9_after_a_decision_then_a_restart_is_exactly_once(make_case, tmp
 def test_a_zombie_run_can_neither_prepare_nor_commit(make_case, tmp_path, sink):
     """Run A prepares batch 0; run B of the same sink takes over; A is fenced at the commit
     and at a later prepare; B writes batch 0 and commits it; only B's rows are visible."""
+    qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
     case = make_case(sink)
     target = case.new_target()
     ckpt = tmp_path / "ckpt"
     plan_a = plan(case, target, ckpt)
-    prepared_by_a = plan_a.new_writer().write(iter([case.rows([1, 2])]), TaskInfo("q", 0, 0, 0, 1))
+    prepared_by_a = plan_a.new_writer().write(iter([case.rows([1, 2])]), TaskInfo(qid, 0, 0, 0, 1))
     plan_b = plan(case, target, ckpt)  # B's take-over
     with pytest.raises(FencedError):
         plan_a.new_committer().commit([prepared_by_a], 0, plan_a.claim)
-    written_by_b = plan_b.new_writer().write(iter([case.rows([3])]), TaskInfo("q", 0, 0, 0, 2))
+    written_by_b = plan_b.new_writer().write(iter([case.rows([3])]), TaskInfo(qid, 0, 0, 0, 2))
     plan_b.new_committer().commit([written_by_b], 0, plan_b.claim)
     late_a = plan_a.new_writer()  # a stale task of A after B committed
     try:
-        stale = late_a.write(iter([case.rows([4])]), TaskInfo("q", 1, 0, 0, 3))
+        stale = late_a.write(iter([case.rows([4])]), TaskInfo(qid, 1, 0, 0, 3))
     except FencedError:
         pass
     else:

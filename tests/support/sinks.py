@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,10 @@ def run_driver(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", che
             *case.argv_options(target, **options)]
     env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log")}
     return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=300, env=env)
+
+
+def new_query_id() -> str:
+    """A query id for a hand-driven batch: unique, as Spark's are (a UUID per checkpoint).
+    The sinks look up a query's earlier identities by it, so two tests sharing one would
+    look like one query moved between sinks."""
+    return str(uuid.uuid4())
