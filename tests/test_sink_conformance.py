@@ -16,6 +16,7 @@ from spark_ext.errors import FencedError
 from tests.support.pg_util import write_json_files
 from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
 from tests.support.sinks import run_driver as _run
+from tests.support.status import status
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -45,7 +46,8 @@ def _query(spark, case: SinkCase, tmp: Path, options: dict[str, str]):
 
 
 @pytest.mark.parametrize("sink", list(SINKS))
-def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_case, tmp_path, sink):
+def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_case, tmp_path, sink, capsys,
+                                                                       monkeypatch):
     """The driver is killed at every crash point of the sink in turn, point k in batch k,
     each time after the batches before it committed (so a rewrite shows as a duplicate),
     and restarted from its checkpoint; after each crash the committed output is checked,
@@ -53,7 +55,10 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
     as the recovery of one crash and the run that reaches the next point. The second run
     names the checkpoint ``file:<path>/``: Spark takes it for the same checkpoint, so the
     sink must too (else what the first run left in doubt would stay there). In the last
-    run a task is killed after it prepared, and Spark retries it."""
+    run a task is killed after it prepared, and Spark retries it. ``spark-ext status`` shows
+    the batch killed after its decision as decided, not finished, with exactly what the sink
+    left in doubt, and at the end the last batch finished, nothing in doubt, the same query
+    and a higher epoch (the restarts fenced the dead runs)."""
     case = make_case(sink)
     target = case.new_target()
     points = [*(f"{sink}.{p}" for p in PROTOCOL_POINTS), *case.extra_points]
@@ -75,12 +80,21 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
             assert rest == [], point  # nothing of the batch before its decision was carried out
         if point.endswith((".before_decision", ".after_decision")):
             assert case.in_doubt(tmp_path / "ckpt", target), f"{point}: nothing left in doubt"
+        if point.endswith(".after_decision"):
+            stuck = status(case, target, tmp_path / "ckpt", capsys, monkeypatch)
+            assert (stuck["batch"], stuck["finished"]) == (batch, False), stuck
+            assert set(stuck["in_doubt_ids"]) == set(case.in_doubt(tmp_path / "ckpt", target)), stuck
+            assert stuck["in_doubt"] == len(stuck["in_doubt_ids"]) and stuck["query"], stuck
     # The last run also loses a task after it prepared, in its last batch: Spark retries it.
     last = len(points) + 1
     done = _run(case, tmp_path, target, f"task:{case.task_point}@{last}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert case.committed(target) == list(range((last + 1) * BATCH))  # nothing lost or twice
     assert case.in_doubt(tmp_path / "ckpt", target) == []  # the killed attempt's transaction too
+    after = status(case, target, tmp_path / "ckpt", capsys, monkeypatch)
+    assert (after["batch"], after["finished"], after["in_doubt"]) == (last, True, 0), after
+    assert after["in_doubt_ids"] == [], after
+    assert after["query"] == stuck["query"] and after["epoch"] > stuck["epoch"], (stuck, after)
     # every fault struck (tasks running side by side may both reach a point before the kill)
     assert list(dict.fromkeys(_struck(tmp_path))) == [*(f"{p}@{b}" for b, p in enumerate(points, start=1)),
                                                       f"task:{case.task_point}@{last}"]

@@ -47,7 +47,6 @@ SLOW: dict[str, float] = {
     "test_a_checkpoint_copied_after_a_decision_carries_the_old_sink_on": 35,
     "test_a_kafka_checkpoint_copied_after_a_decision_is_refused_until_the_old_run_finished": 50,
     # estimated, not yet measured: two driver processes per case, as the at_least_once test above
-    "test_status_after_a_kill_9_past_the_decision_shows_the_batch_in_doubt_then_finished": 26,
 }
 
 
