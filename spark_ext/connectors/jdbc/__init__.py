@@ -12,8 +12,6 @@ The protocol's steps are those of ``spark_ext.commit``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.sql.types import StructType
 
 from spark_ext.commit import Claim
@@ -21,11 +19,14 @@ from spark_ext.connector import SinkConnector
 from spark_ext.connectors.jdbc.committer import JdbcCommitter
 from spark_ext.connectors.jdbc.config import SINK_OPTIONS, JdbcSinkConfig
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, staging_name, statements
+from spark_ext.connectors.jdbc.writer import (
+    JdbcWriter,
+    MarkedJdbcWriter,
+    PlainJdbcWriter,
+    PreparingJdbcWriter,
+)
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-
-if TYPE_CHECKING:
-    from spark_ext.connectors.jdbc.writer import JdbcWriter
 
 __all__ = ["JdbcSink"]
 
@@ -48,11 +49,7 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
         return JdbcSinkSetup(config.cfg, sql)
 
     def new_writer(self, config: JdbcSinkSetup, claim: Claim[int] | None) -> JdbcWriter:
-        """A writer per guarantee: prepared transactions, marked commits, or plain commits.
-        Imported here: the writers' CSV encoding is executor work, and the driver's planning
-        and commit processes (fresh ones every batch) would pay its imports for nothing."""
-        from spark_ext.connectors.jdbc.writer import MarkedJdbcWriter, PlainJdbcWriter, PreparingJdbcWriter
-
+        """A writer per guarantee: prepared transactions, marked commits, or plain commits."""
         if config.cfg.guarantee is Guarantee.EXACTLY_ONCE:
             assert claim is not None, "exactly_once plans take the sink over first"
             return PreparingJdbcWriter(config, claim.fence)

@@ -9,13 +9,11 @@ TextMessage; a binary body carries it (a BytesMessage, NUL bytes allowed).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from spark_ext.connectors.jms import wire
 from spark_ext.errors import ConfigurationError, ConnectorError
-
-if TYPE_CHECKING:  # imported where frames are built (executors), not by the driver's planning
-    import pyarrow as pa
 
 COLUMNS = {"body": ("string", "binary"), "headers": ("map<string,string>",),
            "priority": ("tinyint", "smallint", "int", "bigint"), "correlation_id": ("string",),
@@ -57,7 +55,6 @@ def _header(name: str, value: object) -> bytes:
 def send_frames(rb: pa.RecordBatch, common: bytes) -> Iterator[bytes]:
     """One SEND frame per row. ``common``: the frame's command and the headers every row
     shares (``SEND\\ndestination:...\\n...``)."""
-    import pyarrow as pa
     cols = {name: rb.column(i).to_pylist() for i, name in enumerate(rb.schema.names)}
     bodies = cols["body"]
     binary = pa.types.is_binary(rb.schema.field("body").type) or pa.types.is_large_binary(

@@ -19,16 +19,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.connectors.jms.session import BrokerSession, connect
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
 from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER, common_headers, send_frames
-
-if TYPE_CHECKING:  # the driver's commit process imports this module; NumPy/Arrow are executor work
-    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 

@@ -47,9 +47,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from spark_ext import failpoints
-from spark_ext.commit import Batch, Claim, Committable, DecidedBatch, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
 from spark_ext.errors import (
     CommitError,
     ConfigurationError,
@@ -64,24 +65,6 @@ log = logging.getLogger(__name__)
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 _META_LIMIT = 3900  # the broker's default offset.metadata.max.bytes is 4096
 KEEP_MS = 100 * 365 * 86_400_000  # the kept copy's retention: for as long as the sink exists
-
-
-@dataclass(frozen=True)
-class KafkaCommittable(Committable):
-    """One task attempt's outcome (executor -> driver): the transaction it left open.
-
-    ``producer``: (transactional id, producer id, epoch) of the open transaction; None when
-    the attempt opened none (a replay of a decided batch, no rows, a weaker guarantee).
-    ``started_ms``: when the transaction began, on the executor's clock.
-    """
-
-    producer: Producer | None = None
-    started_ms: int = 0
-
-    @property
-    def prepared(self) -> bool:
-        return self.producer is not None
-
 
 
 class TransactionTimedOutError(FatalCommitError):

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, SECURITY_KEYS, KafkaSecurity, normalize
-from spark_ext.connectors.kafka.sink.schema import CODECS
+from spark_ext.connectors.kafka.sink.records import CODECS
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
@@ -13,13 +12,16 @@ from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
 from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
-from spark_ext.connectors.kafka.sink.schema import check_schema
+from spark_ext.connectors.kafka.sink.records import check_schema
+from spark_ext.connectors.kafka.sink.writer import (
+    FireAndForgetKafkaWriter,
+    IdempotentKafkaWriter,
+    KafkaWriter,
+    TransactionalKafkaWriter,
+)
 from spark_ext.errors import ConfigurationError, ConnectorError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-
-if TYPE_CHECKING:
-    from spark_ext.connectors.kafka.sink.writer import KafkaWriter
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +52,7 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         return config
 
     def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
-        """A writer per guarantee: transactions, an idempotent producer, or acks=0. Imported
-        here: the writers' record encoding is executor work, and the driver's planning and
-        commit processes (fresh ones every batch) would pay its imports for nothing."""
-        from spark_ext.connectors.kafka.sink.writer import (
-            FireAndForgetKafkaWriter,
-            IdempotentKafkaWriter,
-            TransactionalKafkaWriter,
-        )
-
+        """A writer per guarantee: transactions, an idempotent producer, or acks=0."""
         if config.guarantee is Guarantee.EXACTLY_ONCE:
             assert claim is not None, "exactly_once plans take the sink over first"
             return TransactionalKafkaWriter(config, claim)

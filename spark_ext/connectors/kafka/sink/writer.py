@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from spark_ext import failpoints
-from spark_ext.commit import Claim, SinkWriter, TaskInfo
+from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
-from spark_ext.connectors.kafka.sink.committer import KafkaCommittable
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, column_lists
 from spark_ext.connectors.kafka.sink.sender import Sender
@@ -30,6 +30,23 @@ from spark_ext.errors import SparkExtError
 
 log = logging.getLogger(__name__)
 
+
+
+@dataclass(frozen=True)
+class KafkaCommittable(Committable):
+    """One task attempt's outcome (executor -> driver): the transaction it left open.
+
+    ``producer``: (transactional id, producer id, epoch) of the open transaction; None when
+    the attempt opened none (a replay of a decided batch, no rows, a weaker guarantee).
+    ``started_ms``: when the transaction began, on the executor's clock.
+    """
+
+    producer: Producer | None = None
+    started_ms: int = 0
+
+    @property
+    def prepared(self) -> bool:
+        return self.producer is not None
 
 
 class KafkaWriter(SinkWriter[KafkaCommittable]):
