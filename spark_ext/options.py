@@ -173,6 +173,14 @@ class OptionSpec:
         assert isinstance(value, str), name
         return value
 
+    def int_of(self, opts: Options, name: str, minimum: int | None = None) -> int:
+        """Integer option ``name`` of ``opts``, else its declared default."""
+        return opts.get_int_or(name.lower(), self.default_int(name), minimum=minimum)
+
+    def seconds_of(self, opts: Options, name: str, minimum: int | None = None) -> float:
+        """A milliseconds option (``...Ms``) of ``opts`` in seconds, else its declared default."""
+        return self.int_of(opts, name, minimum) / 1000.0
+
     def undocumented(self) -> list[str]:
         """Accepted names and prefixes that have no documented option with a description."""
         described = {o.key for o in self.documented if o.description.strip()}

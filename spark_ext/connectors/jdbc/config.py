@@ -123,10 +123,9 @@ class JdbcSinkConfig:
             upsert_order_by=_order_by(opts, keys),
             create_table=opts.get_bool("createtable", spec.default_bool("createTable")),
             sink_id=_sink_id(opts, guarantee, url, dbtable),
-            lock_timeout_ms=opts.get_int_or("locktimeoutms", spec.default_int("lockTimeoutMs"), minimum=1),
+            lock_timeout_ms=spec.int_of(opts, "lockTimeoutMs", minimum=1),
             guarantee=guarantee,
-            reconnect_timeout_s=opts.get_int_or(
-                "reconnecttimeoutms", spec.default_int("reconnectTimeoutMs"), minimum=0) / 1000.0,
+            reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
         )
 
 

@@ -45,14 +45,10 @@ from spark_ext.status import SinkStatus
 from spark_ext.status import run as run_status
 
 
-def _batches_table(schema: str) -> str:
+def _table(schema: str, name: str) -> str:
+    """A bookkeeping table's quoted, schema-qualified name."""
     prep = pg.dialect().identifier_preparer
-    return f"{prep.quote_schema(schema)}.{prep.quote(BATCHES_TABLE)}"
-
-
-def _sinks_table(schema: str) -> str:
-    prep = pg.dialect().identifier_preparer
-    return f"{prep.quote_schema(schema)}.{prep.quote(SINKS_TABLE)}"
+    return f"{prep.quote_schema(schema)}.{prep.quote(name)}"
 
 
 def list_in_doubt(url: str, schema: str, sink: str | None) -> list[dict[str, object]]:
@@ -75,7 +71,7 @@ def _in_doubt(conn: Any, schema: str, sink: str | None) -> list[dict[str, object
         s, epoch, batch, part, attempt = parse_gid(gid)
         if sink and s != sink:
             continue
-        decided = decisions(conn, _batches_table(schema), s, {batch})
+        decided = decisions(conn, _table(schema, BATCHES_TABLE), s, {batch})
         state = ("undecided" if batch not in decided
                  else "decided: commit" if gid in decided[batch] else "decided: not a winner")
         out.append({"gid": gid, "sink": s, "epoch": epoch, "batch": batch, "partition": part,
@@ -96,18 +92,18 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
         last: dict[str, tuple[str, int, set[str]]] = {}
         with conn.cursor() as cur:
             cur.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
-                        (_sinks_table(schema), _batches_table(schema)))
+                        (_table(schema, SINKS_TABLE), _table(schema, BATCHES_TABLE)))
             has_sinks, has_batches = cur.fetchone()
             one, params = ("AND sink_id = %s", (sink,)) if sink else ("", ())
             if has_sinks:
-                cur.execute(f"SELECT sink_id, target, epoch FROM {_sinks_table(schema)} WHERE true {one}",
-                            params)
+                cur.execute(f"SELECT sink_id, target, epoch FROM {_table(schema, SINKS_TABLE)} "
+                            f"WHERE true {one}", params)
                 sinks = {s: (t, int(e)) for s, t, e in cur.fetchall()}
             if has_batches:
                 # The newest decision row per sink: by time, as batch ids restart at 0 for a
                 # query started afresh from a new checkpoint under the same sink id.
                 cur.execute(f"SELECT DISTINCT ON (sink_id) sink_id, query_id, batch_id, winners FROM "
-                            f"{_batches_table(schema)} WHERE partition_id = -1 {one} "
+                            f"{_table(schema, BATCHES_TABLE)} WHERE partition_id = -1 {one} "
                             "ORDER BY sink_id, at DESC, batch_id DESC", params)
                 last = {s: (q, int(b), set(json.loads(w or "[]"))) for s, q, b, w in cur.fetchall()}
     finally:
@@ -142,12 +138,12 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
         try:
             if not prepared_gids(conn, sink):
                 return [], []
-            done = resolve_in_doubt(conn, _batches_table(schema), sink)
+            done = resolve_in_doubt(conn, _table(schema, BATCHES_TABLE), sink)
             with conn.cursor() as cur:  # fence whatever of the old run still writes
-                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_sinks_table(schema),))
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_table(schema, SINKS_TABLE),))
                 if cur.fetchone()[0]:
-                    cur.execute(f"UPDATE {_sinks_table(schema)} SET epoch = epoch + 1, updated_at = now() "
-                                "WHERE sink_id = %s", (sink,))
+                    cur.execute(f"UPDATE {_table(schema, SINKS_TABLE)} SET epoch = epoch + 1, "
+                                "updated_at = now() WHERE sink_id = %s", (sink,))
             return done
         finally:
             with conn.cursor() as cur:

@@ -96,28 +96,22 @@ class JmsSourceConfig:
             password=opts.get_str("password"),
             destination=dest,
             guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee(spec.default_str("guarantee"))),
-            max_per_trigger=opts.get_int_or(
-                "maxmessagespertrigger", spec.default_int("maxMessagesPerTrigger"), minimum=1),
+            max_per_trigger=spec.int_of(opts, "maxMessagesPerTrigger", minimum=1),
             # STOMP header names are case-sensitive (an application's "paymentId")
             id_header=opts.get_str("messageidheader") or spec.default_str("messageIdHeader"),
-            window_bytes=opts.get_int_or(
-                "consumerwindowsize", spec.default_int("consumerWindowSize"), minimum=-1) or -1,
-            replay_timeout_s=opts.get_int_or("replaytimeoutms", spec.default_int("replayTimeoutMs"),
-                                             minimum=1) / 1000.0,
+            window_bytes=spec.int_of(opts, "consumerWindowSize", minimum=-1) or -1,
+            replay_timeout_s=spec.seconds_of(opts, "replayTimeoutMs", minimum=1),
             skip_missing=opts.get_bool("skipmissingmessages", spec.default_bool("skipMissingMessages")),
-            dedup_window_s=opts.get_int_or("dedupwindowms", spec.default_int("dedupWindowMs"),
-                                           minimum=0) / 1000.0,
-            connect_timeout_s=opts.get_int_or("connecttimeoutms", spec.default_int("connectTimeoutMs"),
-                                              minimum=1) / 1000.0,
-            reconnect_timeout_s=opts.get_int_or("reconnecttimeoutms", spec.default_int("reconnectTimeoutMs"),
-                                                minimum=0) / 1000.0,
+            dedup_window_s=spec.seconds_of(opts, "dedupWindowMs", minimum=0),
+            connect_timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
+            reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
         )
 
 
 def broker_address(opts: Options) -> tuple[str, int]:
     """Options host/port, or brokerUrl (stomp://host:port), which wins."""
     host = opts.get_str("host") or SOURCE_OPTIONS.default_str("host")
-    port = opts.get_int_or("port", SOURCE_OPTIONS.default_int("port"), minimum=1)
+    port = SOURCE_OPTIONS.int_of(opts, "port", minimum=1)
     url = opts.get_str("brokerurl")
     if url is not None:
         parts = urlsplit(url)

@@ -100,12 +100,9 @@ class JmsSinkConfig:
             guarantee=guarantee,
             sink_id=_sink_id(opts, guarantee),
             persistent=persistent,
-            timeout_s=opts.get_int_or("connecttimeoutms", spec.default_int("connectTimeoutMs"),
-                                      minimum=1) / 1000.0,
-            commit_timeout_s=opts.get_int_or("committimeoutms", spec.default_int("commitTimeoutMs"),
-                                             minimum=1) / 1000.0,
-            reconnect_timeout_s=opts.get_int_or("reconnecttimeoutms", spec.default_int("reconnectTimeoutMs"),
-                                                minimum=0) / 1000.0,
+            timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
+            commit_timeout_s=spec.seconds_of(opts, "commitTimeoutMs", minimum=1),
+            reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
         )
 
 

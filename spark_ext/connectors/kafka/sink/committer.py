@@ -109,6 +109,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
         self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s, self.cfg.security)
+        self._latest: Decision | None = None  # the last decision ``recorded`` read
 
     @property
     def label(self) -> str:
@@ -219,7 +220,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             self.client.close()
 
     def recorded(self, batch: Batch[KafkaCommittable]) -> Decision | None:
-        decision = self._decision()
+        decision = self._latest = self._decision()
         return decision if _decides(decision, batch.batch_id, str(batch.query_id)) else None
 
     def check(self, batch: Batch[KafkaCommittable]) -> None:
@@ -238,7 +239,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         times them out. Searched once per run: after this sink's first decision for the
         query, its own record names the query."""
         query = str(batch.query_id or "")
-        own, _ = self._recorded(stable=False)
+        own = self._latest or self._kept()[0]  # read by ``recorded`` in this commit; kept if expired
         if not query or (own is not None and own.query_id == query):
             return
         mine = self.cfg.group + ".kept"  # every sink that decided a batch keeps a copy

@@ -217,8 +217,7 @@ class KafkaSourceConfig:
                 "option 'endingOffsets' cannot be earliest (-2); use 'latest' or JSON offsets"
             )
         spec = SOURCE_OPTIONS
-        api_timeout = opts.get_int_or("kafka.default.api.timeout.ms",
-                                      spec.default_int("kafka.default.api.timeout.ms"), minimum=1)
+        api_timeout = spec.int_of(opts, "kafka.default.api.timeout.ms", minimum=1)
         fetcher, security = _fetcher(opts, client)
         prefix = opts.get_str("groupidprefix") or spec.default_str("groupIdPrefix")
         return KafkaSourceConfig(
@@ -232,13 +231,10 @@ class KafkaSourceConfig:
             include_headers=opts.get_bool("includeheaders", spec.default_bool("includeHeaders")),
             min_partitions=opts.get_int("minpartitions", minimum=1),
             max_records_per_partition=opts.get_int("maxrecordsperpartition", minimum=1),
-            poll_timeout_ms=opts.get_int_or("kafkaconsumer.polltimeoutms",
-                                            spec.default_int("kafkaConsumer.pollTimeoutMs"), minimum=1),
+            poll_timeout_ms=spec.int_of(opts, "kafkaConsumer.pollTimeoutMs", minimum=1),
             metadata_timeout_s=api_timeout / 1000.0,
-            metadata_retries=opts.get_int_or("fetchoffset.numretries",
-                                             spec.default_int("fetchOffset.numRetries"), minimum=0),
-            retry_interval_ms=opts.get_int_or("fetchoffset.retryintervalms",
-                                              spec.default_int("fetchOffset.retryIntervalMs"), minimum=0),
+            metadata_retries=spec.int_of(opts, "fetchOffset.numRetries", minimum=0),
+            retry_interval_ms=spec.int_of(opts, "fetchOffset.retryIntervalMs", minimum=0),
             group_id=prefix,
             fetcher=fetcher,
             security=security,
