@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import re
+from typing import Any
 
 import pytest
 
@@ -218,3 +219,67 @@ def test_fetcher_choice() -> None:
     assert parse(**{"kafka.security.protocol": "SASL_SSL"}).fetcher == "librdkafka"
     with pytest.raises(InvalidOptionError, match="GSSAPI"):
         parse(fetcher="wire", **{"kafka.security.protocol": "SASL_SSL"})
+
+
+class _Part:
+    """A fetch response's partition: no error, no records, the leader's watermarks."""
+
+    def __init__(self, high: int) -> None:
+        self.error_code, self.records, self.aborted_transactions = 0, None, None
+        self.high_watermark = self.last_stable_offset = high
+
+
+def _lagging_reader(monkeypatch: pytest.MonkeyPatch, highs: list[int],
+                   fail_on_loss: bool) -> tuple[Any, list[float]]:
+    """A wire reader of offsets [5, 10) whose leader answers the high watermarks ``highs``
+    in turn (the last one forever); a watermark of 10 brings the five records. Time is
+    fake: each sleep advances it."""
+    import types
+
+    import pyarrow as pa
+
+    from spark_ext import retry as retry_mod
+    from spark_ext.connectors.kafka.source import wire_reader
+    from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
+    from spark_ext.connectors.kafka.source.offsets import KafkaRange
+    from spark_ext.options import Options
+
+    now = [0.0]
+    fake = types.SimpleNamespace(monotonic=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    monkeypatch.setattr(retry_mod, "time", fake)
+    monkeypatch.setattr(wire_reader, "time", fake)
+    cfg = KafkaSourceConfig.parse(Options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                           "failOnDataLoss": str(fail_on_loss).lower(),
+                                           "kafkaConsumer.pollTimeoutMs": "20000"}, "hzsource"))
+    reader = wire_reader.WireRangeReader(cfg, KafkaRange("t", 0, 5, 10))
+    answers = iter(highs)
+    monkeypatch.setattr(reader, "_leader", lambda: types.SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(reader, "_fetch", lambda conn: _Part(next(answers, highs[-1])))
+
+    def decode(part: _Part) -> pa.RecordBatch | None:
+        if part.high_watermark <= reader._pos:
+            return None
+        got = pa.record_batch([pa.array(range(reader._pos, part.high_watermark))], names=["offset"])
+        reader._pos = part.high_watermark
+        return got
+    monkeypatch.setattr(reader, "_decode", decode)
+    return reader, now
+
+
+def test_a_new_leaders_lagging_high_watermark_is_waited_out_not_read_as_data_loss(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reader, now = _lagging_reader(monkeypatch, [5, 5, 5, 10], fail_on_loss=True)
+    got = [o for b in reader for o in b.column("offset").to_pylist()]
+    assert got == [5, 6, 7, 8, 9] and now[0] < 20
+
+
+def test_a_high_watermark_short_of_the_planned_end_for_the_whole_poll_timeout_is_data_loss(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_ext.errors import DataLossError
+
+    reader, now = _lagging_reader(monkeypatch, [5], fail_on_loss=True)
+    with pytest.raises(DataLossError, match="ends at offset 5 but the batch planned to read up to 10"):
+        list(reader)
+    assert now[0] >= 20  # only after the whole wait
+    skipping, _ = _lagging_reader(monkeypatch, [5], fail_on_loss=False)
+    assert list(skipping) == []

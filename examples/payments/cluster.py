@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import importlib.metadata as md
 import json
 import os
@@ -33,6 +35,7 @@ from examples.payments import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".local" / "cluster"
+CACHE = Path.home() / ".cache" / "spark-ext" / "cluster-env"
 
 
 class ClusterError(Exception):
@@ -60,25 +63,44 @@ def _pins() -> list[str]:
     return [f"{n}=={md.version(n)}" for n in names if n.lower() not in ("pyspark", "spark-ext")]
 
 
+def _dependencies_env() -> Path:
+    """A virtualenv holding the pinned dependencies (``_pins``), built once per set of pins
+    and Python version in ``~/.cache/spark-ext/cluster-env`` (outside the checkout, so a
+    fresh clone reuses it): installing them is most of the packing time."""
+    pins = _pins()
+    key = hashlib.sha256("\n".join([sys.version, *sorted(pins)]).encode()).hexdigest()[:16]
+    env = CACHE / key
+    if not (env / ".complete").exists():
+        shutil.rmtree(env, ignore_errors=True)
+        env.parent.mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, "-m", "venv", "--clear", str(env)], "creating the executor virtualenv")
+        _run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              *pins], "installing the dependencies")
+        (env / ".complete").touch()  # only a finished install is reused
+    return env
+
+
 def pack_environment(out: Path = WORK) -> Path:
-    """Build the wheel, install it with its pinned dependencies into a fresh virtualenv and
-    pack that with venv-pack; returns the archive."""
+    """Build the wheel, install it into the virtualenv of its pinned dependencies and pack
+    that with venv-pack; returns the archive."""
     out.mkdir(parents=True, exist_ok=True)
-    dist, env, archive = out / "dist", out / "env", out / "environment.tar.gz"
+    dist, archive = out / "dist", out / "environment.tar.gz"
     shutil.rmtree(dist, ignore_errors=True)
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
          "building the wheel")
     wheel = next(dist.glob("spark_ext-*.whl"))
-    _run([sys.executable, "-m", "venv", "--clear", str(env)], "creating the executor virtualenv")
-    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run([*pip, *_pins()], "installing the dependencies")
-    _run([*pip, "--no-deps", str(wheel)], "installing the spark-ext wheel")
-    if not list(env.glob("lib/python*/site-packages/spark_ext/__init__.py")):
-        raise ClusterError(f"the spark-ext wheel did not land in {env}")
-    # gzip level 1: several times faster to pack than the default 4, a few per cent larger
-    _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q",
-          "--compress-level", "1"],
-         "packing the environment (venv-pack)")
+    # One packing at a time: the dependencies' virtualenv is shared.
+    with open(CACHE.parent / "cluster-env.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        env = _dependencies_env()
+        _run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              "--no-deps", "--force-reinstall", str(wheel)], "installing the spark-ext wheel")
+        if not list(env.glob("lib/python*/site-packages/spark_ext/__init__.py")):
+            raise ClusterError(f"the spark-ext wheel did not land in {env}")
+        # gzip level 1: several times faster to pack than the default 4, a few per cent larger
+        _run([sys.executable, "-m", "venv_pack", "-p", str(env), "-o", str(archive), "--force", "-q",
+              "--compress-level", "1"],
+             "packing the environment (venv-pack)")
     return archive
 
 

@@ -16,10 +16,10 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap: str, partitions: int, prefix: str = "t") -> str:
+def create_topic(bootstrap: str, partitions: int, prefix: str = "t", replication: int = 1) -> str:
     name = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    admin.create_topics([NewTopic(name, partitions, replication)])[name].result(timeout=30)
     # Wait until every partition has a leader, so the first produce cannot race creation.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

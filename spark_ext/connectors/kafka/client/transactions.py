@@ -85,20 +85,30 @@ class TxnState:
 class KafkaTxnClient:
     """Talks to the transaction and group coordinators. Driver or executor; not thread-safe."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0, security: KafkaSecurity = PLAINTEXT) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, security: KafkaSecurity = PLAINTEXT,
+                 budget_s: float | None = None) -> None:
+        """``timeout_s`` bounds one request; ``budget_s`` (default: ``timeout_s``) one call,
+        retries included: a broker that froze costs one request timeout, and the retries
+        then find the coordinator or leader that took over."""
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
+        self.budget_s = max(budget_s or timeout_s, timeout_s)
         self.security = security
         self._coords: dict[tuple[int, str], Conn] = {}
         self._any: Conn | None = None
+        self._any_node = -1
+        self._failed_nodes: set[int] = set()  # brokers that just failed us: asked last
 
     # --- connections -------------------------------------------------------------------
 
     def any_broker(self) -> Conn:
         if self._any is None:
             md = metadata(self.bootstrap, [], self.timeout_s, self.security)
-            b = md.brokers[0]
+            # A broker that just timed out may still be listed (until the controller fences
+            # it): ask the others first.
+            b = sorted(md.brokers, key=lambda b: (b.node_id in self._failed_nodes, b.node_id))[0]
             self._any = Conn(b.host, b.port, self.timeout_s, self.security)
+            self._any_node = b.node_id
         return self._any
 
     def coordinator(self, key: str, key_type: int) -> Conn:
@@ -140,11 +150,13 @@ class KafkaTxnClient:
             if isinstance(e, OSError) and self._any is not None:
                 self._any.close()
                 self._any = None
+                self._failed_nodes.add(self._any_node)
 
-        return retry(fn, what=doing, retry_on=(_Retriable, OSError), timeout_s=self.timeout_s,
+        return retry(fn, what=doing, retry_on=(_Retriable, OSError), timeout_s=self.budget_s,
                      backoff=Backoff(initial_s=0.02, max_s=0.5), on_retry=forget,
                      give_up=lambda e: RetriableCommitError(
-                         f"{doing}: Kafka still answers {e} after {self.timeout_s:.0f} s"))
+                         f"{doing}: Kafka still answers {e} after {self.budget_s:.0f} s "
+                         "(option kafka.delivery.timeout.ms)"))
 
     def _txn_call(self, tid: str, doing: str, req: Any, version: int, resp: Any,
                   code: Callable[[Any], int]) -> Any:

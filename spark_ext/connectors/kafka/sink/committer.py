@@ -108,7 +108,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
-        self.client = KafkaTxnClient(self.cfg.bootstrap, self.cfg.timeout_s, self.cfg.security)
+        self.client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
         self._latest: Decision | None = None  # the last decision ``recorded`` read
 
     @property

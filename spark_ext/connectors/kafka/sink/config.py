@@ -43,6 +43,10 @@ SINK_OPTIONS = OptionSpec.of(
     Option("kafka.compression.type", "`none`, `gzip`, `snappy`, `lz4` or `zstd`.", default="none"),
     Option("kafka.request.timeout.ms", "How long the client waits for a broker's answer (ms).",
            default="30000"),
+    Option("kafka.delivery.timeout.ms", "How long one step (a send, a commit, a read of the sink's "
+           "decisions) keeps retrying while brokers are away, frozen or moving leaders and coordinators "
+           "(ms); then the task or the commit fails. At least `kafka.request.timeout.ms`.",
+           default="120000"),
     Option("kafka.*", "Security settings as in Spark's Kafka connector. Other producer settings are refused "
            "at start, naming the setting, except common Java ones that do not apply here (`acks`, "
            "`linger.ms`, serializers ...), which are ignored."),
@@ -54,7 +58,7 @@ _PRODUCER_DEFAULTS = {o.key[len("kafka."):]: str(o.default) for o in SINK_OPTION
                       if o.key.startswith("kafka.") and o.default is not None}
 # Settings users copy from Java jobs that change nothing here: accepted, ignored.
 _HARMLESS = frozenset({"linger.ms", "acks", "enable.idempotence", "max.in.flight.requests.per.connection",
-                       "retries", "delivery.timeout.ms", "key.serializer", "value.serializer",
+                       "retries", "key.serializer", "value.serializer",
                        "client.id", "buffer.memory", "max.request.size"})
 _TXN_PREFIX = re.compile(r"^[A-Za-z0-9._\-]{1,200}$")
 
@@ -73,9 +77,10 @@ class KafkaSinkConfig:
     txn_timeout_ms: int
     batch_bytes: int
     codec: int
-    timeout_s: float
+    timeout_s: float  # one request
     warn_fraction: float
     security: KafkaSecurity = PLAINTEXT
+    budget_s: float = 120.0  # one step, retries included
 
     @property
     def group(self) -> str:
@@ -128,13 +133,19 @@ class KafkaSinkConfig:
                          or SINK_OPTIONS.default("transactionTimeoutWarnFraction"))
         if not 0 < fraction <= 1:
             raise InvalidOptionError("option 'transactionTimeoutWarnFraction' must be in (0, 1], e.g. 0.5")
+        timeout_ms = _int(conf, "request.timeout.ms", 1000)
+        budget_ms = _int(conf, "delivery.timeout.ms", 1000)
+        if budget_ms < timeout_ms:
+            raise InvalidOptionError(f"option 'kafka.delivery.timeout.ms' is {budget_ms}, below "
+                                     f"'kafka.request.timeout.ms' ({timeout_ms}): one request could not "
+                                     "finish within it; raise it to at least the request timeout")
         return KafkaSinkConfig(
             bootstrap=bootstrap, topic=topic, commit_topic=opts.get_str("committopic") or topic,
             txn_prefix=prefix, checkpoint=opts.checkpoint(), guarantee=guarantee,
             txn_timeout_ms=_int(conf, "transaction.timeout.ms", 1000),
             batch_bytes=_int(conf, "batch.size", 1024), codec=CODECS[codec],
-            timeout_s=_int(conf, "request.timeout.ms", 1000) / 1000.0, warn_fraction=fraction,
-            security=security,
+            timeout_s=timeout_ms / 1000.0, warn_fraction=fraction, security=security,
+            budget_s=budget_ms / 1000.0,
         )
 
 

@@ -68,7 +68,7 @@ def _refuse_if_left_open(cfg: KafkaSinkConfig) -> None:
     """A weaker run never takes the sink over, so it would leave open what an exactly_once
     run of this sink left (read_committed consumers stall behind it until the broker's
     timeout; a decided batch would be written again): refuse, naming the ways out."""
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
     try:
         left = client.list_transactions(cfg.txn_pattern, OPEN_STATES)
     except Exception as e:  # noqa: BLE001 - a check the broker or its ACLs may not allow
@@ -108,7 +108,7 @@ def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
 
 
 def _check_timeout(cfg: KafkaSinkConfig) -> None:
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
     try:
         limit = client.broker_config("transaction.max.timeout.ms")
     finally:

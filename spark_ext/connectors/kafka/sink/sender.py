@@ -126,12 +126,12 @@ class Sender:
                                  f"({cause}); the task fails and Spark retries it")
         log.warning("the leader of %s went away (%s); sending %s unacknowledged record batches again",
                     sorted({tp for tp, _, _ in items}), cause, len(items))
-        deadline, delays = Deadline(self.cfg.timeout_s), Backoff(0.1, 1.0).delays()
+        deadline, delays = Deadline(self.cfg.budget_s), Backoff(0.1, 1.0).delays()
         while items:
             if deadline.expired:
                 raise ConnectorError(f"Kafka did not take {len(items)} record batches again within "
-                                     f"{self.cfg.timeout_s:.0f} s after {cause}; the task fails and Spark "
-                                     "retries it in a new transaction")
+                                     f"{self.cfg.budget_s:.0f} s (kafka.delivery.timeout.ms) after {cause}; "
+                                     "the task fails and Spark retries it in a new transaction")
             time.sleep(min(next(delays), deadline.remaining))
             try:
                 self.load(sorted({tp[0] for tp, _, _ in items}))

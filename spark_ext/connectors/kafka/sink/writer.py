@@ -73,7 +73,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
         """Executor, once per task attempt. Raising leaves the transaction to be aborted."""
         cfg = self.cfg
-        client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security)
+        client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
         started = int(time.time() * 1000)
         tid = self._txn_id(task)
         sender = Sender(cfg, tid, self.acks)

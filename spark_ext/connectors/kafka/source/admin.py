@@ -139,7 +139,15 @@ class KafkaMetadata:
             futures = self._admin.list_offsets(
                 req, isolation_level=self._level, request_timeout=self._cfg.metadata_timeout_s
             )
-            return {(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+            got = {(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+            unknown = sorted(tp for tp, o in got.items() if o < 0)
+            if unknown:
+                # A partition without a leader just now (one frozen or moving) answers no
+                # offset (-1001); that is not an end offset, and read as one it would look
+                # like truncation. Ask again.
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                f"no offset known for {describe(unknown)}", retriable=True))
+            return got
 
         return self._retry(doing, fetch)
 

@@ -48,6 +48,16 @@ _OUT_OF_RANGE = 1  # OffsetOutOfRange: the position fell behind retention
 _ABORT = 0
 
 
+class _Behind(ConnectionError):
+    """The leader's high watermark sits at or below our position, short of the planned end:
+    a leader just elected whose high watermark has not caught up yet, or a truncated log.
+    Only time tells them apart."""
+
+    def __init__(self, high: int) -> None:
+        super().__init__(f"the leader's high watermark {high} is short of the planned end")
+        self.high = high
+
+
 class WireRangeReader(RangeReaderBase):
     """Reads ``[start, end)`` of one partition with raw fetches; yields Arrow batches."""
 
@@ -88,6 +98,9 @@ class WireRangeReader(RangeReaderBase):
                     if conn is not None:
                         conn.close()
                         conn = None
+                    if isinstance(e, _Behind) and deadline.expired:
+                        self._truncated(e.high)  # still short after the whole wait: the log was cut
+                        continue
                     if deadline.expired:
                         raise ConnectorError(
                             f"cannot read {self._where()} from Kafka at {self._cfg.bootstrap} for "
@@ -138,7 +151,7 @@ class WireRangeReader(RangeReaderBase):
             raise ConnectorError(f"Kafka refused to serve {self._where()}: {errors.error_name(code)}")
         out = self._decode(part)
         if out is None and self._pos < r.end and part.high_watermark <= self._pos:
-            self._truncated(part.high_watermark)  # nothing left to read, yet short of ``end``
+            raise _Behind(part.high_watermark)  # nothing left to read, yet short of ``end``
         return out
 
     def _decode(self, part: Any) -> pa.RecordBatch | None:

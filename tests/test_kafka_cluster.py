@@ -1,0 +1,132 @@
+"""Exactly-once Kafka -> Kafka on a three-broker KRaft cluster of its own (replication 3,
+``min.insync.replicas=2``), with the faults a production cluster has: a broker frozen
+past the client timeouts, the partition leaders killed.
+
+The cluster runs on free loopback ports, so these tests do not touch the shared broker.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.kafka_cluster import KafkaCluster, kafka_cluster
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
+from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from tests.support.kafka_sink import consume, open_transactions, prefix_of
+from tests.support.kafka_util import create_topic, produce
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka_cluster]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One three-node cluster for the module: each test leaves every node running."""
+    with kafka_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+RECORDS = 24_000
+PER_TRIGGER = 1_200  # 20 batches
+
+
+def _start(c: KafkaCluster, tmp: Path, src: str, out: str, first: int | None = None,
+           **options: str) -> subprocess.Popen:
+    """The query as its own driver; ``first``: the node named first in its bootstrap list."""
+    nodes = sorted(c.nodes, key=lambda n: n.node_id != first)
+    spec = {"name": "cluster", "source": "kafka", "sink": "kafka", "checkpoint": str(tmp / "ckpt"),
+            "per_trigger": PER_TRIGGER, "bootstrap": ",".join(n.address for n in nodes), "topic": src,
+            "out": out,
+            "options": {"guarantee": "exactly_once", **options}}
+    return subprocess.Popen([sys.executable, "-m", "tests.drivers.campaign", json.dumps(spec)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _topics(c: KafkaCluster) -> tuple[str, str]:
+    src = create_topic(c.bootstrap, 3, "in", replication=3)
+    out = create_topic(c.bootstrap, 3, "out", replication=3)
+    produce(c.bootstrap, src, ((i % 3, str(i).encode(), str(i).encode()) for i in range(RECORDS)))
+    return src, out
+
+
+def _wait_committed(c: KafkaCluster, out: str, proc: subprocess.Popen) -> None:
+    """Until the query committed its first batch (bounded)."""
+    deadline = time.monotonic() + 120
+    while not consume(c.bootstrap, out):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no batch committed in 120 s"
+        time.sleep(0.5)
+
+
+def _node_of(c: KafkaCluster, address: tuple[str, int]) -> int:
+    return next(n.node_id for n in c.nodes if n.port == address[1])
+
+
+def _assert_exactly_once(c: KafkaCluster, proc: subprocess.Popen, out: str, tmp: Path) -> None:
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-4000:]
+    got = sorted(int(v) for _, _, v in consume(c.bootstrap, out))
+    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} records twice"
+    assert got == list(range(RECORDS)), f"{RECORDS - len(got)} records lost"
+    assert open_transactions(c.bootstrap, prefix_of(tmp / "ckpt")) == []
+
+
+def test_one_broker_of_three_frozen_past_the_client_timeout_is_ridden_out(cluster, tmp_path):
+    """The broker coordinating the sink's decision group, named first in the query's
+    bootstrap list, is frozen (SIGSTOP) for 40 s, past the 30 s request timeout, while the
+    query runs: the cluster stays available (the other two take over its partitions), so
+    the query must ride it out and end with every record once and no transaction open."""
+    c = cluster
+    src, out = _topics(c)
+    prefix = prefix_of(tmp_path / "ckpt")
+    client = KafkaTxnClient(c.bootstrap, 10.0)
+    try:
+        coord = client.coordinator(f"{prefix}.batches", 0)
+        victim = _node_of(c, coord.sock.getpeername()[:2])
+    finally:
+        client.close()
+    proc = _start(c, tmp_path, src, out, first=victim)
+    try:
+        _wait_committed(c, out, proc)
+        c.freeze(victim)
+        time.sleep(40)  # the fault's length, not a wait for a condition
+        c.thaw(victim)
+        _assert_exactly_once(c, proc, out, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_frozen_coordinator_is_left_for_its_successor_within_the_delivery_budget(cluster, tmp_path):
+    """The sink's client holds a connection to its decision group's coordinator; that broker
+    freezes. A request to it times out after ``kafka.request.timeout.ms`` (5 s here), which
+    must not end the step: the client looks the coordinator up again (the cluster moves it
+    once the controller fences the frozen broker, about 9 s) and answers within
+    ``kafka.delivery.timeout.ms``. Before: it gave up after one request timeout."""
+    c = cluster
+    out = create_topic(c.bootstrap, 1, "out", replication=3)
+    cfg = KafkaSinkConfig.parse(Options({"kafka.bootstrap.servers": c.bootstrap, "topic": out,
+                                         "transactionalIdPrefix": "frozen-coord",
+                                         "kafka.request.timeout.ms": "5000"}, "hzsink"),
+                                Guarantee.EXACTLY_ONCE)
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
+    try:
+        coord = client.coordinator(cfg.group, 0)
+        victim = _node_of(c, coord.sock.getpeername()[:2])
+        c.freeze(victim)
+        began = time.monotonic()
+        assert client.fetch_offsets(cfg.group, out, [0]).get(0, (-1, ""))[0] == -1  # nothing decided yet
+        took = time.monotonic() - began
+        assert took > cfg.timeout_s  # it did wait on the frozen broker first
+        survivor = _node_of(c, client.coordinator(cfg.group, 0).sock.getpeername()[:2])
+        assert survivor != victim
+    finally:
+        client.close()
+        c.thaw(victim)
