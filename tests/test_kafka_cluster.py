@@ -130,3 +130,43 @@ def test_a_frozen_coordinator_is_left_for_its_successor_within_the_delivery_budg
     finally:
         client.close()
         c.thaw(victim)
+
+
+def _preferred_election(c: KafkaCluster, topics: list[str]) -> None:
+    """Move every partition of ``topics`` back to its preferred leader (Kafka's
+    kafka-leader-election --election-type preferred)."""
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    tps = [TopicPartition(t, p) for t in topics for p in range(3)]
+    admin.elect_leaders(ElectionType.PREFERRED, tps).result(timeout=60)
+
+
+def test_partition_leaders_killed_then_elected_back_keep_exactly_once(cluster, tmp_path):
+    """While the query runs, the node leading the output's partition 0 is killed (kill -9),
+    so that partition's leadership and whatever coordinators the node held move to the
+    others; the node comes back on its data and a preferred election moves its partitions
+    back to it (a second leader move). Every record once, nothing left open."""
+    c = cluster
+    src, out = _topics(c)
+    proc = _start(c, tmp_path, src, out)
+    try:
+        _wait_committed(c, out, proc)
+        victim = c.leader(out, 0)
+        c.kill(victim)
+        deadline = time.monotonic() + 60
+        while c.leader(out, 0) in (victim, -1):  # the controller elects another leader
+            assert time.monotonic() < deadline, "no new leader for the output in 60 s"
+            time.sleep(0.5)
+        c.start(victim)
+        c.wait_ready()
+        deadline = time.monotonic() + 90
+        while c.leader(out, 0) != victim:  # once it is back in sync, it leads again
+            assert time.monotonic() < deadline, "the preferred leader never took the output back"
+            _preferred_election(c, [src, out])
+            time.sleep(1)
+        _assert_exactly_once(c, proc, out, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
