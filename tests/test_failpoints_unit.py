@@ -21,10 +21,11 @@ def test_armed(spec, batch, rows, fires):
     assert armed("jdbc.after_decision", batch, rows, spec) is fires
 
 
-def test_make_test_crashes_at_every_failpoint_in_the_code():
-    """A failpoint added to the code that neither the sink elsewhere suite nor a pipeline
-    of the short campaign reaches would never be crashed by ``make test``: add it to a sink
-    case (tests/support/sinks.py) or a pipeline (bench/faults/pipelines.py)."""
+def test_the_suite_and_the_short_campaign_crash_at_every_failpoint_in_the_code():
+    """A failpoint added to the code that neither the sink conformance suite (``make
+    test``) nor a pipeline of the short campaign (``make faults``) reaches would never be
+    crashed: add it to a sink case (tests/support/sinks.py) or a pipeline
+    (bench/faults/pipelines.py)."""
     import re
     from pathlib import Path
 

@@ -66,6 +66,7 @@ def _assert_held(outcome: Outcome) -> None:
         assert (outcome.duplicated, outcome.in_doubt) == (0, 0), outcome
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("name", SHORT_PIPELINES)
 def test_a_short_campaign_crashes_every_failpoint_once_and_keeps_every_guarantee(tmp_path, services, name):
     """What ``make faults`` does, short: across the six pipelines every failpoint the sink
@@ -75,6 +76,7 @@ def test_a_short_campaign_crashes_every_failpoint_once_and_keeps_every_guarantee
     _assert_held(run_faults(PIPELINES[name], tmp_path, SHORT[name]))
 
 
+@pytest.mark.campaign
 @pytest.mark.restarts_services
 def test_kafka_and_postgres_restarts_under_a_running_pipeline_keep_every_guarantee(tmp_path, services):
     """PostgreSQL, then Kafka, restarted under a running exactly_once windowed pipeline

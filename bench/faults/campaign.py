@@ -59,8 +59,8 @@ def plan(p: Pipeline, seed: int, crashes: int, every_point: bool = True) -> list
 
 def short_plan(pipelines: Sequence[Pipeline],
                covered: frozenset[str] = frozenset()) -> dict[str, list[Fault]]:
-    """The short campaign ``make test`` runs: every failpoint of any pipeline crashed once
-    (each driver point, and each task point as a killed task), one driver kill, one zombie
+    """The short campaign ``make faults`` runs first: every failpoint of any pipeline
+    crashed once (each driver point, and each task point as a killed task), one driver kill, one zombie
     run (on an exactly_once pipeline) and one checkpoint reset, each given to the pipeline
     that has the fewest faults so far among those it applies to. ``covered``: points the
     suite crashes elsewhere (the sink conformance suite, every sink at every step), left

@@ -62,14 +62,15 @@ PIPELINES = {p.name: p for p in [
              "jms.after_stage", ("kafka", "artemis"), resets=True),
 ]}
 
-# The pipelines make test's short campaign runs. kafka_to_kafka_alo and kafka_to_jms run in
-# `make faults` only: the sink conformance suite kills the at_least_once Kafka sink after
-# its rows landed and the queue sink at each of its points, and kafka_to_kafka crashes the
-# Kafka source. kafka_to_jdbc too: every fault of its short plan applies to another pipeline
-# writing to PostgreSQL exactly_once (short_plan deals them there), and the suite runs
-# Kafka -> PostgreSQL exactly_once elsewhere (spark-submit, Spark Connect). jms_to_jdbc
-# likewise: its one fault (jdbc.after_prepare) goes to another PostgreSQL pipeline, and the
-# queue source's own suite kills Artemis -> PostgreSQL at each of its points in turn.
+# The pipelines the short campaign runs (make faults, first). kafka_to_kafka_alo and
+# kafka_to_jms run only in the seeded campaign: the sink conformance suite kills the
+# at_least_once Kafka sink after its rows landed and the queue sink at each of its points,
+# and kafka_to_kafka crashes the Kafka source. kafka_to_jdbc too: every fault of its short
+# plan applies to another pipeline writing to PostgreSQL exactly_once (short_plan deals
+# them there), and the suite runs Kafka -> PostgreSQL exactly_once elsewhere (spark-
+# submit, Spark Connect). jms_to_jdbc likewise: its one fault (jdbc.after_prepare) goes to
+# another PostgreSQL pipeline, and the queue source's own suite kills Artemis ->
+# PostgreSQL at each of its points in turn.
 SHORT_PIPELINES = [name for name in PIPELINES
                    if name not in ("kafka_to_kafka_alo", "kafka_to_jms", "kafka_to_jdbc", "jms_to_jdbc")]
 
