@@ -176,13 +176,34 @@ def test_txn_client_retries_until_its_timeout_then_raises_retriable_commit_error
         calls += 1
         raise _Retriable(15, "committing")  # COORDINATOR_NOT_AVAILABLE
 
-    expected = r"^ending: Kafka still answers .* while committing after 1 s$"
+    expected = (r"^ending: Kafka still answers .* while committing after 1 s "
+                r"\(option kafka.delivery.timeout.ms\)$")
     with pytest.raises(RetriableCommitError, match=expected):
         client._retry("ending", fn)
     # 0.02, 0.04, ... 0.32, then the 0.38 s left of the second: calls at 0 .. 1.0
     assert clock.sleeps[:5] == [0.02, 0.04, 0.08, 0.16, 0.32]
     assert calls == len(clock.sleeps) + 1 == 7
     assert sum(clock.sleeps) == pytest.approx(1.0)
+
+
+def test_txn_client_retries_past_one_request_timeout_until_its_budget(clock: FakeClock) -> None:
+    """A request to a frozen broker costs a whole request timeout; the retries that find
+    its successor must still fit: the budget, not the request timeout, ends them."""
+    client = KafkaTxnClient("127.0.0.1:1", timeout_s=5.0, budget_s=60.0)
+    calls = 0
+
+    def fn() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            clock.now += 5.0  # the frozen coordinator: the request times out
+            raise TimeoutError("timed out")
+        if calls < 4:
+            raise _Retriable(16, "reading offsets")  # NOT_COORDINATOR while it moves
+        return "ok"
+
+    assert client._retry("reading offsets", fn) == "ok" and calls == 4
+    assert client.budget_s == 60.0 and KafkaTxnClient("127.0.0.1:1", timeout_s=5.0).budget_s == 5.0
 
 
 def test_txn_client_drops_a_moved_coordinator_and_a_dead_connection(clock: FakeClock) -> None:
