@@ -2,8 +2,9 @@
 
 ``tumbling`` / ``sliding`` / ``session`` turn their arguments into one ``Spec`` (raising
 ``WindowError`` on the driver for anything unusable) and build the plan: stage 1
-(``mapInArrow``), the shuffle by bucket, stage 2 (``applyInArrow`` in batch,
-``applyInPandasWithState`` in streaming); the stages themselves are ``stages.py``.
+(the companion jar's JVM fold, ``native.py``, or ``mapInArrow``), the shuffle by bucket,
+stage 2 (``applyInArrow`` in batch, ``applyInPandasWithState`` in streaming); the stages
+themselves are ``stages.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow as pa
 from spark_ext import compat
 from spark_ext.options import Option, OptionSpec
 from spark_ext.windows import frames as fr
+from spark_ext.windows import native
 from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import AggregateOperation
 from spark_ext.windows.frames import WindowError
@@ -187,7 +189,9 @@ def _build(df: DataFrame, spec: Spec) -> DataFrame:
     src = df.select(*needed).withColumn(BUCKET, bucket)
     if spec.part_col == PART_KEY:  # one integer clock key for a partition named by several columns
         src = src.withColumn(PART_KEY, F.xxhash64(*spec.part_cols))
-    partial = src.mapInArrow(stage1(spec), _spark_schema(WIRE))
+    partial = native.fold(src, spec)  # the JVM's fold when the session has it, else Python's
+    if partial is None:
+        partial = src.mapInArrow(stage1(spec), _spark_schema(WIRE))
     grouped = partial.groupBy(BUCKET)
     if not df.isStreaming:
         return grouped.applyInArrow(batch_stage2(spec), _spark_schema(spec.out_schema))
