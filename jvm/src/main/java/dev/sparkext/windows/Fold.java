@@ -193,10 +193,35 @@ final class Fold {
     return new ArrayList<>(groups.values());
   }
 
+  /** One key's events in arrival order (row order within the key). */
+  private static final class Events {
+    Row[] rows = new Row[8];
+    long[] ts = new long[8];
+    int n;
+    boolean sorted = true;
+
+    void add(Row r, long t) {
+      if (n == rows.length) {
+        rows = Arrays.copyOf(rows, 2 * n);
+        ts = Arrays.copyOf(ts, 2 * n);
+      }
+      sorted &= n == 0 || ts[n - 1] <= t;
+      rows[n] = r;
+      ts[n++] = t;
+    }
+
+    /** Positions in time order; ties keep arrival order (Python's stable sort). */
+    int[] order() {
+      if (sorted) {
+        return java.util.stream.IntStream.range(0, n).toArray();
+      }
+      return java.util.stream.IntStream.range(0, n).boxed()
+          .sorted((a, b) -> Long.compare(ts[a], ts[b])).mapToInt(Integer::intValue).toArray();
+    }
+  }
+
   private List<Group> sessions(Iterator<Row> rows) {
-    List<Row> all = new ArrayList<>();
-    List<Long> times = new ArrayList<>();
-    Map<Key, List<Integer>> byKey = new LinkedHashMap<>();
+    Map<Key, Events> byKey = new LinkedHashMap<>();
     while (rows.hasNext()) {
       Row r = rows.next();
       if (r.isNullAt(spec.ts())) {
@@ -204,31 +229,26 @@ final class Fold {
       }
       long ts = r.getLong(spec.ts());
       see(r, ts);
-      byKey.computeIfAbsent(new Key(keyOf(r, true), r.getLong(spec.bucket()), 0), k -> new ArrayList<>())
-          .add(all.size());
-      all.add(r);
-      times.add(ts);
+      byKey.computeIfAbsent(new Key(keyOf(r, true), r.getLong(spec.bucket()), 0), k -> new Events()).add(r, ts);
     }
-    int[] sessionOf = new int[all.size()];
     List<Group> sessions = new ArrayList<>();
-    for (List<Integer> idx : byKey.values()) {
-      idx.sort((a, b) -> Long.compare(times.get(a), times.get(b))); // stable: ties keep row order
+    for (Events e : byKey.values()) {
+      Group[] sessionOf = new Group[e.n];
       Group s = null;
       long last = 0;
-      for (int i : idx) {
-        long t = times.get(i);
+      for (int i : e.order()) {
+        long t = e.ts[i];
         if (s == null || t - last > spec.gapUs()) {
-          Row r = all.get(i);
-          s = new Group(keyOf(r, false), r.getLong(spec.bucket()), t, layout);
+          s = new Group(keyOf(e.rows[i], false), e.rows[i].getLong(spec.bucket()), t, layout);
           sessions.add(s);
         }
         s.hi = t + spec.gapUs();
         last = t;
-        sessionOf[i] = sessions.size() - 1;
+        sessionOf[i] = s;
       }
-    }
-    for (int i = 0; i < all.size(); i++) { // row order, as Python accumulates
-      add(sessions.get(sessionOf[i]), all.get(i));
+      for (int i = 0; i < e.n; i++) { // arrival order, as Python accumulates
+        add(sessionOf[i], e.rows[i]);
+      }
     }
     return sessions;
   }
