@@ -188,6 +188,20 @@ def test_an_aggregate_only_python_computes_folds_in_python(spark, monkeypatch):
     assert native.fold(api.stage1_input(df, native_spec), native_spec) is not None  # the session has the jar
 
 
+def test_a_jar_of_another_release_is_not_used(spark, monkeypatch):
+    rows = [("a", 1, EPOCH, 0, 1, 1, 1.0, 1.0, 1.0, dt.date(2020, 1, 1))]
+    df = _frame(spark, rows, 1)
+    spec = _spec(df, "sliding", ["k"], False)
+    src = api.stage1_input(df, spec)
+    monkeypatch.setenv(native.ENV, "auto")
+    assert native.fold(src, spec) is not None
+    monkeypatch.setattr(native, "version", lambda: "0.0.1")  # as if this spark-ext were another release
+    assert native.fold(src, spec) is None
+    monkeypatch.setenv(native.ENV, "jvm")
+    with pytest.raises(native.NativeFoldError, match=r"jar is version \S+, this spark-ext is 0\.0\.1"):
+        native.fold(src, spec)
+
+
 # --- end to end: the windows with the jar equal the windows with Python's fold ---------------
 
 E2E_AGGS = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount"), "low": agg.min("amount"),

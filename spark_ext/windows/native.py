@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_ext.windows.stages import Spec
+
+log = logging.getLogger(__name__)
 
 ARTIFACT = "spark-ext-native_2.13"
 GROUP = "dev.sparkext"
@@ -88,6 +91,12 @@ def fold(src: DataFrame, spec: Spec) -> DataFrame | None:
         return None
     why, ops = _ops(spec, src)
     jvm = _fold_class(src) if ops is not None else None
+    if jvm is not None and (jar := str(jvm.version())) != version():
+        # Another release's jar (e.g. an older --packages coordinate) may read the spec otherwise.
+        why, jvm = (f"the session's {ARTIFACT} jar is version {jar}, this spark-ext is {version()}; "
+                    f"use --packages {coordinate()}"), None
+        if m == "auto":
+            log.warning("windows fold in Python: %s", why)
     if ops is None or jvm is None:
         if m == "jvm":
             raise NativeFoldError(f"{ENV}=jvm but the JVM cannot fold these windows: "

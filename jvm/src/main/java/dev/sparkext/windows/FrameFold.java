@@ -32,6 +32,12 @@ public final class FrameFold {
 
   private FrameFold() {}
 
+  /** This jar's version (its manifest's), which must be the Python package's. */
+  public static String version() {
+    String v = FrameFold.class.getPackage().getImplementationVersion();
+    return v == null ? "unknown" : v;
+  }
+
   /** The wire rows of {@code events}, folded as {@code specJson} says. */
   public static Dataset<Row> fold(Dataset<Row> events, String specJson) {
     Spec spec = Spec.parse(specJson, events.schema());
