@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import math
 import os
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -200,6 +201,23 @@ def test_a_jar_of_another_release_is_not_used(spark, monkeypatch):
     monkeypatch.setenv(native.ENV, "jvm")
     with pytest.raises(native.NativeFoldError, match=r"jar is version \S+, this spark-ext is 0\.0\.1"):
         native.fold(src, spec)
+
+
+def test_a_spark_connect_session_folds_in_python():
+    """A Connect client has no JVM: ``_jvm`` raises PySpark's AttributeError, as Connect's does."""
+    from pyspark.errors import PySparkAttributeError
+
+    class ConnectLike:
+        def __getattr__(self, name):
+            raise PySparkAttributeError(errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED",
+                                        messageParameters={"attr_name": name})
+
+    class Frame:
+        sparkSession = ConnectLike()
+
+    frame: Any = Frame()
+    assert native._fold_class(frame) is None
+    assert "Spark Connect" in native._no_class(frame)
 
 
 # --- end to end: the windows with the jar equal the windows with Python's fold ---------------
