@@ -49,7 +49,7 @@ venv: $(STAMP)
 # where the wheel ships it, and installed into the local Maven repository, where
 # spark-submit --packages dev.sparkext:spark-ext-native_2.13:$(VERSION) finds it offline.
 $(JAR): $(JAVA_SRC)
-	cd jvm && mvn -B -q --no-transfer-progress install
+	cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never install
 	mkdir -p spark_ext/jars && rm -f spark_ext/jars/*.jar
 	cp jvm/target/spark-ext-native_2.13-$(VERSION).jar $@
 
