@@ -28,11 +28,15 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 CASES ?=
 PIPELINES ?=
+# The JVM companion jar (jvm/): the windows' frame fold. Its version is the package's.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+JAR    := spark_ext/jars/spark-ext-native_2.13-$(VERSION).jar
+JAVA_SRC := jvm/pom.xml $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: help venv services services-down services-status test test-compat unit lint docs demo cluster-demo bench faults clean
+.PHONY: help venv jvm services services-down services-status test test-compat unit lint docs demo cluster-demo bench faults clean
 
 help:
-	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | docs | bench | faults | clean"
+	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | jvm | docs | bench | faults | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,6 +44,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Built with Maven (dependencies cached in ~/.m2, so offline after the first run), copied
+# where the wheel ships it, and installed into the local Maven repository, where
+# spark-submit --packages dev.sparkext:spark-ext-native_2.13:$(VERSION) finds it offline.
+$(JAR): $(JAVA_SRC)
+	cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never install
+	mkdir -p spark_ext/jars && rm -f spark_ext/jars/*.jar
+	cp jvm/target/spark-ext-native_2.13-$(VERSION).jar $@
+
+jvm: $(JAR)
 
 # The docs extra (MkDocs, Material, matplotlib) on top of .[dev]: the site's option tables
 # import the connectors, and make bench draws its charts with matplotlib.
@@ -63,13 +77,13 @@ lint: $(STAMP)
 	MYPY_CACHE_DIR=$(HOME)/.cache/spark-ext/mypy $(VENV)/bin/mypy
 
 # Unit tests only: no services, no Spark session.
-unit: $(STAMP)
+unit: $(JAR) $(STAMP)
 	$(PY) -m pytest -m "not spark and not services" $(PYTEST_ARGS)
 
 # Two pytest workers (most tests wait on brokers and JVMs more than they compute); tests
 # that stop and start a shared service (marker restarts_services) then run alone. Exit
 # status 5 is "no test selected", for a PYTEST_ARGS="-k ..." that selects from one part only.
-test: $(STAMP) lint services
+test: $(JAR) $(STAMP) lint services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services and not compat_only and not kafka_cluster and not campaign" \
 	  --durations=25 \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
@@ -78,14 +92,14 @@ test: $(STAMP) lint services
 
 # The tests marked compat, on PySpark $(PYSPARK) and Python $(PYTHON), from the built wheel
 # in a virtualenv cached in ~/.cache/spark-ext/compat (tests/compat_env.py).
-test-compat: $(STAMP) services
+test-compat: $(JAR) $(STAMP) services
 	$(PY) -m tests.compat_env --pyspark $(PYSPARK) --python $(PYTHON) $(PYTEST_ARGS)
 
-demo: $(STAMP) services
+demo: $(JAR) $(STAMP) services
 	$(PY) -m examples.payments.demo
 
 # The same job on a local standalone cluster (a master, two workers), environment shipped.
-cluster-demo: $(STAMP) services
+cluster-demo: $(JAR) $(STAMP) services
 	$(PY) -m examples.payments.cluster
 
 # The documentation site into site/ (git-ignored). --strict: a broken link, a page missing
@@ -95,7 +109,7 @@ cluster-demo: $(STAMP) services
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 PYTHONWARNINGS=ignore::DeprecationWarning $(VENV)/bin/mkdocs build --strict --site-dir site
 
-bench: $(DOCS_STAMP) services
+bench: $(JAR) $(DOCS_STAMP) services
 	$(PY) -m bench $(CASES)
 
 # Fault campaigns too long for make test's budget run here: the short campaign (every
@@ -104,9 +118,9 @@ bench: $(DOCS_STAMP) services
 # of a three-broker cluster of its own (marked kafka_cluster: a broker frozen past the
 # client timeouts, leaders killed and elected back). Then the seeded campaign over every
 # pipeline.
-faults: $(STAMP) services
+faults: $(JAR) $(STAMP) services
 	$(PY) -m pytest -m "campaign or kafka_cluster" --durations=10
 	$(PY) -m bench.faults $(if $(SEED),--seed $(SEED)) $(if $(FAULTS_CRASHES),--crashes $(FAULTS_CRASHES)) $(PIPELINES)
 
 clean: services-down
-	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info site
+	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info site jvm/target spark_ext/jars

@@ -64,7 +64,9 @@ def spark_session() -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    session = (
+    import spark_ext
+
+    builder = (
         SparkSession.builder.master("local[2]").appName("spark-ext-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -73,8 +75,8 @@ def spark_session() -> Any:
         .config("spark.driver.memory", "4g")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.jars", ",".join(local_services.baseline_jars()))
-        .getOrCreate()
     )
+    session = spark_ext.configure(builder).getOrCreate()  # with the JVM companion jar (make jvm)
     session.sparkContext.setLogLevel("ERROR")
     return session
 

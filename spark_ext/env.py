@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_ext.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 ENVIRONMENT_PYTHON = "./environment/bin/python"
 
@@ -38,7 +41,8 @@ def ensure_python_env() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def configure(builder: Any, *, archive: str | None = None, packages: Sequence[str] = ()) -> Any:
+def configure(builder: Any, *, archive: str | None = None, packages: Sequence[str] = (),
+              native: bool = True) -> Any:
     """Set up a ``SparkSession.Builder`` to run spark-ext on a cluster. Driver, before
     ``getOrCreate()``; returns the builder (as delta-spark's ``configure_spark_with_delta_pip``).
 
@@ -53,6 +57,11 @@ def configure(builder: Any, *, archive: str | None = None, packages: Sequence[st
     ``packages``: Maven coordinates of JVM connectors to add to ``spark.jars.packages``
     (e.g. Spark's own ``org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0``), merged with
     coordinates already set on the builder.
+
+    ``native``: add spark-ext's JVM companion jar (shipped in the wheel) to ``spark.jars``,
+    so the windows fold events in the JVM (``spark_ext/windows/native.py``); without it
+    they fold in Python. ``spark-submit --packages dev.sparkext:spark-ext-native_2.13:<version>``
+    does the same for a job launched that way.
     """
     from spark_ext import compat
 
@@ -73,4 +82,14 @@ def configure(builder: Any, *, archive: str | None = None, packages: Sequence[st
     if packages:
         have = [p for p in (opts.get("spark.jars.packages") or "").split(",") if p]
         builder = builder.config("spark.jars.packages", ",".join(dict.fromkeys([*have, *packages])))
+    if native:
+        from spark_ext.windows.native import jar_path
+
+        jar = jar_path()
+        if jar.is_file():
+            have = [j for j in (opts.get("spark.jars") or "").split(",") if j]
+            builder = builder.config("spark.jars", ",".join(dict.fromkeys([*have, str(jar)])))
+        else:  # a source checkout before make jvm: the windows still work, folding in Python
+            log.warning("spark-ext's JVM companion jar %s is missing (build it with make jvm); the windows "
+                        "fold events in Python", jar)
     return builder

@@ -110,10 +110,16 @@ def sasl_plaintext() -> Listener:
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
+    import spark_ext
+    from spark_ext.windows import native
+
     # Spark's own kafka source, the baseline some tests compare with (Maven Central, cached).
     baseline_jars = ",".join(local_services.baseline_jars())
+    # The windows fold in the JVM, as a session spark_ext.configure builds does (make jvm).
+    if not native.jar_path().is_file():
+        pytest.fail(f"the JVM companion jar {native.jar_path()} is missing: run make jvm")
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("spark-ext-tests")
         .config("spark.ui.enabled", "false")
@@ -123,8 +129,8 @@ def spark() -> Iterator[object]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.jars", baseline_jars)
-        .getOrCreate()
     )
+    session = spark_ext.configure(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

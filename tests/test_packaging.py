@@ -8,7 +8,8 @@ import zipfile
 from packaging.specifiers import SpecifierSet
 
 from spark_ext import compat
-from tests.support.wheel import build_wheel
+from spark_ext.windows import native
+from tests.support.wheel import ROOT, build_wheel
 
 
 def test_wheel_contains_entry_modules_and_packages(tmp_path):
@@ -18,6 +19,8 @@ def test_wheel_contains_entry_modules_and_packages(tmp_path):
     assert {"pyspark_hzsource.py", "pyspark_hzsink.py"} <= names
     assert {"spark_ext/commit.py", "spark_ext/datasource.py", "spark_ext/connectors/__init__.py",
             "spark_ext/connectors/kafka/__init__.py"} <= names
+    # the JVM companion jar, at the path Python adds to the session's jars
+    assert f"spark_ext/jars/{native.jar_path().name}" in names
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top == {"spark_ext", "pyspark_hzsource.py", "pyspark_hzsink.py"}
     meta = next(n for n in names if n.endswith("METADATA"))
@@ -45,3 +48,20 @@ def test_entry_modules_expose_the_two_formats():
 
     assert pyspark_hzsource.DefaultSource.name() == "hzsource"
     assert pyspark_hzsink.DefaultSource.name() == "hzsink"
+
+
+def test_jvm_artifact_version_is_the_package_version():
+    """``--packages dev.sparkext:spark-ext-native_2.13:<version>`` names the jar of this release."""
+    import tomllib
+    import xml.etree.ElementTree as ET
+
+    from spark_ext import __version__
+
+    pom = ET.parse(ROOT / "jvm" / "pom.xml").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    assert pom.findtext("m:groupId", namespaces=ns) == native.GROUP
+    assert pom.findtext("m:artifactId", namespaces=ns) == native.ARTIFACT
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert pom.findtext("m:version", namespaces=ns) == version == __version__
+    assert native.coordinate() == f"dev.sparkext:spark-ext-native_2.13:{version}"
+    assert native.jar_path().name == f"spark-ext-native_2.13-{version}.jar"

@@ -71,6 +71,16 @@ def test_configure_ships_the_archive_and_merges_packages(tmp_path: Path,
     assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == "./environment/bin/python"
 
 
+def test_configure_adds_the_jvm_companion_jar_to_the_jars() -> None:
+    from spark_ext.windows import native
+
+    assert native.jar_path().is_file(), "run make jvm"
+    b = env.configure(_Builder().config("spark.jars", "/opt/a.jar"))
+    assert b._options["spark.jars"] == f"/opt/a.jar,{native.jar_path()}"
+    assert env.configure(env.configure(_Builder()))._options["spark.jars"] == str(native.jar_path())
+    assert "spark.jars" not in env.configure(_Builder(), native=False)._options
+
+
 def test_configure_refuses_an_archive_the_driver_cannot_run(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     archive = tmp_path / "env.tar.gz"

@@ -90,6 +90,12 @@ def test_the_wire_carries_partials_and_seen_marks_with_the_old_kind_values():
     assert [int(k) for k in RowKind] == [0, 1]
 
 
+def test_a_task_whose_every_timestamp_is_null_sends_no_partials():
+    empty = pa.table({ws.BUCKET: pa.array([], pa.int64()), "v": pa.array([], pa.int64())})
+    assert ws.partial_rows(empty)[ws.PAYLOAD] == []
+    assert ws.wire_batch(ws.partial_rows(empty)).num_rows == 0
+
+
 def test_late_events_leave_stage_2_as_one_marker_row_beside_the_windows():
     output = StreamOutput(pa.schema([pa.field("k", pa.string(), nullable=False), pa.field("n", pa.int64())]))
     windows = pa.table({"k": ["a", "b"], "n": pa.array([1, 2], pa.int64())})

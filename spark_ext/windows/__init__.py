@@ -7,10 +7,11 @@ event size/slide times.
 
 Two stages, both vectorised over Arrow (``frames.py``, ``aggregate.py``; ``stages.py``):
 
-1. Executor, stateless (``mapInArrow``): each input partition folds its events into one
-   partial state per (key, frame) (or per partial session), so the shuffle moves frames,
-   not events. Each task also reports, to every bucket, the latest event time it saw per
-   source partition (``partition_column``, e.g. Kafka's ``partition``).
+1. Executor, stateless: each input partition folds its events into one partial state
+   per (key, frame) (or per partial session), so the shuffle moves frames, not events; in
+   the JVM with spark-ext's companion jar (``native.py``), else in Python (``mapInArrow``).
+   Each task also reports, to every bucket, the latest event time it saw per source
+   partition (``partition_column``, e.g. Kafka's ``partition``).
 2. Per bucket of keys (``pmod(xxhash64(keys), buckets)``, stable across runs): merge the
    partial frames. Batch: emit every window. Streaming (``applyInPandasWithState``): the
    frames live in Spark's state store, so the checkpoint is the snapshot and a restart

@@ -2,8 +2,9 @@
 
 ``tumbling`` / ``sliding`` / ``session`` turn their arguments into one ``Spec`` (raising
 ``WindowError`` on the driver for anything unusable) and build the plan: stage 1
-(``mapInArrow``), the shuffle by bucket, stage 2 (``applyInArrow`` in batch,
-``applyInPandasWithState`` in streaming); the stages themselves are ``stages.py``.
+(the companion jar's JVM fold, ``native.py``, or ``mapInArrow``), the shuffle by bucket,
+stage 2 (``applyInArrow`` in batch, ``applyInPandasWithState`` in streaming); the stages
+themselves are ``stages.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow as pa
 from spark_ext import compat
 from spark_ext.options import Option, OptionSpec
 from spark_ext.windows import frames as fr
+from spark_ext.windows import native
 from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import AggregateOperation
 from spark_ext.windows.frames import WindowError
@@ -178,7 +180,8 @@ def _spark_schema(schema: pa.Schema) -> Any:
     return compat.from_arrow_schema(schema)
 
 
-def _build(df: DataFrame, spec: Spec) -> DataFrame:
+def stage1_input(df: DataFrame, spec: Spec) -> DataFrame:
+    """The columns stage 1 reads, with each row's ``BUCKET`` (and ``PART_KEY``)."""
     from pyspark.sql import functions as F
 
     needed = sorted({*spec.keys, spec.ts, *spec.part_cols,
@@ -187,8 +190,17 @@ def _build(df: DataFrame, spec: Spec) -> DataFrame:
     src = df.select(*needed).withColumn(BUCKET, bucket)
     if spec.part_col == PART_KEY:  # one integer clock key for a partition named by several columns
         src = src.withColumn(PART_KEY, F.xxhash64(*spec.part_cols))
-    partial = src.mapInArrow(stage1(spec), _spark_schema(WIRE))
-    grouped = partial.groupBy(BUCKET)
+    return src
+
+
+def stage1_rows(src: DataFrame, spec: Spec) -> DataFrame:
+    """Stage 1's wire rows: the JVM's fold when the session has it, else Python's."""
+    partial = native.fold(src, spec)
+    return partial if partial is not None else src.mapInArrow(stage1(spec), _spark_schema(WIRE))
+
+
+def _build(df: DataFrame, spec: Spec) -> DataFrame:
+    grouped = stage1_rows(stage1_input(df, spec), spec).groupBy(BUCKET)
     if not df.isStreaming:
         return grouped.applyInArrow(batch_stage2(spec), _spark_schema(spec.out_schema))
     from pyspark.sql.streaming.state import GroupStateTimeout

@@ -77,7 +77,7 @@ def partial_rows(partials: pa.Table) -> dict[str, list[Any]]:
     order = np.argsort(buckets, kind="stable")
     sb = buckets[order]
     starts: list[int] = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]]).tolist() if len(order) else []
-    ends = [*starts[1:], len(order)]
+    ends = [*starts[1:], len(order)] if starts else []  # no partials: every timestamp was null
     n = len(starts)
     return {BUCKET: [int(sb[i]) for i in starts], KIND: [int(RowKind.PARTIALS)] * n, PART: [-1] * n,
             MAXTS: [MIN] * n,

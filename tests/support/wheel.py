@@ -15,9 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_wheel(tmp: Path) -> Path:
-    """The wheel of the working tree (tracked and new files, not ignored ones), in ``tmp``."""
+    """The wheel of the working tree (tracked and new files, not ignored ones, and the JVM
+    companion jar ``make jvm`` built, which git ignores), in ``tmp``."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split("\0")
+    jars = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "spark_ext" / "jars").glob("*.jar"))
+    assert jars, "no JVM companion jar in spark_ext/jars/: run make jvm"
+    files += jars
     src = tmp / "src"
     for name in filter(None, files):
         if (ROOT / name).is_file():

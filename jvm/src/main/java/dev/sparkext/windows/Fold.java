@@ -1,0 +1,350 @@
+package dev.sparkext.windows;
+
+import dev.sparkext.windows.FrameFold.Column;
+import dev.sparkext.windows.FrameFold.Fn;
+import dev.sparkext.windows.FrameFold.Moments;
+import dev.sparkext.windows.FrameFold.Spec;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.types.ByteType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DoubleType;
+import org.apache.spark.sql.types.FloatType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.ShortType;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * One task's fold: events into groups (a partial frame or session each) holding their
+ * states in long and double slots, in the order Python's fold adds them (row order), so
+ * integer states and float sums come out bit for bit the same.
+ */
+final class Fold {
+  static final long MIN = -(1L << 62); // clock.py's MIN: "no event time"
+
+  /** A partial: its keys (values of its first row), bucket, bounds and state slots. */
+  static final class Group {
+    final Object[] keys;
+    final long bucket;
+    final long lo; // the frame, or the session's start
+    long hi; // the session's end
+    final long[] l;
+    final double[] d;
+
+    Group(Object[] keys, long bucket, long lo, Layout layout) {
+      this.keys = keys;
+      this.bucket = bucket;
+      this.lo = lo;
+      this.l = layout.initL.clone();
+      this.d = layout.initD.clone();
+    }
+  }
+
+  /** Where each state lives: per count/sum/min/max column one slot, per co-moment a few. */
+  static final class Layout implements java.io.Serializable {
+    final Map<String, int[]> fields = new HashMap<>(); // state column -> {0: long / 1: double, slot}
+    final int[] colSlot;
+    final boolean[] colDouble;
+    final int[] momN; // per Moments: its n slot (long) and first double slot
+    final int[] momD;
+    final long[] initL;
+    final double[] initD;
+
+    Layout(Spec spec, StructType input) {
+      List<Long> l = new ArrayList<>();
+      List<Double> d = new ArrayList<>();
+      List<Column> cols = spec.columns();
+      colSlot = new int[cols.size()];
+      colDouble = new boolean[cols.size()];
+      for (int i = 0; i < cols.size(); i++) {
+        Column c = cols.get(i);
+        DataType t = c.input() < 0 ? DataTypes.NullType : input.fields()[c.input()].dataType();
+        boolean floating = t instanceof FloatType || t instanceof DoubleType;
+        boolean dbl = c.fn() != Fn.COUNT && (floating || c.fn() == Fn.SUM && c.asFloat());
+        colDouble[i] = dbl;
+        colSlot[i] = dbl ? d.size() : l.size();
+        if (dbl) {
+          d.add(c.fn() == Fn.MIN ? Double.NaN : c.fn() == Fn.MAX ? Double.NEGATIVE_INFINITY : 0.0);
+        } else {
+          // NumPy's identities of the input's integer type (dates arrive as int, times as long)
+          long top = t instanceof ByteType ? Byte.MAX_VALUE : t instanceof ShortType ? Short.MAX_VALUE
+              : t instanceof IntegerType ? Integer.MAX_VALUE : Long.MAX_VALUE;
+          l.add(c.fn() == Fn.MIN ? top : c.fn() == Fn.MAX ? -top - 1 : 0L);
+        }
+        fields.put(c.name(), new int[] {dbl ? 1 : 0, colSlot[i]});
+      }
+      List<Moments> ms = spec.moments();
+      momN = new int[ms.size()];
+      momD = new int[ms.size()];
+      for (int m = 0; m < ms.size(); m++) {
+        String p = ms.get(m).prefix() + "__";
+        momN[m] = l.size();
+        l.add(0L);
+        momD[m] = d.size();
+        boolean pair = ms.get(m).inputs().length == 2;
+        // doubles: first, mean, last per axis, then m2 and (pair) cxy
+        for (int k = 0; k < (pair ? 8 : 4); k++) {
+          d.add(0.0);
+        }
+        int b = momD[m];
+        fields.put(p + "n", new int[] {0, momN[m]});
+        if (pair) {
+          fields.put(p + "shift_x", new int[] {1, b + 2});
+          fields.put(p + "mean_x", new int[] {1, b + 1});
+          fields.put(p + "shift_y", new int[] {1, b + 5});
+          fields.put(p + "mean_y", new int[] {1, b + 4});
+          fields.put(p + "m2x", new int[] {1, b + 6});
+          fields.put(p + "cxy", new int[] {1, b + 7});
+        } else {
+          fields.put(p + "shift", new int[] {1, b + 2});
+          fields.put(p + "mean", new int[] {1, b + 1});
+          fields.put(p + "m2", new int[] {1, b + 3});
+        }
+      }
+      initL = l.stream().mapToLong(Long::longValue).toArray();
+      initD = d.stream().mapToDouble(Double::doubleValue).toArray();
+    }
+  }
+
+  /** Map key: the keys (floats normalised as Python groups them), bucket and frame. */
+  private static final class Key {
+    final Object[] v;
+    final long bucket;
+    final long frame;
+    final int hash;
+
+    Key(Object[] v, long bucket, long frame) {
+      this.v = v;
+      this.bucket = bucket;
+      this.frame = frame;
+      this.hash = (Arrays.hashCode(v) * 31 + Long.hashCode(bucket)) * 31 + Long.hashCode(frame);
+    }
+
+    @Override
+    public int hashCode() {
+      return hash;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof Key k && k.frame == frame && k.bucket == bucket && Arrays.equals(k.v, v);
+    }
+  }
+
+  private final Spec spec;
+  private final Layout layout;
+  private final Map<Long, Long> seen = new TreeMap<>(); // source partition -> latest event time
+
+  Fold(Spec spec, Layout layout) {
+    this.spec = spec;
+    this.layout = layout;
+  }
+
+  /** The wire rows of one partition's events. */
+  Iterator<Row> run(Iterator<Row> rows, Blobs blobs) {
+    List<Group> groups = spec.sliding() ? frames(rows) : sessions(rows);
+    Map<Long, List<Group>> byBucket = new TreeMap<>();
+    for (Group g : groups) {
+      finish(g);
+      byBucket.computeIfAbsent(g.bucket, b -> new ArrayList<>()).add(g);
+    }
+    List<Row> out = new ArrayList<>();
+    for (Map.Entry<Long, List<Group>> e : byBucket.entrySet()) {
+      out.add(RowFactory.create(e.getKey(), 0L, -1L, MIN, blobs.write(e.getValue(), spec, layout)));
+    }
+    if (spec.streaming()) {
+      for (long b = 0; b < spec.buckets(); b++) {
+        for (Map.Entry<Long, Long> p : seen.entrySet()) {
+          out.add(RowFactory.create(b, 1L, p.getKey(), p.getValue(), new byte[0]));
+        }
+      }
+    }
+    return out.iterator();
+  }
+
+  private List<Group> frames(Iterator<Row> rows) {
+    Map<Key, Group> groups = new LinkedHashMap<>();
+    while (rows.hasNext()) {
+      Row r = rows.next();
+      if (r.isNullAt(spec.ts())) {
+        continue;
+      }
+      long ts = r.getLong(spec.ts());
+      see(r, ts);
+      long bucket = r.getLong(spec.bucket());
+      long frame = Math.floorDiv(ts, spec.slideUs());
+      Key k = new Key(keyOf(r, true), bucket, frame);
+      Group g = groups.get(k);
+      if (g == null) {
+        g = new Group(keyOf(r, false), bucket, frame, layout);
+        groups.put(k, g);
+      }
+      add(g, r);
+    }
+    return new ArrayList<>(groups.values());
+  }
+
+  /** One key's events in arrival order (row order within the key). */
+  private static final class Events {
+    Row[] rows = new Row[8];
+    long[] ts = new long[8];
+    int n;
+    boolean sorted = true;
+
+    void add(Row r, long t) {
+      if (n == rows.length) {
+        rows = Arrays.copyOf(rows, 2 * n);
+        ts = Arrays.copyOf(ts, 2 * n);
+      }
+      sorted &= n == 0 || ts[n - 1] <= t;
+      rows[n] = r;
+      ts[n++] = t;
+    }
+
+    /** Positions in time order; ties keep arrival order (Python's stable sort). */
+    int[] order() {
+      if (sorted) {
+        return java.util.stream.IntStream.range(0, n).toArray();
+      }
+      return java.util.stream.IntStream.range(0, n).boxed()
+          .sorted((a, b) -> Long.compare(ts[a], ts[b])).mapToInt(Integer::intValue).toArray();
+    }
+  }
+
+  private List<Group> sessions(Iterator<Row> rows) {
+    Map<Key, Events> byKey = new LinkedHashMap<>();
+    while (rows.hasNext()) {
+      Row r = rows.next();
+      if (r.isNullAt(spec.ts())) {
+        continue;
+      }
+      long ts = r.getLong(spec.ts());
+      see(r, ts);
+      byKey.computeIfAbsent(new Key(keyOf(r, true), r.getLong(spec.bucket()), 0), k -> new Events()).add(r, ts);
+    }
+    List<Group> sessions = new ArrayList<>();
+    for (Events e : byKey.values()) {
+      Group[] sessionOf = new Group[e.n];
+      Group s = null;
+      long last = 0;
+      for (int i : e.order()) {
+        long t = e.ts[i];
+        if (s == null || t - last > spec.gapUs()) {
+          s = new Group(keyOf(e.rows[i], false), e.rows[i].getLong(spec.bucket()), t, layout);
+          sessions.add(s);
+        }
+        s.hi = t + spec.gapUs();
+        last = t;
+        sessionOf[i] = s;
+      }
+      for (int i = 0; i < e.n; i++) { // arrival order, as Python accumulates
+        add(sessionOf[i], e.rows[i]);
+      }
+    }
+    return sessions;
+  }
+
+  private void see(Row r, long ts) {
+    int p = spec.part();
+    if (!spec.streaming() || p >= 0 && r.isNullAt(p)) {
+      return;
+    }
+    seen.merge(p < 0 ? 0L : ((Number) r.get(p)).longValue(), ts, Math::max);
+  }
+
+  private Object[] keyOf(Row r, boolean normalised) {
+    int[] keys = spec.keys();
+    Object[] v = new Object[keys.length];
+    for (int i = 0; i < keys.length; i++) {
+      Object o = r.get(keys[i]);
+      if (normalised && o instanceof Double x) {
+        o = x + 0.0; // -0.0 and 0.0 are one group
+      } else if (normalised && o instanceof Float x) {
+        o = x + 0.0f;
+      }
+      v[i] = o;
+    }
+    return v;
+  }
+
+  private void add(Group g, Row r) {
+    List<Column> cols = spec.columns();
+    for (int i = 0; i < cols.size(); i++) {
+      Column c = cols.get(i);
+      int in = c.input();
+      if (in >= 0 && r.isNullAt(in)) {
+        continue;
+      }
+      int s = layout.colSlot[i];
+      if (c.fn() == Fn.COUNT) {
+        g.l[s]++;
+      } else if (layout.colDouble[i]) {
+        double x = ((Number) r.get(in)).doubleValue();
+        g.d[s] = switch (c.fn()) {
+          case SUM -> g.d[s] + x;
+          case MIN -> Double.isNaN(g.d[s]) ? x : Double.isNaN(x) ? g.d[s] : Math.min(g.d[s], x);
+          default -> Math.max(g.d[s], x); // NaN wins, as NumPy's maximum
+        };
+      } else {
+        long x = ((Number) r.get(in)).longValue();
+        g.l[s] = switch (c.fn()) {
+          case SUM -> g.l[s] + x; // wraps, as NumPy's int64
+          case MIN -> Math.min(g.l[s], x);
+          default -> Math.max(g.l[s], x);
+        };
+      }
+    }
+    List<Moments> ms = spec.moments();
+    for (int m = 0; m < ms.size(); m++) {
+      int[] in = ms.get(m).inputs();
+      if (r.isNullAt(in[0]) || in.length == 2 && r.isNullAt(in[1])) {
+        continue;
+      }
+      double[] d = g.d;
+      int b = layout.momD[m];
+      long n = ++g.l[layout.momN[m]];
+      double x = ((Number) r.get(in[0])).doubleValue();
+      if (n == 1) {
+        d[b] = x;
+      }
+      // Welford around the first value; finish() re-bases onto the last, Python's shift.
+      double dx = x - d[b];
+      double delta = dx - d[b + 1];
+      d[b + 1] += delta / n;
+      d[b + 2] = x;
+      if (in.length == 1) {
+        d[b + 3] += delta * (dx - d[b + 1]);
+        continue;
+      }
+      double y = ((Number) r.get(in[1])).doubleValue();
+      if (n == 1) {
+        d[b + 3] = y;
+      }
+      double dy = y - d[b + 3];
+      d[b + 4] += (dy - d[b + 4]) / n;
+      d[b + 5] = y;
+      d[b + 6] += delta * (dx - d[b + 1]);
+      d[b + 7] += delta * (dy - d[b + 4]);
+    }
+  }
+
+  /** Means re-based from the first value onto the last (the shift Python keeps). */
+  private void finish(Group g) {
+    for (int m = 0; m < spec.moments().size(); m++) {
+      int b = layout.momD[m];
+      g.d[b + 1] += g.d[b] - g.d[b + 2];
+      if (spec.moments().get(m).inputs().length == 2) {
+        g.d[b + 4] += g.d[b + 3] - g.d[b + 5];
+      }
+    }
+  }
+}
