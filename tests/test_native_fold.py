@@ -237,7 +237,7 @@ def _both(monkeypatch, build):
 
 @pytest.mark.parametrize("kind", ["sliding", "session"])
 def test_batch_windows_are_the_same_with_the_jar(spark, monkeypatch, kind):
-    from tests.test_windows import events, frame, same
+    from tests.support.windows_data import events, frame, same
 
     df = frame(spark, events(11, 3000, 7, 200)).repartition(3)
 
@@ -258,7 +258,7 @@ def test_streaming_windows_are_the_same_with_the_jar(spark, monkeypatch, tmp_pat
     import json
     import random
 
-    from tests.test_windows import same
+    from tests.support.windows_data import same
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     rnd, src = random.Random(5), tmp_path / "src"

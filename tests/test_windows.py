@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from spark_ext import windows
 from spark_ext.windows import aggregate as agg
 from spark_ext.windows.frames import WindowError
+from tests.support.windows_data import events, frame, same
 
 pytestmark = [pytest.mark.spark]
 
@@ -30,45 +30,6 @@ def spark_aggs():
             F.min("amount").alias("low"), F.max("amount").alias("top"), F.var_samp("x").alias("var"),
             F.stddev_samp("x").alias("sd"), F.var_pop("x").alias("varp"), F.stddev_pop("x").alias("sdp"),
             F.regr_slope("y", "x").alias("slope")]
-
-
-def same(a: list, b: list) -> bool:
-    """Rows equal: exact for everything but floats, which match within 1e-9 relative."""
-    if len(a) != len(b):
-        return False
-    for ra, rb in zip(sorted(a, key=_key), sorted(b, key=_key), strict=True):
-        for x, y in zip(ra, rb, strict=True):
-            if isinstance(x, float) or isinstance(y, float):
-                if x is None or y is None:
-                    if x is not y:
-                        return False
-                elif not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9):
-                    return False
-            elif x != y:
-                return False
-    return True
-
-
-def _key(r: tuple) -> tuple:
-    return tuple((v is None, str(v)) for v in r[:3])
-
-
-def events(seed: int, n: int, keys: int, span_s: int) -> list[tuple]:
-    rnd = random.Random(seed)
-    out = []
-    for _ in range(n):
-        x = rnd.choice([None, float(rnd.randint(-20, 20)), rnd.random() * 1e3])
-        out.append((f"k{rnd.randrange(keys)}", rnd.randrange(span_s * 1_000_000) - 5_000_000,
-                    rnd.choice([None, rnd.randint(-100, 100)]), x,
-                    None if x is None else 2.5 * x + rnd.random()))
-    return out
-
-
-def frame(spark, rows):
-    from pyspark.sql import functions as F
-
-    return spark.createDataFrame(rows, "account string, tsu long, amount long, x double, y double") \
-        .withColumn("ts", F.timestamp_micros("tsu")).drop("tsu")
 
 
 @pytest.mark.parametrize("seed,size,slide", [(1, 30, 10), (2, 60, 60),
