@@ -370,14 +370,17 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
             failpoints.hit("jms.before_ack", seq, len(ids))  # @N: the source's batch seq N
             unacked = rx.ack(ids, batch=seq)
             # A copy redelivered while the batch was in flight (reconnect) must not be read again,
-            # nor one still to come for an id this connection could not acknowledge.
-            rx.drop(set(ids))
+            # nor one still to come for an id this connection could not acknowledge. Copies that
+            # landed while the ACK frames went out are acknowledged as well: only forgotten, they
+            # would stay delivered-but-unacknowledged on the broker until the connection closes.
+            late = rx.drop(set(ids))
+            rx.ack(late)
             now = time.time()
-            for mid in unacked:
+            for mid in unacked:  # kept even if acknowledged late: that ack may be lost as well
                 self._committed.setdefault(mid, now)
-            if unacked:
+            if pending := len(set(unacked) - set(late)):
                 log.warning("%d message(s) of committed batches could not be acknowledged on this "
-                            "connection; their redeliveries will be dropped and acknowledged", len(unacked))
+                            "connection; their redeliveries will be dropped and acknowledged", pending)
             self._recent.append(ids)
         for s in done:
             del self._batches[s]
