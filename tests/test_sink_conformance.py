@@ -7,6 +7,7 @@ that wrote a committed batch again would show duplicates, not only a loss.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,14 +59,18 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
     run a task is killed after it prepared, and Spark retries it. ``spark-ext status`` shows
     the batch killed after its decision as decided, not finished, with exactly what the sink
     left in doubt, and at the end the last batch finished, nothing in doubt, the same query
-    and a higher epoch (the restarts fenced the dead runs)."""
+    and a higher epoch (the restarts fenced the dead runs). A copy of the checkpoint started
+    after the crash past the decision is refused, naming the sink the query ran as; the
+    later runs take the way out the message names."""
     case = make_case(sink)
     target = case.new_target()
     points = [*(f"{sink}.{p}" for p in PROTOCOL_POINTS), *case.extra_points]
     write_json_files(tmp_path / "src", [BATCH] * (len(points) + 2))
     respelled = f"file:{tmp_path / 'ckpt'}/"
+    ckpt, extra = tmp_path / "ckpt", dict[str, str]()  # the copy and its options, once carried on
     for batch, point in enumerate(points, start=1):
-        crashed = _run(case, tmp_path, target, f"{point}@{batch}", respelled if batch == 2 else None)
+        spelled = respelled if batch == 2 else str(ckpt)
+        crashed = _run(case, tmp_path, target, f"{point}@{batch}", spelled, **extra)
         assert crashed.returncode == -9, f"{point}: {crashed.stderr[-2000:]}"  # killed at the point
         before, this = list(range(batch * BATCH)), range(batch * BATCH, (batch + 1) * BATCH)
         visible = case.committed(target)
@@ -85,9 +90,20 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
             assert (stuck["batch"], stuck["finished"]) == (batch, False), stuck
             assert set(stuck["in_doubt_ids"]) == set(case.in_doubt(tmp_path / "ckpt", target)), stuck
             assert stuck["in_doubt"] == len(stuck["in_doubt_ids"]) and stuck["query"], stuck
+            # The checkpoint copied elsewhere (same query id, another sink): refused, naming the
+            # old sink, with nothing of the batch written; the runs after it take the way out
+            # the message names.
+            copy = tmp_path / "copy" / "ckpt"
+            shutil.copytree(ckpt, copy)
+            refused = _run(case, tmp_path, target, checkpoint=str(copy))
+            assert refused.returncode != 0, f"the copy ran on as a new sink: {refused.stderr[-2000:]}"
+            assert case.predecessor(ckpt) in refused.stderr, refused.stderr[-3000:]
+            assert case.committed(target) == visible, "the refused copy wrote rows"
+            assert case.in_doubt(copy, target) == [], "the refused copy left its batch in doubt"
+            ckpt, extra = case.carry_on(ckpt, copy)
     # The last run also loses a task after it prepared, in its last batch: Spark retries it.
     last = len(points) + 1
-    done = _run(case, tmp_path, target, f"task:{case.task_point}@{last}")
+    done = _run(case, tmp_path, target, f"task:{case.task_point}@{last}", str(ckpt), **extra)
     assert done.returncode == 0, done.stderr[-3000:]
     assert case.committed(target) == list(range((last + 1) * BATCH))  # nothing lost or twice
     assert case.in_doubt(tmp_path / "ckpt", target) == []  # the killed attempt's transaction too

@@ -67,6 +67,14 @@ class SinkCase(ABC):
     @abstractmethod
     def rows(self, ids: list[int]) -> pa.RecordBatch: ...
 
+    def predecessor(self, checkpoint: Path) -> str:
+        """How a refusal names the sink a query checkpointed at ``checkpoint`` ran as."""
+        return f"ran before as sink '{checkpoint_sink_id(str(checkpoint))}'"
+
+    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
+        """The way out a refused copy's message names: the copy, under the old sink's id."""
+        return copy, {"sinkId": checkpoint_sink_id(str(old))}
+
     def plan_options(self, target: str, checkpoint: Path) -> Options:
         """The options Spark hands the sink for a query checkpointed at ``checkpoint``."""
         return Options({**self.options(target), "checkpointlocation": str(checkpoint)}, "hzsink")
@@ -92,6 +100,12 @@ class KafkaCase(SinkCase):
 
     def committed(self, target: str) -> list[int]:
         return sorted(int(v) for _, _, v in kafka_sink.consume(self.services.kafka_bootstrap, target))
+
+    def predecessor(self, checkpoint: Path) -> str:
+        return f"transactionalIdPrefix '{kafka_sink.prefix_of(checkpoint)}'"
+
+    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
+        return old, {}  # a prefix belongs to one checkpoint: the old location finishes the batch
 
     def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
         prefix = kafka_sink.prefix_of(checkpoint)

@@ -40,10 +40,16 @@ from typing import Any, TypeVar
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
 from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, SessionError
-from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX, JmsSinkConfig
 from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER
 from spark_ext.connectors.jms.sink.writer import JmsCommittable, open_session
-from spark_ext.errors import CommitError, FatalCommitError, FencedError, RetriableCommitError
+from spark_ext.errors import (
+    CommitError,
+    FatalCommitError,
+    FencedError,
+    PredecessorSinkError,
+    RetriableCommitError,
+)
 from spark_ext.retry import Backoff, Deadline, retry
 
 log = logging.getLogger(__name__)
@@ -173,9 +179,9 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                               TXN_HEADER)
         return {k: int(v) for k, v in json.loads(counted).items()}
 
-    def state(self) -> SinkState | None:
-        """The log's newest entry (None: the sink never ran)."""
-        listed = self._queue(self.cfg.log, "listMessagesAsJSON", "")
+    def state(self, log_queue: str | None = None) -> SinkState | None:
+        """The newest entry of this sink's log, or of ``log_queue`` (None: the sink never ran)."""
+        listed = self._queue(log_queue or self.cfg.log, "listMessagesAsJSON", "")
         entries = [SinkState.decode(m[RECORD_HEADER]) for m in json.loads(listed) if RECORD_HEADER in m]
         return max(entries, key=lambda e: e.seq, default=None)
 
@@ -278,6 +284,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         if now is None or now.epoch != fence:
             raise FencedError(f"batch {batch.batch_id}: another run of sink {self.cfg.sink_id!r} took over "
                               "after this batch began; this run stops without committing (zombie fencing)")
+        self._check_predecessors(batch, now)
         want = {str(c.token): c.rows for c in batch.prepared}
         deadline = Deadline(_ARRIVAL_S)
         while True:
@@ -293,6 +300,41 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                 f"batch {batch.batch_id}: attempt {token} staged {rows} messages but {found} are in "
                 f"{self.cfg.staging}; something removed or consumed them. Nothing of the batch was "
                 "committed; restart the query to write it again, and keep consumers off the staging queue")
+
+    def _check_predecessors(self, batch: Batch[JmsCommittable], now: SinkState) -> None:
+        """Refuse to decide a batch that this query already decided as another sink.
+
+        The sink id comes from the checkpoint's spelling (or ``sinkId``), Spark's query id
+        from the checkpoint's content: a checkpoint copied to a new path keeps the query id
+        under a new sink id. If the old sink decided this batch (its driver died before
+        Spark's commit log) or left a decision unfinished, a new sink would write the batch
+        again, and the old one's staged winners would wait for ever. Searched once per run:
+        after this sink's first decision for the query, its own log names the query."""
+        query = str(batch.query_id or "")
+        if not query or (now.decision is not None and now.decision.query_id == query):
+            return
+        names = self.session.attribute("broker", "queueNames") or []
+        logs = sorted(n for n in names
+                      if n.startswith(QUEUE_PREFIX) and n.endswith(".log") and n != self.cfg.log)
+        for name in logs:
+            try:
+                old = self.state(name)
+            except (ValueError, KeyError, TypeError):
+                continue  # not a sink's log
+            if old is None or old.decision is None or old.decision.query_id != query:
+                continue
+            if old.decision.batch_id < batch.batch_id and old.done:
+                continue  # an earlier name whose every batch is done: nothing at stake
+            other = name[len(QUEUE_PREFIX):-len(".log")]
+            self._roll_back(batch, keep=[])
+            what = f"decided batch {old.decision.batch_id}" + ("" if old.done else " without finishing it")
+            raise PredecessorSinkError(
+                f"query {query} ran before as sink {other!r}, which {what}; this run is sink "
+                f"{self.cfg.sink_id!r} (the checkpoint was copied or spelled differently, or sinkId changed) "
+                f"and would write batch {batch.batch_id} again. Restart with .option('sinkId', '{other}') "
+                "to carry that sink on (its decided batch is finished, none written twice) and keep that "
+                "option; nothing of this batch was committed"
+            )
 
     def record(self, batch: Batch[JmsCommittable]) -> JmsDecision:
         fence = _fence(batch)
