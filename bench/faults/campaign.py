@@ -30,7 +30,7 @@ FREEZE_S = 20  # how long a frozen service stays stopped (SIGSTOP ... SIGCONT)
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: ``kind`` is kill | failpoint | task | restart | freeze | zombie | reset; ``target``
+    """One fault: ``kind`` is kill | failpoint | task | restart | freeze | zombie | reset | move; ``target``
     names the failpoint or service; ``after``: batches the run commits first."""
 
     kind: str
@@ -50,6 +50,8 @@ def plan(p: Pipeline, seed: int, crashes: int, every_point: bool = True) -> list
             *(Fault("restart", s) for s in p.services), *(Fault("freeze", s) for s in p.services)]
     if p.resets:
         menu.append(Fault("reset"))
+    if p.exactly_once:
+        menu.append(Fault("move"))
     while len(faults) < crashes:
         f = rng.choice(menu)
         faults.append(Fault(f.kind, f.target, rng.randint(1, 3)))
@@ -60,11 +62,11 @@ def plan(p: Pipeline, seed: int, crashes: int, every_point: bool = True) -> list
 def short_plan(pipelines: Sequence[Pipeline],
                covered: frozenset[str] = frozenset()) -> dict[str, list[Fault]]:
     """The short campaign ``make faults`` runs first: every failpoint of any pipeline
-    crashed once (each driver point, and each task point as a killed task), one driver kill, one zombie
-    run (on an exactly_once pipeline) and one checkpoint reset, each given to the pipeline
-    that has the fewest faults so far among those it applies to. ``covered``: points the
-    suite crashes elsewhere (the sink conformance suite, every sink at every step), left
-    out here; a task point is named ``task:<point>``. No service restarts: those run alone
+    crashed once (each driver point, and each task point as a killed task), one driver kill, one
+    zombie run and one moved checkpoint (on exactly_once pipelines) and one checkpoint reset, each
+    given to the pipeline that has the fewest faults so far among those it applies to.
+    ``covered``: points the suite crashes elsewhere (the sink conformance suite, every sink at
+    every step), left out here; a task point is named ``task:<point>``. No service restarts: those run alone
     (tests marked ``restarts_services``). Fixed, so CI runs the same faults every time."""
     faults: dict[str, list[Fault]] = {p.name: [] for p in pipelines}
 
@@ -79,6 +81,7 @@ def short_plan(pipelines: Sequence[Pipeline],
         give("task", tp, [p for p in pipelines if p.task_point == tp])
     give("reset", "", [p for p in pipelines if p.resets])
     give("zombie", "", [p for p in pipelines if p.exactly_once])  # where a duplicate is a failure
+    give("move", "", [p for p in pipelines if p.exactly_once])
     give("kill", "", list(pipelines))
     return faults
 
@@ -236,6 +239,40 @@ class Episodes:
         self.run.reset_checkpoint()
         self.run.new_input()
         self.injected += 1
+
+    def _move(self, f: Fault) -> None:
+        """An operator moves the checkpoint after a crash: the driver dies right after a
+        batch's decision (before Spark's commit log), the checkpoint is copied and the query
+        started from the copy, a new sink identity for the same query. The copy must be
+        refused naming the sink the query ran as (a copy run on writes the batch twice or
+        leaves the old decision in doubt, which the count shows); then the way out the
+        message names: the copy under the old ``sinkId`` (PostgreSQL, queue), or the old
+        location run to a clean stop (the end of its input, more input added after) and a
+        fresh copy (Kafka, whose prefix belongs to one checkpoint). Every identity's leftovers
+        count as in doubt."""
+        p = self.start(f"{self.run.p.sink}.after_decision@{self.run.last_batch() + 1 + f.after}")
+        self.end([p], kill=False)
+        if p.returncode != -9:
+            return  # the input ended first: nothing decided and left behind
+        self.injected += 1
+        old, old_id = self.run.checkpoint, self.run.sink_id
+        self.run.move_checkpoint()
+        copy = self.start()
+        self.end([copy], kill=False)
+        log = self.run.tmp / f"driver-{self._started}.log"
+        refused = copy.returncode not in (0, 3) and "PredecessorSinkError" in log.read_text(errors="replace")
+        if not refused:
+            self.failures.append(f"the moved checkpoint was not refused (exit {copy.returncode}; {log.name})")
+        self.say(f"moved checkpoint {'refused' if refused else 'NOT refused'}; taking the way out")
+        if self.run.p.sink != "kafka":
+            self.run.sink_id = self.run.current_sink_id(old, old_id)  # the copy carries the old sink on
+            return
+        self.run.former.append((self.run.checkpoint, None))
+        self.run.checkpoint = old
+        done = self.start(per_trigger=RUSH)  # to the end of its input: a clean stop
+        self.end([done], kill=False)
+        self.run.move_checkpoint()
+        self.run.extend_input()  # for the episodes still to come
 
     def final(self) -> None:
         """A last clean run to the end of the input; retried twice if a fault's effect

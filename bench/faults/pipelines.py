@@ -89,6 +89,8 @@ class PipelineRun:
         self.input = ""
         self._next_id = 0
         self.read_before: set[str] = set()  # what inputs before a checkpoint reset held (all read)
+        self.sink_id: str | None = None  # option sinkId, once a moved checkpoint carries the old sink on
+        self.former: list[tuple[Path, str | None]] = []  # checkpoints moved away from, with their sinkId
         if p.sink == "kafka":
             self._create_topic(self.out, 3)
         self.new_input()
@@ -97,14 +99,19 @@ class PipelineRun:
 
     def new_input(self) -> None:
         """A fresh input (topic or queue) of ``ids_per_input`` new unique ids."""
-        ids = [str(i) for i in range(self._next_id, self._next_id + self.ids_per_input)]
         self.read_before = set(self.expected)  # a reset reads its input to the end first
+        self.input = f"faults-in-{self.tag}-{self._next_id + self.ids_per_input}"
+        if self.p.source == "kafka":
+            self._create_topic(self.input, 3)
+        self.extend_input()
+
+    def extend_input(self) -> None:
+        """``ids_per_input`` new unique ids at the end of the current input."""
+        ids = [str(i) for i in range(self._next_id, self._next_id + self.ids_per_input)]
         self._next_id += self.ids_per_input
-        self.input = f"faults-in-{self.tag}-{self._next_id}"
         if self.p.source == "kafka":
             from kafka import KafkaProducer
 
-            self._create_topic(self.input, 3)
             prod = KafkaProducer(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all",
                                  linger_ms=5)
             for i in ids:
@@ -140,6 +147,21 @@ class PipelineRun:
     def reset_checkpoint(self) -> None:
         shutil.rmtree(self.checkpoint, ignore_errors=True)
 
+    def move_checkpoint(self, sink_id: str | None = None) -> Path:
+        """Copy the checkpoint to a new path and run from there on (the old one stays, as an
+        operator's copy leaves it); ``sink_id``: run under that sinkId from now on."""
+        self.former.append((self.checkpoint, self.sink_id))
+        copy = self.tmp / f"ckpt-moved-{len(self.former)}"
+        shutil.copytree(self.checkpoint, copy)
+        self.checkpoint, self.sink_id = copy, sink_id or self.sink_id
+        return copy
+
+    def current_sink_id(self, checkpoint: Path | None = None, sink_id: str | None = None) -> str:
+        """The PostgreSQL / queue sink's id: option sinkId, else derived from the checkpoint."""
+        if checkpoint is None:
+            checkpoint, sink_id = self.checkpoint, self.sink_id
+        return sink_id or checkpoint_sink_id(str(checkpoint))
+
     def _create_topic(self, name: str, partitions: int) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -163,7 +185,8 @@ class PipelineRun:
             "stomp_password": e["STOMP_PASSWORD"], "url": e["POSTGRES_URL"], "out": self.out,
             "expected": len(self.expected), "idle_s": 45, "windows": self.p.windows,
             "options": {"guarantee": self.p.guarantee, **self.p.options,
-                        **({"createTable": "true"} if self.p.sink == "jdbc" else {})},
+                        **({"createTable": "true"} if self.p.sink == "jdbc" else {}),
+                        **({"sinkId": self.sink_id} if self.sink_id else {})},
         }
         return [sys.executable, "-m", "tests.drivers.campaign", json.dumps(spec), failpoint]
 
@@ -235,19 +258,22 @@ class PipelineRun:
 
     def in_doubt(self) -> int:
         """Prepared PostgreSQL transactions, open Kafka transactions, or messages left in the
-        queue sink's staging queue."""
+        queue sink's staging queue, of the sink and of every identity a moved checkpoint had."""
+        identities = [*self.former, (self.checkpoint, self.sink_id)]
         if self.p.sink == "jms":
-            return _staged(self.env, checkpoint_sink_id(str(self.checkpoint)))
+            sinks = {self.current_sink_id(c, s) for c, s in identities}
+            return sum(_staged(self.env, sink) for sink in sinks)
         if self.p.sink == "jdbc":
-            sink = checkpoint_sink_id(str(self.checkpoint))
-            return int(run_sql(self.env["POSTGRES_URL"],
-                               f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'sx:{sink}:%'")[0][0])
+            sinks = {self.current_sink_id(c, s) for c, s in identities}
+            return sum(int(run_sql(self.env["POSTGRES_URL"], "SELECT count(*) FROM pg_prepared_xacts "
+                                   f"WHERE gid LIKE 'sx:{sink}:%'")[0][0]) for sink in sinks)
         from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 
-        prefix = kafka_sink_prefix(self.checkpoint)
+        prefixes = {kafka_sink_prefix(c) for c, _ in identities}
         client = KafkaTxnClient(self.env["KAFKA_BOOTSTRAP_SERVERS"])
         try:
-            return len(client.list_transactions(prefix.replace(".", r"\.") + "-.*", OPEN_STATES))
+            return sum(len(client.list_transactions(prefix.replace(".", r"\.") + "-.*", OPEN_STATES))
+                       for prefix in prefixes)
         finally:
             client.close()
 
