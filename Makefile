@@ -84,10 +84,10 @@ unit: $(JAR) $(STAMP)
 # that stop and start a shared service (marker restarts_services) then run alone. Exit
 # status 5 is "no test selected", for a PYTEST_ARGS="-k ..." that selects from one part only.
 test: $(JAR) $(STAMP) lint services
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services and not compat_only and not kafka_cluster and not campaign" \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services and not compat_only and not kafka_cluster and not campaign and not broker_clock" \
 	  --durations=25 \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -m "restarts_services and not compat_only and not kafka_cluster and not campaign" \
+	$(PY) -m pytest -m "restarts_services and not compat_only and not kafka_cluster and not campaign and not broker_clock" \
 	  --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The tests marked compat, on PySpark $(PYSPARK) and Python $(PYTHON), from the built wheel
@@ -113,13 +113,14 @@ bench: $(JAR) $(DOCS_STAMP) services
 	$(PY) -m bench $(CASES)
 
 # Fault campaigns too long for make test's budget run here: the short campaign (every
-# failpoint the rest of the suite does not crash, once, plus a zombie run, a checkpoint
-# reset and service restarts under running pipelines; tests marked campaign) and the faults
-# of a three-broker cluster of its own (marked kafka_cluster: a broker frozen past the
-# client timeouts, leaders killed and elected back). Then the seeded campaign over every
-# pipeline.
+# failpoint the rest of the suite does not crash, once, plus a zombie run, a moved
+# checkpoint, a checkpoint reset and service restarts under running pipelines; a worker
+# host frozen on a standalone cluster; tests marked campaign), the faults of a three-broker
+# cluster of its own (marked kafka_cluster: a broker frozen past the client timeouts,
+# leaders killed and elected back) and the tests that wait for a broker's own expiry
+# (marked broker_clock). Then the seeded campaign over every pipeline.
 faults: $(JAR) $(STAMP) services
-	$(PY) -m pytest -m "campaign or kafka_cluster" --durations=10
+	$(PY) -m pytest -m "campaign or kafka_cluster or broker_clock" --durations=10
 	$(PY) -m bench.faults $(if $(SEED),--seed $(SEED)) $(if $(FAULTS_CRASHES),--crashes $(FAULTS_CRASHES)) $(PIPELINES)
 
 clean: services-down

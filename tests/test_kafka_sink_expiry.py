@@ -1,7 +1,8 @@
 """The Kafka sink's decision records outlive the broker's ``offsets.retention.minutes``.
 
 Runs a broker of its own with a one-minute offsets retention (the shared one keeps the
-default), so the expiry is the broker's, not a test's deletion.
+default), so the expiry is the broker's, not a test's deletion. That takes two minutes of
+waiting: ``make faults`` runs it (marker broker_clock), ``make test`` does not.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.support.kafka_sink import consume, open_transactions, prefix_of
 from tests.support.kafka_util import create_topic
 from tests.support.pg_util import write_json_files
 
-pytestmark = [pytest.mark.spark, pytest.mark.services]
+pytestmark = [pytest.mark.spark, pytest.mark.services, pytest.mark.broker_clock]
 
 RETENTION = {"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "1000"}
 
