@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from examples.payments.cluster import StandaloneCluster
 from spark_ext.options import checkpoint_sink_id
 from tests.support.kafka_sink import consume, open_transactions, prefix_of
 from tests.support.kafka_util import create_topic, produce
@@ -111,6 +110,8 @@ def test_a_worker_host_frozen_mid_task_is_declared_lost_and_its_task_lands_once(
     """Before (PostgreSQL): the frozen task's session kept its share lock on the sink's row
     and the next batch's claim failed after lockTimeoutMs ("writers of another run still
     hold it"), so did the query; now the claim ends the sessions of fenced epochs."""
+    from examples.payments.cluster import StandaloneCluster  # here: make test-compat stages tests alone
+
     bootstrap = services.kafka_bootstrap
     topic = create_topic(bootstrap, 2, "frozen")
     produce(bootstrap, topic, [(p, None, ("gate" if (p, i) == (0, GATE_OFFSET) else f"{p}-{i}").encode())
