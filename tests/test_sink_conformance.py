@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from spark_ext.commit import TaskInfo
-from spark_ext.errors import FencedError
+from spark_ext.errors import ConnectorError, FencedError
+from spark_ext.guarantees import Guarantee
 from tests.support.pg_util import write_json_files
 from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
 from tests.support.sinks import run_driver as _run
@@ -161,6 +162,27 @@ def test_a_zombie_run_can_neither_prepare_nor_commit(make_case, tmp_path, sink):
     assert case.committed(target) == [3]
     plan(case, target, ckpt)  # the next take-over resolves what A's stale task left
     assert case.in_doubt(ckpt, target) == []
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_a_batch_in_doubt(make_case, tmp_path,
+                                                                                       sink):
+    """An exactly_once run prepared (staged) a batch and died; the operator restarts with a
+    weaker guarantee, which takes nothing over, so what was left would stay in doubt (and a
+    decided batch be written again now and finished a second time by a later exactly_once
+    run). Refused at start, naming the ways out; after one exactly_once take-over the
+    weaker guarantee starts."""
+    case = make_case(sink)
+    target = case.new_target()
+    ckpt = tmp_path / "ckpt"
+    exactly = plan(case, target, ckpt)
+    exactly.new_writer().write(iter([case.rows([1, 2])]), TaskInfo(new_query_id(), 0, 0, 0, 1))
+    for weaker in (Guarantee.AT_LEAST_ONCE, Guarantee.NONE):
+        with pytest.raises(ConnectorError, match=r"exactly_once to finish them.*doctor"):
+            plan(case, target, ckpt, weaker)
+    plan(case, target, ckpt)  # the take-over rolls back what was left
+    plan(case, target, ckpt, Guarantee.AT_LEAST_ONCE)
+    assert case.committed(target) == [] and case.in_doubt(ckpt, target) == []
 
 
 @pytest.mark.parametrize("sink", list(SINKS))

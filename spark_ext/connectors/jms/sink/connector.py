@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 from pyspark.sql.types import StructType
 
 from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
+from spark_ext.connectors.jms.session import ConnectorError, ManagementError, QueueMissingError
 from spark_ext.connectors.jms.sink.committer import JmsCommitter
 from spark_ext.connectors.jms.sink.config import SINK_OPTIONS, JmsSinkConfig
 from spark_ext.connectors.jms.sink.records import check_schema
@@ -21,6 +23,8 @@ from spark_ext.connectors.jms.sink.writer import (
 from spark_ext.errors import ConfigurationError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+
+log = logging.getLogger(__name__)
 
 #: The log's compare-and-set needs the ids of a few recent entries remembered, across restarts.
 MIN_ID_CACHE = 100
@@ -51,6 +55,8 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
         with open_session(config) as session:
             if config.guarantee is Guarantee.EXACTLY_ONCE:
                 _check_broker(session)
+            else:
+                _refuse_if_left_staged(session, config)
         return config
 
     def new_writer(self, config: JmsSinkConfig, claim: Claim[int] | None) -> JmsWriter:
@@ -63,6 +69,26 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
 
     def new_committer(self, config: JmsSinkConfig) -> JmsCommitter:
         return JmsCommitter(config)
+
+
+def _refuse_if_left_staged(session: BrokerAttributes, cfg: JmsSinkConfig) -> None:
+    """A weaker run never takes the sink over, so what an exactly_once run of this sink left
+    staged would stay there (a decided batch, written again by this run, and moved a second
+    time by a later exactly_once run): refuse, naming the ways out."""
+    try:
+        staged = int(session.attribute(f"queue.{cfg.staging}", "MessageCount"))
+    except QueueMissingError:
+        return  # the sink never ran with exactly_once
+    except ManagementError as e:  # a weaker guarantee does not need the manage permission
+        log.warning("could not count the staged messages of sink %r (%s); a weaker guarantee cannot tell "
+                    "whether an exactly_once run of this sink left some", cfg.sink_id, e)
+        return
+    if staged:
+        raise ConnectorError(
+            f"{staged} message(s) of sink {cfg.sink_id!r} are still in its staging queue {cfg.staging}, left "
+            f"by an exactly_once run of this sink, and this query runs with guarantee {cfg.guarantee.value}: "
+            "restart it once with guarantee exactly_once to finish them, or resolve them with 'spark-ext "
+            "doctor jms resolve', then change the guarantee")
 
 
 def _check_broker(session: BrokerAttributes) -> None:
