@@ -232,6 +232,8 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
                 return self._remember(self._latest_now())
             start = to_json(self._known)
         begin = from_json(start)
+        if self._target is not None:
+            return self._toward_target(begin, limit)
         meta = self._plan.meta
         try:
             latest = meta.latest(meta.partitions())
@@ -250,14 +252,31 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         self._check_loss(begin, earliest, latest)
         recreated = {tp for tp, s in begin.items() if tp in latest and latest[tp] < s}
         end = {**begin, **latest}
-        if self._target is not None:
-            # prepareForTriggerAvailableNow may run before initialOffset: cap, never go back.
-            end = {tp: min(o, self._target[tp]) if tp in self._target else begin.get(tp, o)
-                   for tp, o in end.items() if tp in self._target or tp in begin}
         end = {tp: o if tp in recreated else max(o, begin.get(tp, 0)) for tp, o in end.items()}
         if isinstance(limit, ReadMaxRows):
             from_ = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}
             end = rate_limit(from_, end, limit.max_rows)
+        return self._remember(to_json(end))
+
+    def _toward_target(self, begin: PartitionOffsets, limit: ReadLimit | None) -> dict:
+        """``Trigger.AvailableNow``: the end is the target fixed at its start, as in Spark's
+        own Kafka source; no broker is asked again. Spark ends such a query at the first
+        batch planned empty, so a moment without an answer (a leader killed, not yet
+        replaced) or a new leader's lagging high watermark, planned as "no new data",
+        would end it with input unread. A target below ``begin`` (the query started
+        from offsets past it) never goes back. Records deleted before they were read are
+        checked here when the cluster answers, else by the task that reads them."""
+        assert self._target is not None
+        self._latest = self._target  # what progress reports as the source's latest
+        end = {**begin, **{tp: max(o, begin.get(tp, 0)) for tp, o in self._target.items()}}
+        try:
+            earliest = self._plan.meta.earliest(begin.keys() & end.keys()) if begin else {}
+        except ConnectorError as e:
+            log.warning("Kafka unavailable, checking for deleted records when they are read: %s", e)
+        else:
+            self._check_loss(begin, earliest, end)
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit({tp: begin.get(tp, 0) for tp in end}, end, limit.max_rows)
         return self._remember(to_json(end))
 
     def _latest_now(self) -> dict:
