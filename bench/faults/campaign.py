@@ -265,7 +265,7 @@ class Episodes:
             self.failures.append(f"the moved checkpoint was not refused (exit {copy.returncode}; {log.name})")
         self.say(f"moved checkpoint {'refused' if refused else 'NOT refused'}; taking the way out")
         if self.run.p.sink != "kafka":
-            self.run.sink_id = self.run.current_sink_id(old, old_id)  # the copy carries the old sink on
+            self.run.sink_id = self.run.sink_of(old, old_id)  # the copy carries the old sink on
             return
         self.run.former.append((self.run.checkpoint, None))
         self.run.checkpoint = old

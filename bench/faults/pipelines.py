@@ -147,19 +147,17 @@ class PipelineRun:
     def reset_checkpoint(self) -> None:
         shutil.rmtree(self.checkpoint, ignore_errors=True)
 
-    def move_checkpoint(self, sink_id: str | None = None) -> Path:
+    def move_checkpoint(self) -> None:
         """Copy the checkpoint to a new path and run from there on (the old one stays, as an
-        operator's copy leaves it); ``sink_id``: run under that sinkId from now on."""
+        operator's copy leaves it)."""
         self.former.append((self.checkpoint, self.sink_id))
         copy = self.tmp / f"ckpt-moved-{len(self.former)}"
         shutil.copytree(self.checkpoint, copy)
-        self.checkpoint, self.sink_id = copy, sink_id or self.sink_id
-        return copy
+        self.checkpoint = copy
 
-    def current_sink_id(self, checkpoint: Path | None = None, sink_id: str | None = None) -> str:
+    @staticmethod
+    def sink_of(checkpoint: Path, sink_id: str | None) -> str:
         """The PostgreSQL / queue sink's id: option sinkId, else derived from the checkpoint."""
-        if checkpoint is None:
-            checkpoint, sink_id = self.checkpoint, self.sink_id
         return sink_id or checkpoint_sink_id(str(checkpoint))
 
     def _create_topic(self, name: str, partitions: int) -> None:
@@ -260,11 +258,10 @@ class PipelineRun:
         """Prepared PostgreSQL transactions, open Kafka transactions, or messages left in the
         queue sink's staging queue, of the sink and of every identity a moved checkpoint had."""
         identities = [*self.former, (self.checkpoint, self.sink_id)]
+        sinks = {self.sink_of(c, s) for c, s in identities}
         if self.p.sink == "jms":
-            sinks = {self.current_sink_id(c, s) for c, s in identities}
             return sum(_staged(self.env, sink) for sink in sinks)
         if self.p.sink == "jdbc":
-            sinks = {self.current_sink_id(c, s) for c, s in identities}
             return sum(int(run_sql(self.env["POSTGRES_URL"], "SELECT count(*) FROM pg_prepared_xacts "
                                    f"WHERE gid LIKE 'sx:{sink}:%'")[0][0]) for sink in sinks)
         from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient

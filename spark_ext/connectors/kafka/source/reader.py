@@ -270,7 +270,7 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         self._latest = self._target  # what progress reports as the source's latest
         end = {**begin, **{tp: max(o, begin.get(tp, 0)) for tp, o in self._target.items()}}
         try:
-            earliest = self._plan.meta.earliest(begin.keys() & end.keys()) if begin else {}
+            earliest = self._plan.meta.earliest(begin.keys()) if begin else {}
         except ConnectorError as e:
             log.warning("Kafka unavailable, checking for deleted records when they are read: %s", e)
         else:
