@@ -69,7 +69,9 @@ def _run(kind: str, k: int) -> Result:
                     .select("account", "ts", "amount"))
 
         slide = f"{60 // k} seconds" if k else "60 seconds"
-        pipelines = [_pipelines(kind, slide, stream(path)) for path in (f"{tmp}/warm", src)]
+        files = os.environ.get("BENCH_WINDOW_STATE", "files") != "store"
+        pipelines = [_pipelines(kind, slide, stream(path), f"{tmp}/state-{i}" if files else None)
+                     for i, path in enumerate((f"{tmp}/warm", src))]
         # One untimed run of each on a small input first: Python workers and JIT warm for both.
         for label, df in zip(("baseline", "ours"), pipelines[0], strict=True):
             q = (df.writeStream.format("parquet").option("path", f"{tmp}/warm-out-{label}")
@@ -90,7 +92,8 @@ def _run(kind: str, k: int) -> Result:
             if n != events + 1:
                 raise BenchError(f"{name} {label}: read {n} events, expected {events + 1}")
             rates[label] = n / dt
-            print(f"[bench] {name} {label}: {n} events in {dt:.2f} s", file=sys.stderr)
+            kept = " (state in files)" if label == "ours" and files else ""
+            print(f"[bench] {name} {label}{kept}: {n} events in {dt:.2f} s", file=sys.stderr)
         floor = _floor(stream(), f"{tmp}/ck-floor")
         base_s = (events + 1) / rates["baseline"]
         print(f"[bench] {name} floor: the same events read into the noop sink in {floor:.2f} s, so no "
@@ -113,8 +116,9 @@ def _floor(events: Any, ckpt: str) -> float:
     return time.monotonic() - t0
 
 
-def _pipelines(kind: str, slide: str, events: Any) -> tuple[Any, Any]:
-    """(Spark's window aggregation, ours) over the same stream."""
+def _pipelines(kind: str, slide: str, events: Any, state: str | None) -> tuple[Any, Any]:
+    """(Spark's window aggregation, ours) over the same stream; ours keeps its state under
+    ``state`` (None: in Spark's state store)."""
     from pyspark.sql import functions as F
 
     from spark_ext import windows
@@ -122,10 +126,12 @@ def _pipelines(kind: str, slide: str, events: Any) -> tuple[Any, Any]:
 
     aggs = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")}
     if kind == "sliding":
-        ours = windows.sliding(events, ["account"], "ts", "60 seconds", slide, aggs, lateness="5 seconds")
+        ours = windows.sliding(events, ["account"], "ts", "60 seconds", slide, aggs, lateness="5 seconds",
+                               state_location=state)
         w, col = F.window("ts", "60 seconds", slide), "window"
     else:
-        ours = windows.session(events, ["account"], "ts", "10 seconds", aggs, lateness="5 seconds")
+        ours = windows.session(events, ["account"], "ts", "10 seconds", aggs, lateness="5 seconds",
+                               state_location=state)
         w, col = F.session_window("ts", "10 seconds"), "session_window"
     base = (events.withWatermark("ts", "5 seconds").groupBy("account", w)
             .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"))

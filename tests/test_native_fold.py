@@ -75,7 +75,7 @@ def _spec(df, kind, keys, streaming, part_cols=("p",)):
     sliding = kind == "sliding"
     spec = api._spec(df, kind, keys, "ts", AGGS, 7_000_000 if sliding else 0, 3 if sliding else 0,
                      0 if sliding else 4_000_000, "0 seconds", list(part_cols) or None, "60 seconds",
-                     5, "windows", False)
+                     5, "windows", False, None)
     return dataclasses.replace(spec, streaming=streaming)
 
 
@@ -177,7 +177,7 @@ def test_an_aggregate_only_python_computes_folds_in_python(spark, monkeypatch):
     doubled = UserAggregate(("v",), [StateColumn("t", "sum", lambda t: t.column("v"))],
                             lambda s: pa.array(s["t"]), pa.int64())
     spec = api._spec(df, "sliding", ["k"], "ts", {"t": doubled}, 1_000_000, 1, 0, "0 seconds", None,
-                     None, 2, "windows", False)
+                     None, 2, "windows", False, None)
     src = api.stage1_input(df, spec)
     monkeypatch.setenv(native.ENV, "auto")
     assert native.fold(src, spec) is None

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-from pathlib import Path
 
 import pytest
 
 from spark_ext import windows
 from spark_ext.windows import aggregate as agg
 from spark_ext.windows.frames import WindowError
-from tests.support.windows_data import events, frame, same
+from tests.support.windows_data import events, frame, in_order_batches, same, write_files
 
 pytestmark = [pytest.mark.spark]
 
@@ -91,42 +89,21 @@ def test_seeds_worked_example_30_s_window_sliding_by_10_s(spark):
     assert got[60] == 10 and got[90] == 4  # 1:00-1:30 holds ten events, 1:30-2:00 four
 
 
-def _write_files(src: Path, batches: list[list[dict]]) -> None:
-    src.mkdir(parents=True, exist_ok=True)
-    for i, rows in enumerate(batches):
-        f = src / f"f{i:03d}.json"
-        f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        os.utime(f, (1_000_000 + i, 1_000_000 + i))
+_COMPAT = pytest.mark.compat
 
 
-def _in_order_batches(seed: int, files: int, per_file: int, jitter_us: int = 0) -> list[list[dict]]:
-    """Events in time order (each moved by up to ``jitter_us`` and shuffled within its
-    file when jitter is given), amounts sometimes null; the last file closes every window."""
-    rnd, t, out = random.Random(seed), 0, []
-    for i in range(files):
-        rows = []
-        for _ in range(per_file):
-            t += rnd.randint(0, 300_000)
-            ts = max(0, t + rnd.randint(-jitter_us, jitter_us))
-            amount = None if jitter_us and rnd.random() < 0.1 else rnd.randint(0, 100)
-            rows.append({"account": f"k{rnd.randint(0, 5)}", "ts": ts / 1e6, "amount": amount})
-        if jitter_us:
-            rnd.shuffle(rows)
-        if i == files - 1:  # a far-future event of another key closes every window
-            rows.append({"account": "~flush", "ts": t / 1e6 + 10_000, "amount": 0})
-        out.append(rows)
-    return out
-
-
-@pytest.mark.parametrize("kind,jitter_us", [pytest.param("sliding", 0, marks=pytest.mark.compat),
-                                             pytest.param("session", 0, marks=pytest.mark.compat),
-                                             ("sliding", 2_000_000)])
-def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind, jitter_us):
-    """In order, and out of order within the allowed lateness (with null amounts)."""
+@pytest.mark.parametrize("kind,jitter_us,state", [pytest.param("sliding", 0, "store", marks=_COMPAT),
+                                                   pytest.param("session", 0, "store", marks=_COMPAT),
+                                                   ("sliding", 2_000_000, "store"),
+                                                   pytest.param("sliding", 0, "files", marks=_COMPAT),
+                                                   ("session", 2_000_000, "files")])
+def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind, jitter_us, state):
+    """In order, and out of order within the allowed lateness (with null amounts); the
+    windows' state in Spark's state store, or in files (``state_location``)."""
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    _write_files(tmp_path / "src", _in_order_batches(7, 4, 400, jitter_us))
+    write_files(tmp_path / "src", in_order_batches(7, 4, 400, jitter_us))
 
     def stream():
         return (spark.readStream.schema("account string, ts double, amount long")
@@ -134,12 +111,14 @@ def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind
                 .withColumn("ts", F.col("ts").cast("timestamp")))
 
     aggs = {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount"), "low": agg.min("amount")}
+    where = str(tmp_path / "state") if state == "files" else None
     if kind == "sliding":
         ours = windows.sliding(stream(), ["account"], "ts", "30 seconds", "10 seconds", aggs,
-                               lateness="5 seconds")
+                               lateness="5 seconds", state_location=where)
         w, col = F.window("ts", "30 seconds", "10 seconds"), "window"
     else:
-        ours = windows.session(stream(), ["account"], "ts", "3 seconds", aggs, lateness="5 seconds")
+        ours = windows.session(stream(), ["account"], "ts", "3 seconds", aggs, lateness="5 seconds",
+                               state_location=where)
         w, col = F.session_window("ts", "3 seconds"), "session_window"
     ref = (stream().withWatermark("ts", "5 seconds").groupBy("account", w)
            .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.max("amount").alias("top"),
@@ -147,11 +126,12 @@ def test_streaming_equals_spark_streaming_with_a_watermark(spark, tmp_path, kind
            .select("account", F.col(f"{col}.start"), F.col(f"{col}.end"), "n", "total", "top", "low"))
     got = {}
     for name, df in (("ours", ours), ("ref", ref)):
-        q = (df.writeStream.format("memory").queryName(f"w_{kind}_{jitter_us}_{name}").outputMode("append")
+        label = f"w_{kind}_{jitter_us}_{state}_{name}"
+        q = (df.writeStream.format("memory").queryName(label).outputMode("append")
              .option("checkpointLocation", str(tmp_path / f"ck-{name}")).trigger(availableNow=True).start())
         assert q.awaitTermination(300), "still running after 300 s"
         assert q.exception() is None
-        table = spark.table(f"w_{kind}_{jitter_us}_{name}").where("account != '~flush'")
+        table = spark.table(label).where("account != '~flush'")
         got[name] = sorted(tuple(r) for r in table.collect())
     assert got["ours"] and got["ours"] == got["ref"]
 
@@ -165,7 +145,7 @@ def test_late_events_are_counted_in_the_query_progress(spark, tmp_path):
     on_time = [{"account": "a", "ts": float(t), "amount": 1} for t in range(0, 100)]
     later = [{"account": "a", "ts": float(t), "amount": 1} for t in range(200, 300)]
     late = [{"account": "b", "ts": 10.0 + t, "amount": 1} for t in range(7)]  # windows 0-40 s emitted
-    _write_files(tmp_path / "src", [on_time, later, [*late, {"account": "a", "ts": 300.0, "amount": 1}]])
+    write_files(tmp_path / "src", [on_time, later, [*late, {"account": "a", "ts": 300.0, "amount": 1}]])
     df = (spark.readStream.schema("account string, ts double, amount long").option("maxFilesPerTrigger", 1)
           .json(str(tmp_path / "src")).withColumn("ts", F.col("ts").cast("timestamp")))
     ours = windows.sliding(df, ["account"], "ts", "30 seconds", "10 seconds", {"n": agg.count()},
@@ -188,7 +168,7 @@ def test_a_restart_with_another_window_definition_is_refused_and_the_old_one_res
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    files = _in_order_batches(11, 4, 200)
+    files = in_order_batches(11, 4, 200)
     aggs = {"n": agg.count(), "total": agg.sum("amount")}
 
     out: dict[str, dict[int, list[tuple]]] = {}
@@ -208,12 +188,12 @@ def test_a_restart_with_another_window_definition_is_refused_and_the_old_one_res
             pass  # the caller looks at q.exception()
         return q
 
-    _write_files(tmp_path / "whole", files)
+    write_files(tmp_path / "whole", files)
     assert run("ck-whole", "whole", "10 seconds").exception() is None
-    _write_files(tmp_path / "src", files[:2])
+    write_files(tmp_path / "src", files[:2])
     assert run("ck", "src", "10 seconds").exception() is None
     first = dict(out["ck"])
-    _write_files(tmp_path / "src", files)
+    write_files(tmp_path / "src", files)
     changed = run("ck", "src", "15 seconds")
     assert changed.exception() is not None, "a restart under another slide ran on"
     assert "slide 10 s -> 15 s" in str(changed.exception())
@@ -381,3 +361,17 @@ def test_bad_arguments_fail_on_the_driver(spark, call, expected):
     df = frame(spark, events(1, 5, 1, 10))
     with pytest.raises(WindowError, match=expected):
         call(df)
+
+
+def test_state_location_is_checked_on_the_driver(spark, tmp_path):
+    """Not with emit_when_idle (only Spark's timeouts wake an idle bucket), and it must be
+    writable: both refused when the query is built, before it runs."""
+    stream = spark.readStream.schema("account string, ts timestamp, amount long").json(str(tmp_path))
+    aggs = {"n": agg.count()}
+    with pytest.raises(WindowError, match="emit_when_idle needs Spark's state store"):
+        windows.tumbling(stream, ["account"], "ts", "1 minute", aggs, emit_when_idle=True,
+                         state_location=str(tmp_path / "state"))
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(WindowError, match="is not writable"):
+        windows.tumbling(stream, ["account"], "ts", "1 minute", aggs,
+                         state_location=str(tmp_path / "taken" / "s"))

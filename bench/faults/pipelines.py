@@ -37,6 +37,7 @@ class Pipeline:
     resets: bool = False  # a checkpoint deleted and the query restarted on new input
     options: dict[str, str] = field(default_factory=dict)
     windows: bool = False  # sliding windows of the events (spark_ext.windows) instead of the ids
+    window_files: bool = False  # the windows' state in files (state_location), not Spark's state store
 
     @property
     def exactly_once(self) -> bool:
@@ -53,6 +54,9 @@ PIPELINES = {p.name: p for p in [
     Pipeline("kafka_windows_to_jdbc", "kafka", "jdbc", "exactly_once",
              ("kafka.read", "windows.stage2", *JDBC_SINK_POINTS), "jdbc.after_prepare",
              ("kafka", "postgres"), windows=True),
+    Pipeline("kafka_windows_files_to_jdbc", "kafka", "jdbc", "exactly_once",
+             ("kafka.read", "windows.stage2", "windows.state_written", *JDBC_SINK_POINTS),
+             "windows.state_written", ("kafka", "postgres"), windows=True, window_files=True),
     Pipeline("jms_to_jdbc", "jms", "jdbc", "exactly_once",
              ("jms.before_ack", "jms.mid_ack", *JDBC_SINK_POINTS), "jdbc.after_prepare",
              ("artemis", "postgres")),
@@ -182,6 +186,7 @@ class PipelineRun:
             "stomp_host": e["STOMP_HOST"], "stomp_port": e["STOMP_PORT"], "stomp_user": e["STOMP_USER"],
             "stomp_password": e["STOMP_PASSWORD"], "url": e["POSTGRES_URL"], "out": self.out,
             "expected": len(self.expected), "idle_s": 45, "windows": self.p.windows,
+            "state_location": str(self.tmp / "window-state") if self.p.window_files else None,
             "options": {"guarantee": self.p.guarantee, **self.p.options,
                         **({"createTable": "true"} if self.p.sink == "jdbc" else {}),
                         **({"sinkId": self.sink_id} if self.sink_id else {})},

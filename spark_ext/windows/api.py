@@ -3,7 +3,8 @@
 ``tumbling`` / ``sliding`` / ``session`` turn their arguments into one ``Spec`` (raising
 ``WindowError`` on the driver for anything unusable) and build the plan: stage 1
 (the companion jar's JVM fold, ``native.py``, or ``mapInArrow``), the shuffle by bucket,
-stage 2 (``applyInArrow`` in batch, ``applyInPandasWithState`` in streaming); the stages
+stage 2 (``applyInArrow`` in batch, ``applyInPandasWithState`` in streaming, or
+``applyInArrow`` over versioned files with ``state_location``); the stages
 themselves are ``stages.py``.
 """
 
@@ -18,12 +19,12 @@ import pyarrow as pa
 from spark_ext import compat
 from spark_ext.options import Option, OptionSpec
 from spark_ext.windows import frames as fr
-from spark_ext.windows import native
+from spark_ext.windows import native, versioned
 from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import AggregateOperation
 from spark_ext.windows.frames import WindowError
-from spark_ext.windows.stages import Spec, batch_stage2, stage1, stream_stage2
-from spark_ext.windows.state import BUCKET, PART_KEY, WIRE
+from spark_ext.windows.stages import Spec, batch_stage2, files_stage2, stage1, stream_stage2
+from spark_ext.windows.state import BUCKET, NOW, PART_KEY, WIRE
 from spark_ext.windows.windower import HIDDEN_COUNT
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ ARGUMENTS = OptionSpec.of(
     Option("emit_when_idle", "Streaming: emit the windows the watermark passes while no input arrives. "
            "Needs a `processingTime` trigger and an `idle_timeout` of at least twice the trigger "
            "interval.", default=False, shown="`False`"),
+    Option("state_location", "Streaming: keep the windows' state in versioned files under this directory "
+           "(a path every executor reaches, or an `s3://`, `gs://`, `hdfs://` URI) instead of Spark's state "
+           "store: faster per batch. One per checkpoint; not with `emit_when_idle`.",
+           shown="none: Spark's state store"),
 )
 
 _UNITS = {"microsecond": 1, "millisecond": 1000, "second": 10**6, "minute": 60 * 10**6,
@@ -77,7 +82,8 @@ def tumbling(df: DataFrame, keys: Sequence[str], timestamp: str, size: str,
 def sliding(df: DataFrame, keys: Sequence[str], timestamp: str, size: str, slide: str,
             aggs: Mapping[str, AggregateOperation], *, lateness: str = "0 seconds",
             partition_column: str | Sequence[str] | None = None, idle_timeout: str | None = "60 seconds",
-            buckets: int | None = None, metrics: str = "windows", emit_when_idle: bool = False) -> DataFrame:
+            buckets: int | None = None, metrics: str = "windows", emit_when_idle: bool = False,
+            state_location: str | None = None) -> DataFrame:
     """Windows of ``size`` every ``slide`` (size a multiple of slide), per key. Driver.
 
     ``lateness``: how far behind the coalesced watermark an event may be. ``partition_column``:
@@ -92,12 +98,15 @@ def sliding(df: DataFrame, keys: Sequence[str], timestamp: str, size: str, slide
     the windows the watermark passes while no input arrives (a partition going idle, or the
     input stopping), within about one trigger interval; it needs a ``processingTime``
     trigger (Spark then runs a batch every trigger, and would never end an ``availableNow``
-    query) and an ``idle_timeout`` of at least twice the trigger interval. Bad arguments
-    raise ``WindowError`` here.
+    query) and an ``idle_timeout`` of at least twice the trigger interval.
+    ``state_location``: in streaming, keep the windows' state in versioned files under this
+    directory (every executor must reach it) instead of Spark's state store, which saves
+    each batch the state store's round trip (``versioned.py``); give each checkpoint its
+    own. Bad arguments raise ``WindowError`` here.
     """
     size_us, slide_us = duration_us(size, "size"), duration_us(slide, "slide")
     spec = _spec(df, "sliding", keys, timestamp, aggs, slide_us, fr.frames_per_window(size_us, slide_us), 0,
-                 lateness, partition_column, idle_timeout, buckets, metrics, emit_when_idle)
+                 lateness, partition_column, idle_timeout, buckets, metrics, emit_when_idle, state_location)
     return _build(df, spec)
 
 
@@ -113,7 +122,7 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
                  kw.pop("lateness", a.default_str("lateness")), kw.pop("partition_column", None),
                  kw.pop("idle_timeout", a.default_str("idle_timeout")),
                  kw.pop("buckets", None), kw.pop("metrics", a.default_str("metrics")),
-                 kw.pop("emit_when_idle", a.default_bool("emit_when_idle")))
+                 kw.pop("emit_when_idle", a.default_bool("emit_when_idle")), kw.pop("state_location", None))
     if kw:
         raise WindowError(f"unknown argument(s) {sorted(kw)}")
     return _build(df, spec)
@@ -121,7 +130,8 @@ def session(df: DataFrame, keys: Sequence[str], timestamp: str, timeout: str,
 
 def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[str, AggregateOperation],
           slide_us: int, k: int, gap_us: int, lateness: str, part_col: str | Sequence[str] | None,
-          idle: str | None, buckets: int | None, metrics: str, emit_when_idle: bool) -> Spec:
+          idle: str | None, buckets: int | None, metrics: str, emit_when_idle: bool,
+          state_location: str | None) -> Spec:
     from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
 
     cols = {f.name: f.dataType for f in df.schema.fields}
@@ -143,6 +153,11 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     if emit_when_idle and not idle:
         raise WindowError("emit_when_idle needs an idle_timeout (e.g. '60 seconds'): without one no "
                           "partition ever goes idle")
+    if state_location is not None and emit_when_idle:
+        raise WindowError("emit_when_idle needs Spark's state store (its timeouts wake idle buckets); drop "
+                          "state_location, or emit_when_idle")
+    if state_location is not None and df.isStreaming:
+        state_location = versioned.check_location(state_location)
     if not aggs:
         raise WindowError("aggs is empty; give at least one, e.g. {'n': aggregate.count()}")
     ops = HIDDEN_COUNT.added_to(aggs)
@@ -173,7 +188,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
     out = pa.schema([*key_fields, *bounds_out, *results])
     return Spec(kind, tuple(keys), ts, slide_us, k, gap_us, duration_us(lateness, "lateness"),
                 duration_us(idle, "idle_timeout") if idle else None, part_cols, buckets, ops, partials, out,
-                df.isStreaming, metrics, emit_when_idle)
+                df.isStreaming, metrics, emit_when_idle, state_location if df.isStreaming else None)
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -200,12 +215,20 @@ def stage1_rows(src: DataFrame, spec: Spec) -> DataFrame:
 
 
 def _build(df: DataFrame, spec: Spec) -> DataFrame:
-    grouped = stage1_rows(stage1_input(df, spec), spec).groupBy(BUCKET)
+    rows = stage1_rows(stage1_input(df, spec), spec)
     if not df.isStreaming:
-        return grouped.applyInArrow(batch_stage2(spec), _spark_schema(spec.out_schema))
+        return rows.groupBy(BUCKET).applyInArrow(batch_stage2(spec), _spark_schema(spec.out_schema))
+    if spec.state_location is not None:
+        from pyspark.sql import functions as F
+
+        # Spark puts the batch's timestamp from its offset log in current_timestamp(): a replay sees the same.
+        timed = rows.withColumn(NOW, F.unix_micros(F.current_timestamp()))
+        out = timed.groupBy(BUCKET).applyInArrow(files_stage2(spec, spec.state_location),
+                                                 _spark_schema(spec.output.schema))
+        return spec.output.observe(out, spec.metrics)
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    out = grouped.applyInPandasWithState(
+    out = rows.groupBy(BUCKET).applyInPandasWithState(
         stream_stage2(spec), _spark_schema(spec.output.schema), ws.STATE_SCHEMA, "append",
         GroupStateTimeout.ProcessingTimeTimeout if spec.emit_when_idle else GroupStateTimeout.NoTimeout)
     return spec.output.observe(out, spec.metrics)

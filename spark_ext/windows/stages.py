@@ -3,8 +3,9 @@
 1. Per input partition, stateless (``mapInArrow``): events folded into partials, plus the
    latest event time per source partition (streaming), sent as wire rows (``state.py``).
 2. Per bucket of keys: batch (``applyInArrow``) merges and emits every window; streaming
-   (``applyInPandasWithState``) moves the clock, drops late partials, keeps the rest in
-   Spark's state store and emits the windows the watermark closed.
+   moves the clock, drops late partials, keeps the rest and emits the windows the
+   watermark closed, keeping them in Spark's state store (``applyInPandasWithState``) or,
+   with ``state_location``, in versioned files (``applyInArrow``, ``versioned.py``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import pyarrow as pa
 
 from spark_ext import compat, failpoints
 from spark_ext.windows import state as ws
+from spark_ext.windows import versioned
 from spark_ext.windows.aggregate import AggregateOperation
 from spark_ext.windows.clock import MIN, Clock
-from spark_ext.windows.state import BUCKET, PART_KEY
-from spark_ext.windows.windower import SessionWindower, SlidingWindower, Windower, drop_late
+from spark_ext.windows.frames import WindowError
+from spark_ext.windows.state import BUCKET, NOW, PART_KEY
+from spark_ext.windows.windower import LateEvents, SessionWindower, SlidingWindower, Windower, drop_late
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,6 +53,7 @@ class Spec:
     streaming: bool
     metrics: str = "windows"  # the observed metrics' name in the query's progress
     emit_when_idle: bool = False  # wake idle buckets (Spark's processing-time timeouts)
+    state_location: str | None = None  # streaming: keep the partials in files there (versioned.py)
 
     @property
     def part_col(self) -> str | None:
@@ -124,11 +128,37 @@ def batch_stage2(spec: Spec) -> Callable[[pa.Table], pa.Table]:
     return run
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one streaming stage-2 call decided for a bucket."""
+
+    out: pa.Table  # the windows the watermark closed, in the output schema
+    keep: pa.Table  # the partials to keep
+    bucket: ws.BucketState
+    late: LateEvents
+    wake: float | None  # emit_when_idle: when to be woken again (µs from now)
+
+
+def _step(spec: Spec, clock: Clock, wire: ws.WireInput, kept: pa.Table | None, bucket: ws.BucketState,
+          now: float) -> Step:
+    """The clock moves the watermark, late partials are dropped, the new ones join the kept
+    state, the windows the watermark closed are emitted. ``now``: the batch's processing
+    time from Spark's offset log (µs), the same when a batch is replayed."""
+    moved = clock.advance(bucket.clock, now, wire.seen)
+    wm_before, wm = bucket.clock.watermark, moved.watermark
+    new, late = drop_late(spec.windower, wire.partials, wm_before)
+    bucket = bucket.after(moved, late)
+    if late.events:
+        log.warning("dropped %s late events (every window they belong to was already emitted; "
+                    "%s in total); raise 'lateness' to keep them", late.events, bucket.late_total)
+    out, keep = _emit(spec, pa.concat_tables([t for t in (kept, new) if t is not None]), wm_before, wm)
+    wake = clock.wake_in(moved, now) if spec.emit_when_idle else None
+    return Step(out, keep, bucket, late, wake)
+
+
 def stream_stage2(spec: Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """Per bucket and batch: the clock moves the watermark, late partials are dropped, the
-    new ones join the kept state, the windows the watermark closed are emitted."""
+    """Per bucket and batch (``applyInPandasWithState``): the partials kept in Spark's state store."""
     clock = Clock(spec.lateness_us, spec.idle_us)
-    windower = spec.windower
     output = spec.output
     definition = spec.definition
 
@@ -136,22 +166,38 @@ def stream_stage2(spec: Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], It
         _failpoint()
         wire = ws.read_wire_frames(list(pdfs), spec.stage1_schema)
         kept, bucket = ws.load(state, spec.buckets, definition)
-        # The batch's processing time from the offset log: the same when a batch is replayed.
-        now = float(state.getCurrentProcessingTimeMs()) * 1000
-        moved = clock.advance(bucket.clock, now, wire.seen)
-        wm_before, wm = bucket.clock.watermark, moved.watermark
-        new, late = drop_late(windower, wire.partials, wm_before)
-        bucket = bucket.after(moved, late)
-        if late.events:
-            log.warning("dropped %s late events (every window they belong to was already emitted; "
-                        "%s in total); raise 'lateness' to keep them", late.events, bucket.late_total)
-        out, keep = _emit(spec, pa.concat_tables([t for t in (kept, new) if t is not None]), wm_before, wm)
-        ws.save(state, keep, bucket)
-        wake = clock.wake_in(moved, now) if spec.emit_when_idle else None
-        if wake is not None:
-            state.setTimeoutDuration(int(wake // 1000))
-        if out.num_rows or late.events:
-            yield output.rows(out, late).to_pandas(integer_object_nulls=True)
+        step = _step(spec, clock, wire, kept, bucket, float(state.getCurrentProcessingTimeMs()) * 1000)
+        ws.save(state, step.keep, step.bucket)
+        if step.wake is not None:
+            state.setTimeoutDuration(int(step.wake // 1000))
+        if step.out.num_rows or step.late.events:
+            yield output.rows(step.out, step.late).to_pandas(integer_object_nulls=True)
+    return run
+
+
+def files_stage2(spec: Spec, location: str) -> Callable[[pa.Table], pa.Table]:
+    """Per bucket and batch (``applyInArrow``): the partials kept in versioned files under
+    ``location`` (``versioned.py``). Each call's rows carry the batch's timestamp (``NOW``)."""
+    clock = Clock(spec.lateness_us, spec.idle_us)
+    output = spec.output
+    definition = spec.definition
+
+    def run(table: pa.Table) -> pa.Table:
+        _failpoint()
+        ident = compat.task_identity()
+        if ident is None or ident.batch_id is None or not ident.query_id:
+            raise WindowError("state_location is for streaming queries: this task runs outside one")
+        files = versioned.BucketFiles.at(location, ident.query_id, int(table.column(BUCKET)[0].as_py()))
+        before = files.read_before(ident.batch_id)
+        kept, bucket = ws.restore(before.partials if before else None, before.meta if before else None,
+                                  spec.buckets, definition)
+        now = float(table.column(NOW)[0].as_py())
+        step = _step(spec, clock, ws.read_wire_table(table, spec.stage1_schema), kept, bucket, now)
+        files.write(ident.batch_id, step.keep, ws.encode_meta(step.bucket))
+        failpoints.hit("windows.state_written", ident.batch_id)
+        if before is not None:
+            files.purge(below=before.batch_id)
+        return output.rows(step.out, step.late)
     return run
 
 

@@ -47,6 +47,7 @@ PART_KEY = "__part_key"  # stage-1 input: the hash of the columns that name a ro
 WIRE = pa.schema([pa.field(BUCKET, pa.int64()), pa.field(KIND, pa.int64()), pa.field(PART, pa.int64()),
                   pa.field(MAXTS, pa.int64()), pa.field(PAYLOAD, pa.binary())])
 STATE_SCHEMA = "frames binary, meta string"
+NOW = "__now"  # stage 2 with state_location: the batch's timestamp (µs), beside the wire rows
 LATE = "__late"
 
 
@@ -219,16 +220,25 @@ def decode_meta(text: str, buckets: int) -> BucketState:
 
 
 def load(state: Any, buckets: int, definition: WindowDefinition) -> tuple[pa.Table | None, BucketState]:
-    """A bucket's kept partials and state from Spark's ``GroupState``; fresh ones if none.
+    """A bucket's kept partials and state from Spark's ``GroupState``; fresh ones if none."""
+    if not state.exists:
+        return None, BucketState(buckets, definition=definition)
+    blob, text = state.get
+    return restore(from_ipc(blob), text, buckets, definition)
+
+
+def restore(partials: pa.Table | None, text: str | None, buckets: int,
+            definition: WindowDefinition) -> tuple[pa.Table | None, BucketState]:
+    """A bucket's kept partials and its ``encode_meta`` JSON, checked; fresh state if ``text``
+    is None (nothing kept yet).
 
     Refuses state built with other buckets or another window definition: keys would move
     and frames be read under another slide, silently wrong. A changed clock key only
     forgets the partitions' marks (the watermark stays), as marks under the old key would
     never be seen again and would hold the watermark back for good.
     """
-    if not state.exists:
+    if text is None:
         return None, BucketState(buckets, definition=definition)
-    blob, text = state.get
     kept = decode_meta(text, buckets)
     if kept.buckets != buckets:
         raise WindowError(f"this checkpoint's window state was built with buckets={kept.buckets}, "
@@ -246,7 +256,7 @@ def load(state: Any, buckets: int, definition: WindowDefinition) -> tuple[pa.Tab
                     "and relearns them; the watermark stays at %s", ", ".join(old_clock) or "none",
                     ", ".join(definition.clock) or "none", clock.watermark)
         clock = ClockState(clock.watermark, {}, clock.now)
-    return from_ipc(blob), BucketState(kept.buckets, clock, kept.late_total, definition)
+    return partials, BucketState(kept.buckets, clock, kept.late_total, definition)
 
 
 def save(state: Any, keep: pa.Table, bucket: BucketState) -> None:

@@ -28,7 +28,7 @@ def _source(spark: Any, spec: dict[str, Any]) -> Any:
               .option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", str(spec["per_trigger"])).load())
         if spec.get("windows"):
-            return _windows(df)
+            return _windows(df, spec.get("state_location"))
         return df.selectExpr("CAST(key AS STRING) AS id", "CAST(value AS STRING) AS v").repartition(2, "id")
     return (spark.readStream.format("hzsource").option("connector", "jms").option("host", spec["stomp_host"])
             .option("port", spec["stomp_port"]).option("user", spec["stomp_user"])
@@ -37,9 +37,10 @@ def _source(spark: Any, spec: dict[str, Any]) -> Any:
             .selectExpr("body_text AS id", "concat('v', body_text) AS v").repartition(2, "id"))
 
 
-def _windows(df: Any) -> Any:
+def _windows(df: Any, state_location: str | None) -> Any:
     """Values ``account,ts_seconds,amount`` -> 30 s windows sliding by 10 s per account,
-    the watermark coalesced over the topic's partitions."""
+    the watermark coalesced over the topic's partitions; the state in Spark's state store,
+    or in files under ``state_location``."""
     from spark_ext import windows
     from spark_ext.windows import aggregate as agg
 
@@ -48,7 +49,7 @@ def _windows(df: Any) -> Any:
                               "CAST(f[2] AS BIGINT) AS amount")
     return windows.sliding(events, ["account"], "ts", "30 seconds", "10 seconds",
                            {"n": agg.count(), "total": agg.sum("amount"), "top": agg.max("amount")},
-                           partition_column="partition")
+                           partition_column="partition", state_location=state_location)
 
 
 def _sink(df: Any, spec: dict[str, Any]) -> Any:

@@ -43,8 +43,8 @@ SLOW: dict[str, float] = {
     "test_at_least_once_replay_with_other_partitions_loses_nothing": 42,
     "test_a_restart_with_another_window_definition_is_refused_and_the_old_one_resumes": 35,
     "test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging": 31,
-    "test_a_kafka_checkpoint_copied_after_a_decision_is_refused_until_the_old_run_finished": 50,
-    # estimated, not yet measured: two driver processes per case, as the at_least_once test above
+    "test_a_replayed_batch_and_a_retried_task_give_the_windows_of_one_uninterrupted_run": 50,
+    "test_streaming_equals_spark_streaming_with_a_watermark": 12,
 }
 
 
