@@ -50,6 +50,9 @@ venv: $(STAMP)
 # spark-submit --packages dev.sparkext:spark-ext-native_2.13:$(VERSION) finds it offline.
 $(JAR): $(JAVA_SRC)
 	cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never install
+	# Ivy (--packages) keeps its own copy of a release once resolved: drop ours, so the
+	# next --packages takes this build from ~/.m2 rather than an earlier one of this version.
+	rm -rf $(HOME)/.ivy2*/cache/dev.sparkext $(HOME)/.ivy2*/jars/dev.sparkext_*
 	mkdir -p spark_ext/jars && rm -f spark_ext/jars/*.jar
 	cp jvm/target/spark-ext-native_2.13-$(VERSION).jar $@
 
@@ -115,7 +118,8 @@ bench: $(JAR) $(DOCS_STAMP) services
 # Fault campaigns too long for make test's budget run here: the short campaign (every
 # failpoint the rest of the suite does not crash, once, plus a zombie run, a moved
 # checkpoint, a checkpoint reset and service restarts under running pipelines; a worker
-# host frozen on a standalone cluster; tests marked campaign), the faults of a three-broker
+# host frozen on a standalone cluster; a Kafka checkpoint copied again after its old
+# location finished; tests marked campaign), the faults of a three-broker
 # cluster of its own (marked kafka_cluster: a broker frozen past the client timeouts,
 # leaders killed and elected back) and the tests that wait for a broker's own expiry
 # (marked broker_clock). Then the seeded campaign over every pipeline.

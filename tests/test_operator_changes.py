@@ -2,8 +2,9 @@
 name. The query (Spark's query id, kept in the checkpoint) must end correct, or be
 refused with the option that makes it correct, never written twice or left in doubt.
 Every sink's refusal of a copy and the way out its message names run in the sink
-conformance suite's kill sequence; here, what only Kafka does (its prefix belongs to one
-checkpoint, so the old location finishes first and a later copy goes on)."""
+conformance suite's kill sequence (``make test``); here, in ``make faults`` (marker
+campaign), what only Kafka does beyond it: its prefix belongs to one checkpoint, so the
+old location finishes first and a later copy, taken then, goes on."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.support.kafka_sink import consume, open_transactions, prefix_of
 from tests.support.kafka_util import create_topic
 from tests.support.pg_util import write_json_files
 
-pytestmark = [pytest.mark.spark, pytest.mark.services]
+pytestmark = [pytest.mark.spark, pytest.mark.services, pytest.mark.campaign]
 
 
 def test_a_kafka_checkpoint_copied_after_a_decision_is_refused_until_the_old_run_finished(services, tmp_path):

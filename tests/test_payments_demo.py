@@ -2,7 +2,8 @@
 environment packed and shipped to a standalone cluster, spark-submit, a kill -9 of the job
 after committed output, a restart from the checkpoint, and the verification against the
 real Kafka and PostgreSQL. (``make demo`` is the same runner with a local master; the
-suite covers local spark-submit in test_submit.py.)"""
+suite covers local spark-submit in test_submit.py.) The job is launched with
+``--packages`` naming the companion jar, so the windows fold in the JVM."""
 
 from __future__ import annotations
 
@@ -33,6 +34,19 @@ def _verified(out: str) -> None:
 
 
 def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) -> None:
-    out = _run("examples.payments.cluster", "--count", "5000", "--rate", "800", "--workers", "1")
+    """Also the companion jar as users name it: spark-submit --packages with this release's
+    coordinate, from a directory outside the checkout; the windows query folds in the JVM
+    (SPARK_EXT_WINDOWS_FOLD=jvm: it fails without the jar) and its windows verify."""
+    from spark_ext.windows import native
+
+    env_fold = os.environ.pop(native.ENV, None)  # the demo's own default (jvm) must hold
+    try:
+        out = _run("examples.payments.cluster", "--count", "5000", "--rate", "800", "--workers", "1")
+    finally:
+        if env_fold is not None:
+            os.environ[native.ENV] = env_fold
     assert "cluster up at spark://127.0.0.1:" in out
+    assert f"--packages {native.coordinate()} job.py" in out
+    [logs] = [line.rsplit("logs in ", 1)[1] for line in out.splitlines() if "logs in " in line]
+    assert not Path(logs).resolve().is_relative_to(ROOT), logs
     _verified(out)

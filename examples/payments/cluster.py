@@ -8,8 +8,10 @@
    org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), bound to 127.0.0.1,
    with an environment in which ``python3`` lacks the package (no venv on PATH).
 3. Run the demo (``demo.py``) with ``spark-submit --master spark://127.0.0.1:<port>
-   --archives environment.tar.gz#environment`` and ``PYSPARK_PYTHON=./environment/bin/python``
-   for the executors; the driver runs this interpreter (client mode).
+   --packages dev.sparkext:spark-ext-native_2.13:<version> --archives
+   environment.tar.gz#environment`` and ``PYSPARK_PYTHON=./environment/bin/python``
+   for the executors, from a work directory outside the checkout; the driver runs the
+   shipped environment too (client mode).
 4. Stop the cluster, whatever happened.
 """
 
@@ -27,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -237,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
               f"starting a standalone cluster (a master, {args.workers} worker(s)) ...", flush=True)
         with StandaloneCluster(workers=args.workers) as cluster:
             print(f"cluster up at {cluster.url}", flush=True)
-            return demo.main(["--master", cluster.url, "--count", str(args.count), "--rate", str(args.rate)],
+            # The job runs from a directory outside the checkout, as a user's would.
+            outside = Path(tempfile.gettempdir()) / "spark-ext-cluster-demo"
+            return demo.main(["--master", cluster.url, "--count", str(args.count), "--rate", str(args.rate),
+                              "--work-dir", str(outside)],
                              submit_args=submit_args(archive), environment=unpack(archive))
     except ClusterError as e:
         print(f"cluster demo failed: {e}", file=sys.stderr)

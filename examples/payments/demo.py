@@ -5,8 +5,14 @@ send payments to Kafka while it runs; once the ledger has committed part of them
 ``kill -9`` the job's whole process group; start it again from its checkpoint; when every
 query has read the whole topic, stop it with SIGTERM; verify (``verify.py``). Progress is
 a live table on a terminal (``Progress``), a plain line every 5 s otherwise; Spark's log
-goes to ``.local/demo/<run>/job-<n>.log``. Exit status 0 when nothing was lost,
-duplicated or left in doubt.
+goes to ``<work dir>/<run>/job-<n>.log`` (``--work-dir``, default ``.local/demo``), where
+the job script is copied and run from. Exit status 0 when nothing was lost, duplicated
+or left in doubt.
+
+The job is launched as users launch it: ``spark-submit --packages
+dev.sparkext:spark-ext-native_2.13:<version>`` (the companion jar, which ``make jvm``
+installs into the local Maven repository), so the windows fold in the JVM
+(``SPARK_EXT_WINDOWS_FOLD=jvm`` unless set: the job fails if the jar is missing).
 
 ``--master spark://...`` and ``--submit-arg`` run the same job on a cluster
 (``examples/payments/cluster.py``, ``make cluster-demo``).
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -173,9 +180,13 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     import sqlalchemy as sa
     from kafka import KafkaConsumer, TopicPartition
 
+    from spark_ext.windows import native
+
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    work = (ROOT / ".local" / "demo" / run_id).resolve()
+    work = (Path(args.work_dir) / run_id).resolve()
     work.mkdir(parents=True)
+    job_file = work / JOB.name  # run from the work directory, outside the checkout if it is
+    shutil.copy(JOB, job_file)
     if environment is not None:
         # The driver runs the shipped environment too, from its working directory: Python
         # data sources run the driver's interpreter path on the executors as well.
@@ -188,9 +199,10 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     job_args = ["--bootstrap", args.bootstrap, "--topic", topic, "--alerts-topic", alerts,
                 "--postgres-url", args.postgres_url, "--checkpoint", str(work / "checkpoint"),
                 "--limit", str(args.limit), "--status", str(work / "status.json")]
-    cmd = [spark_submit(), "--master", args.master, *submit_args, str(JOB), *job_args]
+    packages = ["--packages", native.coordinate()]
+    cmd = [spark_submit(), "--master", args.master, *packages, *submit_args, str(job_file), *job_args]
     print(f"payments demo {run_id}: {args.count} payments to Kafka topic {topic}; job: "
-          f"spark-submit --master {args.master} examples/payments/job.py; logs in {work}", flush=True)
+          f"spark-submit --master {args.master} {' '.join(packages)} job.py; logs in {work}", flush=True)
 
     consumer = KafkaConsumer(bootstrap_servers=args.bootstrap)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -279,6 +291,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="payments-demo", description=__doc__.split("\n")[0])
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--submit-arg", action="append", default=[], help="extra spark-submit argument")
+    ap.add_argument("--work-dir", default=str(ROOT / ".local" / "demo"),
+                    help="where each run's checkpoint, logs and job script go")
     ap.add_argument("--count", type=int, default=20000, help="payments to send")
     ap.add_argument("--rate", type=float, default=400.0, help="events per second")
     ap.add_argument("--seed", type=int, default=7)
@@ -303,6 +317,7 @@ def main(argv: list[str] | None = None, *, submit_args: Sequence[str] = (),
         return 2
     args.bootstrap, args.postgres_url = svc["KAFKA_BOOTSTRAP_SERVERS"], svc["POSTGRES_URL"]
     env = dict(os.environ)
+    env.setdefault("SPARK_EXT_WINDOWS_FOLD", "jvm")  # the jar of --packages folds, or the job fails
     if args.master.startswith("local"):
         # Local mode: the driver's Python workers must run this interpreter.
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -91,7 +91,7 @@ def fold(src: DataFrame, spec: Spec) -> DataFrame | None:
         return None
     why, ops = _ops(spec, src)
     jvm = _fold_class(src) if ops is not None else None
-    if jvm is not None and (jar := str(jvm.version())) != version():
+    if jvm is not None and (jar := _jar_version(jvm)) != version():
         # Another release's jar (e.g. an older --packages coordinate) may read the spec otherwise.
         why, jvm = (f"the session's {ARTIFACT} jar is version {jar}, this spark-ext is {version()}; "
                     f"use --packages {coordinate()}"), None
@@ -156,6 +156,16 @@ def _fold_class(src: DataFrame) -> Any:
     for part in CLASS.split("."):
         cls = getattr(cls, part)
     return cls if isinstance(cls, JavaClass) else None
+
+
+def _jar_version(cls: Any) -> str:
+    """The jar's release; a build from before jars carried one has no ``version()``."""
+    from py4j.protocol import Py4JError
+
+    try:
+        return str(cls.version())
+    except Py4JError:
+        return "older than 0.1.0 (no version)"
 
 
 def _no_class(src: DataFrame) -> str:
