@@ -74,30 +74,42 @@ def files(request, tmp_path) -> BucketFiles:
     return BucketFiles(fs, str(tmp_path / "q" / "0"))
 
 
+def _chain(files: BucketFiles, batches: range) -> None:
+    """Versions of ``batches``, each built on the one before, as stage 2 writes them."""
+    for b in batches:
+        files.write(b, files.read_before(b), _partials(b + 1), f'{{"v": {b}}}')
+
+
+def _paths(files: BucketFiles, batch: int) -> list[str]:
+    return [i.path for i in files.fs.get_file_info(pafs.FileSelector(files.dir))
+            if i.base_name.startswith(f"{batch:020d}-")]
+
+
 def test_a_batch_reads_the_newest_version_below_its_own(files):
     assert files.read_before(0) is None
-    files.write(0, _partials(1), '{"v": 0}')
-    files.write(1, _partials(2), '{"v": 1}')
-    files.write(3, _partials(3), '{"v": 3}')
+    _chain(files, range(2))
+    files.write(3, files.read_before(3), _partials(3), '{"v": 3}')
     got = files.read_before(3)  # a replay of batch 3 starts from batch 1's state, not its own
     assert got is not None and (got.batch_id, got.meta, got.partials.num_rows) == (1, '{"v": 1}', 2)
     assert got.partials.schema.metadata is None and got.partials.equals(_partials(2))
     assert files.read_before(9).batch_id == 3
 
 
-def test_copies_of_one_batch_from_a_retried_or_zombie_attempt_are_both_whole_and_either_is_read(files):
-    files.write(4, _partials(2), '{"v": 4}')
-    files.write(4, _partials(2), '{"v": 4}')  # a second attempt never writes into the first's file
+def test_of_two_copies_of_a_batch_the_one_built_on_the_newer_version_then_the_later_one_is_read(files):
+    _chain(files, range(4))
+    files.write(4, files.read_before(4), _partials(2), '{"v": "4 replayed"}')
     names = [i.base_name for i in files.fs.get_file_info(pafs.FileSelector(files.dir))]
-    assert len(names) == 2 and len(set(names)) == 2
-    assert files.read_before(5).meta == '{"v": 4}'
+    assert len(names) == 5 and len(set(names)) == 5  # a second attempt never writes into the first's file
+    # a zombie of batch 4 that listed while batch 5 purged, and found batch 2's version
+    files.write(4, files.read_before(3), _partials(9), '{"v": "4 on 2"}')
+    assert files.read_before(5).meta == '{"v": "4 replayed"}'
+    files.write(4, files.read_before(4), _partials(2), '{"v": "4 again"}')  # the last written wins
+    assert files.read_before(5).meta == '{"v": "4 again"}'
 
 
-def test_a_file_whose_writer_died_is_skipped_when_a_whole_copy_exists_and_is_an_error_when_none(files):
-    files.write(1, _partials(2), '{"v": 1}')
-    files.write(2, _partials(5), '{"v": 2}')
-    [whole] = [i.path for i in files.fs.get_file_info(pafs.FileSelector(files.dir))
-               if i.base_name.startswith(f"{2:020d}-")]
+def test_a_file_whose_writer_died_is_skipped_and_a_batch_with_only_torn_copies_never_completed(files):
+    _chain(files, range(3))
+    [whole] = _paths(files, 2)
     with files.fs.open_input_file(whole) as f:
         blob = f.read()
     torn = whole.replace(".arrow", "0.arrow")
@@ -105,13 +117,22 @@ def test_a_file_whose_writer_died_is_skipped_when_a_whole_copy_exists_and_is_an_
         out.write(blob[: len(blob) // 2])  # no footer: its writer was killed mid-file
     assert files.read_before(3).meta == '{"v": 2}'
     files.fs.delete_file(whole)
-    with pytest.raises(StateLostError, match=r"state of batch 2 .* cannot be read"):
-        files.read_before(3)
+    got = files.read_before(3)  # batch 2 never completed here: batch 1's version counts
+    assert (got.batch_id, got.meta) == (1, '{"v": 1}')
+
+
+def test_a_batch_whose_state_a_later_batch_purged_fails_instead_of_starting_empty(files):
+    """Another run of the query (a copy of its checkpoint, a zombie of an old batch) went
+    ahead in the same location: starting empty would silently drop every open window."""
+    _chain(files, range(6))
+    files.purge(below=4)
+    with pytest.raises(StateLostError, match=r"batch 2 .* a later batch \(5\) already ran there"):
+        files.read_before(2)
+    assert files.read_before(5).batch_id == 4
 
 
 def test_purge_deletes_only_versions_below_the_one_read(files):
-    for b in range(5):
-        files.write(b, _partials(1), f'{{"v": {b}}}')
+    _chain(files, range(5))
     files.purge(below=3)
     left = sorted(i.base_name[:20] for i in files.fs.get_file_info(pafs.FileSelector(files.dir)))
     assert [int(b) for b in left] == [3, 4]

@@ -187,13 +187,14 @@ def files_stage2(spec: Spec, location: str) -> Callable[[pa.Table], pa.Table]:
         ident = compat.task_identity()
         if ident is None or ident.batch_id is None or not ident.query_id:
             raise WindowError("state_location is for streaming queries: this task runs outside one")
-        files = versioned.BucketFiles.at(location, ident.query_id, int(table.column(BUCKET)[0].as_py()))
+        files = versioned.BucketFiles.at(location, ident.query_id, spec.metrics,
+                                         int(table.column(BUCKET)[0].as_py()))
         before = files.read_before(ident.batch_id)
         kept, bucket = ws.restore(before.partials if before else None, before.meta if before else None,
                                   spec.buckets, definition)
         now = float(table.column(NOW)[0].as_py())
         step = _step(spec, clock, ws.read_wire_table(table, spec.stage1_schema), kept, bucket, now)
-        files.write(ident.batch_id, step.keep, ws.encode_meta(step.bucket))
+        files.write(ident.batch_id, before, step.keep, ws.encode_meta(step.bucket))
         failpoints.hit("windows.state_written", ident.batch_id)
         if before is not None:
             files.purge(below=before.batch_id)

@@ -5,7 +5,7 @@ Streaming stage 2 keeps its partials in Spark's state store by default
 (``applyInArrow``) and keeps them here instead, which spares each batch the state store's
 round trip. Layout, under the location:
 
-    <query id>/<bucket>/<batch id, 20 digits>-<random>.arrow
+    <query id>/<metrics name>/<bucket>/<batch id, 20 digits>-<random>.arrow
 
 Each file is the partials a bucket kept after a batch, in Arrow's IPC file format, with
 the ``BucketState`` JSON (``state.encode_meta``) in the schema's metadata. Why this keeps
@@ -15,19 +15,25 @@ Spark's guarantees without the state store:
   same id, offsets and batch timestamp, so a replay starts from the same state and emits
   the same windows, whatever an earlier attempt of it wrote.
 - **Every attempt writes its own file**, never renamed or overwritten: storage without an
-  atomic rename (object stores) is fine, and a zombie attempt of a batch (an executor
-  frozen past its run) adds a copy computed from the same inputs. A file whose writer
-  died has no Arrow footer and is skipped; a batch that completed always left one whole
-  file, since its task succeeded only after closing it.
-- **Versions below the one a batch read are deleted** once it wrote its own: a replay of
-  the batch needs only that one.
+  atomic rename (object stores) is fine, and a retried or zombie attempt adds a copy. A
+  file whose writer died has no Arrow footer and is skipped; a batch whose copies are all
+  torn never completed for the bucket, so the version before it counts. Of several whole
+  copies, the one built on the newest version wins, then the last written (a replay
+  after an attempt that crashed).
+- **Versions below the one a batch read are deleted**, oldest first, once it wrote its
+  own: a replay of the batch needs only that one. A batch that finds nothing below its
+  id but a later batch's files (another run of the query went ahead and purged) fails
+  rather than start empty.
 - The query id is Spark's, kept in the checkpoint: a restart finds its state, a new
   checkpoint starts empty. A copy of a checkpoint run beside its original shares the
-  query id, so it must be given another ``state_location``.
+  query id, so it must be given another ``state_location``. Each windowed aggregation
+  of a query has its own directory, named by its ``metrics`` (unique within a query).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
 import uuid
@@ -38,7 +44,10 @@ import pyarrow.fs as pafs
 
 from spark_ext.windows.frames import WindowError
 
+log = logging.getLogger(__name__)
+
 META = b"spark_ext.windows"
+BASE = b"spark_ext.windows.base"  # the batch whose version this one was built on (-1: none)
 _NAME = re.compile(r"^(\d{20})-[0-9a-f]+\.arrow$")
 
 
@@ -46,6 +55,7 @@ class StateLostError(WindowError):
     """A version the windows need cannot be read."""
 
 
+@functools.lru_cache(maxsize=8)
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """``location`` (a local path or a URI such as ``s3://b/p``, ``hdfs://nn/p``) as pyarrow's
     file system and the path within it."""
@@ -83,6 +93,12 @@ class Version:
     meta: str
 
 
+@dataclass(frozen=True)
+class _Copy:
+    path: str
+    mtime: float
+
+
 class BucketFiles:
     """One bucket's versions (executor, stage 2 of a streaming batch)."""
 
@@ -90,59 +106,82 @@ class BucketFiles:
         self.fs, self.dir = fs, directory
 
     @staticmethod
-    def at(location: str, query_id: str, bucket: int) -> BucketFiles:
+    def at(location: str, query_id: str, operator: str, bucket: int) -> BucketFiles:
+        """``operator``: the windowed aggregation within the query (its ``metrics`` name,
+        which Spark requires to be unique in a query)."""
         fs, root = filesystem(location)
-        return BucketFiles(fs, f"{root}/{query_id}/{bucket}")
+        return BucketFiles(fs, f"{root}/{query_id}/{operator}/{bucket}")
 
-    def _files(self) -> dict[int, list[str]]:
+    def _files(self) -> dict[int, list[_Copy]]:
         sel = pafs.FileSelector(self.dir, allow_not_found=True)
-        out: dict[int, list[str]] = {}
+        out: dict[int, list[_Copy]] = {}
         for info in self.fs.get_file_info(sel):
             m = _NAME.match(info.base_name)
             if m and info.type == pafs.FileType.File:
-                out.setdefault(int(m.group(1)), []).append(info.path)
+                mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+                out.setdefault(int(m.group(1)), []).append(_Copy(info.path, mtime))
         return out
 
-    def read_before(self, batch_id: int) -> Version | None:
-        """The newest version written by a batch below ``batch_id``; None before the first."""
-        files = self._files()
-        older = [b for b in files if b < batch_id]
-        if not older:
+    def _read(self, copy: _Copy) -> tuple[int, pa.Table, str] | None:
+        """(the batch the copy was built on, its partials, its JSON); None if torn."""
+        try:
+            with self.fs.open_input_file(copy.path) as f:
+                table = pa.ipc.open_file(f).read_all()
+        except (pa.ArrowInvalid, OSError):  # its writer died mid-file: no footer
             return None
-        newest = max(older)
-        errors = []
-        for path in sorted(files[newest]):
-            try:
-                with self.fs.open_input_file(path) as f:
-                    table = pa.ipc.open_file(f).read_all()
-            except (pa.ArrowInvalid, OSError) as e:  # its writer died mid-file
-                errors.append(f"{path}: {e}")
-                continue
-            meta = (table.schema.metadata or {}).get(META)
-            if meta is None:
-                errors.append(f"{path}: no {META.decode()} metadata")
-                continue
-            return Version(newest, table.replace_schema_metadata(None), meta.decode())
-        raise StateLostError(f"the windows' state of batch {newest} in {self.dir} cannot be read "
-                             f"({'; '.join(errors)}); the files were changed or lost outside the query. "
-                             "Restart with a new checkpointLocation to start the windows over")
+        md = table.schema.metadata or {}
+        if META not in md or BASE not in md:
+            return None
+        return int(md[BASE]), table.replace_schema_metadata(None), md[META].decode()
 
-    def write(self, batch_id: int, partials: pa.Table, meta: str) -> None:
-        """This attempt's version of ``batch_id``, written whole or, if it dies, without footer.
-        The name is random: task attempt ids start over in each application, and a replay
-        must never write into the file of an attempt that may still be running."""
+    def read_before(self, batch_id: int) -> Version | None:
+        """The newest version a batch below ``batch_id`` completed; None before the first.
+
+        Among copies of one batch the one built on the newest version wins (an attempt
+        that read while a later batch purged may have found an older one), then the last
+        written (a replay after one that crashed). A batch whose copies are all torn never
+        completed for this bucket: the version before it counts."""
+        files = self._files()
+        older = sorted((b for b in files if b < batch_id), reverse=True)
+        if not older and any(b > batch_id for b in files):
+            raise StateLostError(
+                f"batch {batch_id} of the windows needs the state before it in {self.dir}, but a later "
+                f"batch ({max(files)}) already ran there and purged it: another run of this query (a "
+                "copy of its checkpoint, or a zombie of an old batch) shares the state_location. Give "
+                "each checkpoint its own state_location")
+        for b in older:
+            whole = [(r[0], c.mtime, r) for c in files[b] if (r := self._read(c)) is not None]
+            if whole:
+                _, _, (_, table, meta) = max(whole, key=lambda w: (w[0], w[1]))
+                return Version(b, table, meta)
+            log.warning("every copy of batch %s's windows state in %s is torn (its writers died); "
+                        "reading the version before it", b, self.dir)
+        if batch_id > 0:
+            log.warning("no windows state below batch %s in %s: starting empty. Expected when no event "
+                        "reached this bucket before; if the query ran before with another state_location, "
+                        "or with the state in Spark's state store, restart it with that one", batch_id,
+                        self.dir)
+        return None
+
+    def write(self, batch_id: int, base: Version | None, partials: pa.Table, meta: str) -> None:
+        """This attempt's version of ``batch_id``, built on ``base``: written whole or, if it
+        dies, without footer. The name is random: task attempt ids start over in each
+        application, and a replay must never write into the file of an attempt that may
+        still be running."""
         self.fs.create_dir(self.dir, recursive=True)
-        table = partials.replace_schema_metadata({META: meta.encode()})
+        md = {META: meta.encode(), BASE: str(base.batch_id if base is not None else -1).encode()}
+        table = partials.replace_schema_metadata(md)
         with self.fs.open_output_stream(f"{self.dir}/{batch_id:020d}-{uuid.uuid4().hex}.arrow") as out, \
                 pa.ipc.new_file(out, table.schema) as w:
             w.write_table(table)
 
     def purge(self, below: int) -> None:
-        """Delete versions below batch ``below`` (the one the current batch read)."""
-        for batch_id, paths in self._files().items():
-            if batch_id < below:
-                for path in paths:
-                    try:
-                        self.fs.delete_file(path)
-                    except FileNotFoundError:  # another attempt purged it first
-                        pass
+        """Delete versions below batch ``below`` (the one the current batch read), oldest
+        first: an attempt listing meanwhile sees the newest of them or none, never a gap."""
+        files = self._files()
+        for batch_id in sorted(b for b in files if b < below):
+            for copy in files[batch_id]:
+                try:
+                    self.fs.delete_file(copy.path)
+                except FileNotFoundError:  # another attempt purged it first
+                    pass
