@@ -185,6 +185,8 @@ class Episodes:
         self.end([p], kill=False)
         if p.returncode == -9:
             self.injected += 1
+        else:  # the point never struck (e.g. mid_commit in batches of one transaction): the run
+            self.run.extend_input()  # read the input to its end, and later episodes need some
 
     def _task(self, f: Fault) -> None:
         p = self.start(f"task:{f.target}@{self.run.last_batch() + 1 + f.after}")

@@ -104,6 +104,7 @@ class PipelineRun:
     def new_input(self) -> None:
         """A fresh input (topic or queue) of ``ids_per_input`` new unique ids."""
         self.read_before = set(self.expected)  # a reset reads its input to the end first
+        self._input_ids: list[int] = []  # the current input's, for its windows as a whole
         self.input = f"faults-in-{self.tag}-{self._next_id + self.ids_per_input}"
         if self.p.source == "kafka":
             self._create_topic(self.input, 3)
@@ -132,7 +133,12 @@ class PipelineRun:
             for i in ids:
                 conn.send(f"/queue/{self.input}", i, headers={"persistent": "true"})
             conn.disconnect()  # the DISCONNECT receipt: the broker has every message
-        self.expected |= expected_windows([int(i) for i in ids]) if self.p.windows else set(ids)
+        if self.p.windows:
+            # Over the whole input: a window may hold events from before and after an extension.
+            self._input_ids += [int(i) for i in ids]
+            self.expected = self.read_before | expected_windows(self._input_ids)
+        else:
+            self.expected |= set(ids)
 
     def close_input(self) -> None:
         """Windows: a far-future event on every partition, so the watermark passes every
