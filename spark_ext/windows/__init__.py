@@ -13,10 +13,12 @@ Two stages, both vectorised over Arrow (``frames.py``, ``aggregate.py``; ``stage
    Each task also reports, to every bucket, the latest event time it saw per source
    partition (``partition_column``, e.g. Kafka's ``partition``).
 2. Per bucket of keys (``pmod(xxhash64(keys), buckets)``, stable across runs): merge the
-   partial frames. Batch: emit every window. Streaming (``applyInPandasWithState``): the
-   frames live in Spark's state store, so the checkpoint is the snapshot and a restart
-   resumes them; windows are emitted once the coalesced watermark passes their end, and
-   frames no open window needs are purged.
+   partial frames. Batch: emit every window. Streaming: the frames live in Spark's state
+   store (``applyInPandasWithState``), so the checkpoint is the snapshot and a restart
+   resumes them, or with ``state_location`` in versioned files of our own read by a
+   stateless ``applyInArrow`` (``versioned.py``: a replayed batch reads the version
+   before its own); windows are emitted once the coalesced watermark passes their end,
+   and frames no open window needs are purged.
 
 Watermark coalescing (against stream skew): the watermark is the minimum, over source
 partitions that are not idle, of each partition's latest event time, minus ``lateness``.
