@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from spark_ext.options import checkpoint_sink_id
-from tests.drivers import kafka_to_jdbc_app
+from tests.drivers import connect_windows_app, kafka_to_jdbc_app
 from tests.support import kafka_util, pg_util
 from tests.support.processes import stop_group
+from tests.support.windows_data import in_order_batches, write_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -87,3 +88,34 @@ def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, servi
     assert rows == [(600, 600)]
     # Its own sink only: other tests running beside it hold prepared transactions of theirs.
     assert pg_util.prepared(services.postgres_url, checkpoint_sink_id(str(tmp_path / "ck"))) == []
+
+
+def test_windows_with_their_state_in_files_through_spark_connect(connect_url, tmp_path: Path) -> None:
+    """A Connect client has no JVM: the windows fold in Python, and stage 2 keeps its state
+    in files (``state_location``) on the server's executors. The windows are those of the
+    events, each once."""
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+
+    batches = in_order_batches(5, 4, 200)
+    write_files(tmp_path / "src", batches)
+    client = tmp_path / "client.py"
+    shutil.copy(connect_windows_app.__file__, client)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    args = [str(tmp_path / d) for d in ("src", "out", "ck", "state")]
+    res = subprocess.run([sys.executable, str(client), connect_url, *args], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
+    assert list((tmp_path / "state").iterdir())  # the state went to files
+    expected: dict[tuple[str, int], list[int]] = {}
+    for e in (e for rows in batches for e in rows if e["account"] != "~flush"):
+        for start in range(int(e["ts"] // 10) * 10 - 20, int(e["ts"] // 10) * 10 + 1, 10):
+            n_total = expected.setdefault((e["account"], start), [0, 0])
+            n_total[0] += 1
+            n_total[1] += e["amount"]
+    table = pq.read_table(tmp_path / "out", columns=["account", "window_start", "n", "total"]).to_pylist()
+    got = Counter((r["account"], int(r["window_start"].timestamp()), r["n"], r["total"]) for r in table
+                  if r["account"] != "~flush")
+    assert got == Counter((k, s, n, t) for (k, s), (n, t) in expected.items())

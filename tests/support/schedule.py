@@ -45,6 +45,7 @@ SLOW: dict[str, float] = {
     "test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging": 31,
     "test_a_replayed_batch_and_a_retried_task_give_the_windows_of_one_uninterrupted_run": 50,
     "test_streaming_equals_spark_streaming_with_a_watermark": 12,
+    "test_windows_with_their_state_in_files_through_spark_connect": 10,
 }
 
 
