@@ -147,3 +147,13 @@ def test_an_unwritable_location_is_refused_naming_it(tmp_path):
         versioned.check_location(str(blocker / "state"))
     assert versioned.check_location(str(tmp_path / "ok")) == str(tmp_path / "ok")
     assert list((tmp_path / "ok").iterdir()) == []  # the probe is gone
+
+
+def test_a_spark_connect_client_checks_only_the_form_of_the_location(tmp_path):
+    """The client is not where the driver runs: nothing is created there, and a relative
+    path (relative to what?) is refused."""
+    with pytest.raises(WindowError, match="is relative; through Spark Connect"):
+        versioned.check_location("state", local=False)
+    assert versioned.check_location(str(tmp_path / "s"), local=False) == str(tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+    assert versioned.check_location("s3://bucket/state", local=False) == "s3://bucket/state"

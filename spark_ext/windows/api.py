@@ -157,7 +157,8 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
         raise WindowError("emit_when_idle needs Spark's state store (its timeouts wake idle buckets); drop "
                           "state_location, or emit_when_idle")
     if state_location is not None and df.isStreaming:
-        state_location = versioned.check_location(state_location)
+        classic = getattr(df.sparkSession, "_jvm", None) is not None  # None: a Spark Connect client
+        state_location = versioned.check_location(state_location, local=classic)
     if not aggs:
         raise WindowError("aggs is empty; give at least one, e.g. {'n': aggregate.count()}")
     ops = HIDDEN_COUNT.added_to(aggs)

@@ -68,9 +68,15 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
                           "URI") from e
 
 
-def check_location(location: str) -> str:
+def check_location(location: str, local: bool = True) -> str:
     """Driver, when the query is built: ``location`` must be a directory this process can
-    create and write to (executors write there too). Returns it as a URI."""
+    create and write to (executors write there too). Returns it as a URI. A Spark Connect
+    client (``local`` False) is not where the driver runs: it only checks the form."""
+    if not local:
+        if "://" not in location and not os.path.isabs(location):
+            raise WindowError(f"state_location {location!r} is relative; through Spark Connect give an "
+                              "absolute path or a URI on storage the server's executors reach")
+        return location
     fs, path = filesystem(location)
     probe = f"{path}/.spark_ext_probe-{os.getpid()}"
     try:
