@@ -157,8 +157,7 @@ def _spec(df: DataFrame, kind: str, keys: Sequence[str], ts: str, aggs: Mapping[
         raise WindowError("emit_when_idle needs Spark's state store (its timeouts wake idle buckets); drop "
                           "state_location, or emit_when_idle")
     if state_location is not None and df.isStreaming:
-        classic = getattr(df.sparkSession, "_jvm", None) is not None  # None: a Spark Connect client
-        state_location = versioned.check_location(state_location, local=classic)
+        state_location = versioned.check_location(state_location, local=native.has_jvm(df.sparkSession))
     if not aggs:
         raise WindowError("aggs is empty; give at least one, e.g. {'n': aggregate.count()}")
     ops = HIDDEN_COUNT.added_to(aggs)
@@ -224,8 +223,7 @@ def _build(df: DataFrame, spec: Spec) -> DataFrame:
 
         # Spark puts the batch's timestamp from its offset log in current_timestamp(): a replay sees the same.
         timed = rows.withColumn(NOW, F.unix_micros(F.current_timestamp()))
-        out = timed.groupBy(BUCKET).applyInArrow(files_stage2(spec, spec.state_location),
-                                                 _spark_schema(spec.output.schema))
+        out = timed.groupBy(BUCKET).applyInArrow(files_stage2(spec), _spark_schema(spec.output.schema))
         return spec.output.observe(out, spec.metrics)
     from pyspark.sql.streaming.state import GroupStateTimeout
 

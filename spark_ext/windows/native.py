@@ -145,14 +145,18 @@ def _ops(spec: Spec, src: DataFrame) -> tuple[str, list[dict[str, Any]] | None]:
     return "", out
 
 
+def has_jvm(session: Any) -> bool:
+    """A classic session, whose JVM this process reaches; False for a Spark Connect client."""
+    return getattr(session, "_jvm", None) is not None
+
+
 def _fold_class(src: DataFrame) -> Any:
     """The py4j class ``FrameFold`` in ``src``'s JVM; None on Spark Connect or without the jar."""
-    jvm = getattr(src.sparkSession, "_jvm", None)
-    if jvm is None:
+    if not has_jvm(src.sparkSession):
         return None
     from py4j.java_gateway import JavaClass
 
-    cls = jvm
+    cls = src.sparkSession._jvm
     for part in CLASS.split("."):
         cls = getattr(cls, part)
     return cls if isinstance(cls, JavaClass) else None
@@ -169,7 +173,7 @@ def _jar_version(cls: Any) -> str:
 
 
 def _no_class(src: DataFrame) -> str:
-    if getattr(src.sparkSession, "_jvm", None) is None:
+    if not has_jvm(src.sparkSession):
         return "the session has no JVM of its own (Spark Connect)"
     return (f"class {CLASS} is not on the session's classpath; build a session with "
             f"spark_ext.configure(builder), or spark-submit --packages {coordinate()}")

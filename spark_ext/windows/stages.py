@@ -175,9 +175,13 @@ def stream_stage2(spec: Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], It
     return run
 
 
-def files_stage2(spec: Spec, location: str) -> Callable[[pa.Table], pa.Table]:
+def files_stage2(spec: Spec) -> Callable[[pa.Table], pa.Table]:
     """Per bucket and batch (``applyInArrow``): the partials kept in versioned files under
-    ``location`` (``versioned.py``). Each call's rows carry the batch's timestamp (``NOW``)."""
+    ``spec.state_location`` (``versioned.py``). Each call's rows carry the batch's timestamp
+    (``NOW``)."""
+    location = spec.state_location
+    if location is None:
+        raise WindowError("files_stage2 needs a state_location")
     clock = Clock(spec.lateness_us, spec.idle_us)
     output = spec.output
     definition = spec.definition

@@ -55,13 +55,16 @@ class StateLostError(WindowError):
     """A version the windows need cannot be read."""
 
 
+def _uri(location: str) -> str:
+    return location if "://" in location else os.path.abspath(location)
+
+
 @functools.lru_cache(maxsize=8)
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """``location`` (a local path or a URI such as ``s3://b/p``, ``hdfs://nn/p``) as pyarrow's
     file system and the path within it."""
-    uri = location if "://" in location else os.path.abspath(location)
     try:
-        return pafs.FileSystem.from_uri(uri)
+        return pafs.FileSystem.from_uri(_uri(location))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         raise WindowError(f"state_location {location!r} cannot be opened ({e}); give a directory every "
                           "executor reaches: a path on shared storage, or an s3://, gs://, hdfs:// "
@@ -87,7 +90,7 @@ def check_location(location: str, local: bool = True) -> str:
     except OSError as e:
         raise WindowError(f"state_location {location!r} is not writable ({e}); give a directory on storage "
                           "every executor can write to") from e
-    return location if "://" in location else os.path.abspath(location)
+    return _uri(location)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class BucketFiles:
 
     def __init__(self, fs: pafs.FileSystem, directory: str) -> None:
         self.fs, self.dir = fs, directory
+        self._listed: dict[int, list[_Copy]] | None = None  # read_before's listing, for purge
 
     @staticmethod
     def at(location: str, query_id: str, operator: str, bucket: int) -> BucketFiles:
@@ -128,8 +132,8 @@ class BucketFiles:
                 out.setdefault(int(m.group(1)), []).append(_Copy(info.path, mtime))
         return out
 
-    def _read(self, copy: _Copy) -> tuple[int, pa.Table, str] | None:
-        """(the batch the copy was built on, its partials, its JSON); None if torn."""
+    def _read(self, copy: _Copy) -> tuple[int, float, pa.Table, str] | None:
+        """(the batch the copy was built on, its time, its partials, its JSON); None if torn."""
         try:
             with self.fs.open_input_file(copy.path) as f:
                 table = pa.ipc.open_file(f).read_all()
@@ -138,7 +142,7 @@ class BucketFiles:
         md = table.schema.metadata or {}
         if META not in md or BASE not in md:
             return None
-        return int(md[BASE]), table.replace_schema_metadata(None), md[META].decode()
+        return int(md[BASE]), copy.mtime, table.replace_schema_metadata(None), md[META].decode()
 
     def read_before(self, batch_id: int) -> Version | None:
         """The newest version a batch below ``batch_id`` completed; None before the first.
@@ -147,7 +151,7 @@ class BucketFiles:
         that read while a later batch purged may have found an older one), then the last
         written (a replay after one that crashed). A batch whose copies are all torn never
         completed for this bucket: the version before it counts."""
-        files = self._files()
+        files = self._listed = self._files()
         older = sorted((b for b in files if b < batch_id), reverse=True)
         if not older and any(b > batch_id for b in files):
             raise StateLostError(
@@ -156,9 +160,9 @@ class BucketFiles:
                 "copy of its checkpoint, or a zombie of an old batch) shares the state_location. Give "
                 "each checkpoint its own state_location")
         for b in older:
-            whole = [(r[0], c.mtime, r) for c in files[b] if (r := self._read(c)) is not None]
+            whole = [r for c in files[b] if (r := self._read(c)) is not None]
             if whole:
-                _, _, (_, table, meta) = max(whole, key=lambda w: (w[0], w[1]))
+                _, _, table, meta = max(whole, key=lambda w: w[:2])  # newest base, then latest
                 return Version(b, table, meta)
             log.warning("every copy of batch %s's windows state in %s is torn (its writers died); "
                         "reading the version before it", b, self.dir)
@@ -183,8 +187,10 @@ class BucketFiles:
 
     def purge(self, below: int) -> None:
         """Delete versions below batch ``below`` (the one the current batch read), oldest
-        first: an attempt listing meanwhile sees the newest of them or none, never a gap."""
-        files = self._files()
+        first: an attempt listing meanwhile sees the newest of them or none, never a gap.
+        They are the ones ``read_before`` listed: one listing a call (a copy a zombie adds
+        later goes with the next purge)."""
+        files = self._listed if self._listed is not None else self._files()
         for batch_id in sorted(b for b in files if b < below):
             for copy in files[batch_id]:
                 try:
