@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -144,8 +145,9 @@ def test_copies_that_arrive_while_a_batch_is_acknowledged_are_acknowledged_too(s
     """After a reconnect the committed batch's copies come again, some while its ACK frames
     are being sent. The reader drops them, and must acknowledge them too, or they stay on the
     broker, delivered and unacknowledged, until the connection closes. Which copies land in
-    that window is up to the broker; waiting for each unacknowledged one before ``ack``
-    returns puts every one of them there (timing only; the reader's steps are unchanged)."""
+    that window is up to the broker; holding the received copies until the ACK frames went out,
+    and waiting for each before ``ack`` returns, puts every one of them there (timing only;
+    the reader's steps are unchanged)."""
     from spark_ext.connectors.jms.config import JmsSourceConfig
     from spark_ext.connectors.jms.ids import unpack_ids
     from spark_ext.connectors.jms.source import JmsStreamReader, ReadMaxRows
@@ -164,18 +166,36 @@ def test_copies_that_arrive_while_a_batch_is_acknowledged_are_acknowledged_too(s
         assert len(unpack_ids(first["ids"])) == 50
         rx = reader.rx
         rx.close()  # the connection is lost while batch 1 is in flight
-        real_ack, late = rx.ack, list[str]()
+        real_ack, real_received, late = rx.ack, rx._received, list[str]()
+        held: list = []
+        gate = threading.Lock()
+        opened = False
+
+        def hold_until_acked(frames):
+            # Messages read before batch 1's ACK frames went out wait here, so every copy
+            # lands while it is acknowledged, whatever the broker's pace.
+            with gate:
+                if not opened:
+                    held.append(frames)
+                    return
+            real_received(frames)
 
         def ack_then_let_copies_land(ids, batch=None):
+            nonlocal opened
             unacked = real_ack(ids, batch)
             if batch is not None and not late:
                 late.extend(unacked)
+                with gate:
+                    opened = True
+                    for frames in held:
+                        real_received(frames)
                 wait_for(lambda: set(unacked) <= set(rx._queue), "the batch's copies to arrive", 30)
             return unacked
 
+        monkeypatch.setattr(rx, "_received", hold_until_acked)  # taken by the reconnect below
         monkeypatch.setattr(rx, "ack", ack_then_let_copies_land)
         assert reader.latestOffset(first, ReadMaxRows(50)) == first  # acks batch 1; nothing new
-        assert late, "every copy arrived before the acknowledgement: nothing tested"
+        assert sorted(late) == sorted(unpack_ids(first["ids"])), "copies arrived before the acknowledgement"
     finally:
         reader.stop()
     assert drain(services, dest) == []
