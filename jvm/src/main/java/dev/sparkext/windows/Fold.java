@@ -115,18 +115,30 @@ final class Fold {
     }
   }
 
-  /** Map key: the keys (floats normalised as Python groups them), bucket and frame. */
+  /**
+   * Map key: the keys (floats normalised as Python groups them), bucket and frame. One
+   * instance is refilled for every row's lookup and copied only for a new group, so a row
+   * that joins a group allocates nothing here.
+   */
   private static final class Key {
     final Object[] v;
-    final long bucket;
-    final long frame;
-    final int hash;
+    long bucket;
+    long frame;
+    int hash;
 
-    Key(Object[] v, long bucket, long frame) {
+    Key(Object[] v) {
       this.v = v;
+    }
+
+    Key at(long bucket, long frame) {
       this.bucket = bucket;
       this.frame = frame;
       this.hash = (Arrays.hashCode(v) * 31 + Long.hashCode(bucket)) * 31 + Long.hashCode(frame);
+      return this;
+    }
+
+    Key copy() {
+      return new Key(v.clone()).at(bucket, frame);
     }
 
     @Override
@@ -142,16 +154,31 @@ final class Fold {
 
   private final Spec spec;
   private final Layout layout;
+  private final Fn[] colFn;
+  private final int[] colIn;
   private final Map<Long, Long> seen = new TreeMap<>(); // source partition -> latest event time
+  // The partition of the rows just read and their latest time, merged into seen when the
+  // partition changes: a source partition's rows come together, so most rows touch no map.
+  private boolean seeing;
+  private long seenPart;
+  private long seenMax;
 
   Fold(Spec spec, Layout layout) {
     this.spec = spec;
     this.layout = layout;
+    List<Column> cols = spec.columns();
+    colFn = new Fn[cols.size()];
+    colIn = new int[cols.size()];
+    for (int i = 0; i < cols.size(); i++) {
+      colFn[i] = cols.get(i).fn();
+      colIn[i] = cols.get(i).input();
+    }
   }
 
   /** The wire rows of one partition's events. */
   Iterator<Row> run(Iterator<Row> rows, Blobs blobs) {
     List<Group> groups = spec.sliding() ? frames(rows) : sessions(rows);
+    flushSeen();
     Map<Long, List<Group>> byBucket = new TreeMap<>();
     for (Group g : groups) {
       finish(g);
@@ -172,25 +199,31 @@ final class Fold {
   }
 
   private List<Group> frames(Iterator<Row> rows) {
-    Map<Key, Group> groups = new LinkedHashMap<>();
+    Map<Key, Group> groups = new HashMap<>(1 << 12);
+    List<Group> order = new ArrayList<>(); // first-seen order, as Python's fold emits them
+    Key probe = new Key(new Object[spec.keys().length]);
+    int tsAt = spec.ts();
+    int bucketAt = spec.bucket();
+    long slide = spec.slideUs();
     while (rows.hasNext()) {
       Row r = rows.next();
-      if (r.isNullAt(spec.ts())) {
+      if (r.isNullAt(tsAt)) {
         continue;
       }
-      long ts = r.getLong(spec.ts());
+      long ts = r.getLong(tsAt);
       see(r, ts);
-      long bucket = r.getLong(spec.bucket());
-      long frame = Math.floorDiv(ts, spec.slideUs());
-      Key k = new Key(keyOf(r, true), bucket, frame);
-      Group g = groups.get(k);
+      long bucket = r.getLong(bucketAt);
+      long frame = Math.floorDiv(ts, slide);
+      fillKey(r, probe.v);
+      Group g = groups.get(probe.at(bucket, frame));
       if (g == null) {
         g = new Group(keyOf(r, false), bucket, frame, layout);
-        groups.put(k, g);
+        groups.put(probe.copy(), g);
+        order.add(g);
       }
       add(g, r);
     }
-    return new ArrayList<>(groups.values());
+    return order;
   }
 
   /** One key's events in arrival order (row order within the key). */
@@ -229,7 +262,8 @@ final class Fold {
       }
       long ts = r.getLong(spec.ts());
       see(r, ts);
-      byKey.computeIfAbsent(new Key(keyOf(r, true), r.getLong(spec.bucket()), 0), k -> new Events()).add(r, ts);
+      Key k = new Key(keyOf(r, true)).at(r.getLong(spec.bucket()), 0);
+      byKey.computeIfAbsent(k, x -> new Events()).add(r, ts);
     }
     List<Group> sessions = new ArrayList<>();
     for (Events e : byKey.values()) {
@@ -258,45 +292,71 @@ final class Fold {
     if (!spec.streaming() || p >= 0 && r.isNullAt(p)) {
       return;
     }
-    seen.merge(p < 0 ? 0L : ((Number) r.get(p)).longValue(), ts, Math::max);
+    long part = p < 0 ? 0L : ((Number) r.get(p)).longValue();
+    if (seeing && part == seenPart) {
+      seenMax = Math.max(seenMax, ts);
+      return;
+    }
+    flushSeen();
+    seeing = true;
+    seenPart = part;
+    seenMax = ts;
+  }
+
+  private void flushSeen() {
+    if (seeing) {
+      seen.merge(seenPart, seenMax, Math::max);
+      seeing = false;
+    }
   }
 
   private Object[] keyOf(Row r, boolean normalised) {
-    int[] keys = spec.keys();
-    Object[] v = new Object[keys.length];
-    for (int i = 0; i < keys.length; i++) {
-      Object o = r.get(keys[i]);
-      if (normalised && o instanceof Double x) {
-        o = x + 0.0; // -0.0 and 0.0 are one group
-      } else if (normalised && o instanceof Float x) {
-        o = x + 0.0f;
+    Object[] v = new Object[spec.keys().length];
+    if (normalised) {
+      fillKey(r, v);
+    } else {
+      int[] keys = spec.keys();
+      for (int i = 0; i < keys.length; i++) {
+        v[i] = r.get(keys[i]);
       }
-      v[i] = o;
     }
     return v;
   }
 
+  /** The row's keys into {@code v}, floats normalised: -0.0 and 0.0 are one group. */
+  private void fillKey(Row r, Object[] v) {
+    int[] keys = spec.keys();
+    for (int i = 0; i < keys.length; i++) {
+      Object o = r.get(keys[i]);
+      if (o instanceof Double x) {
+        o = x + 0.0;
+      } else if (o instanceof Float x) {
+        o = x + 0.0f;
+      }
+      v[i] = o;
+    }
+  }
+
   private void add(Group g, Row r) {
-    List<Column> cols = spec.columns();
-    for (int i = 0; i < cols.size(); i++) {
-      Column c = cols.get(i);
-      int in = c.input();
+    for (int i = 0; i < colFn.length; i++) {
+      Fn fn = colFn[i];
+      int in = colIn[i];
       if (in >= 0 && r.isNullAt(in)) {
         continue;
       }
       int s = layout.colSlot[i];
-      if (c.fn() == Fn.COUNT) {
+      if (fn == Fn.COUNT) {
         g.l[s]++;
       } else if (layout.colDouble[i]) {
         double x = ((Number) r.get(in)).doubleValue();
-        g.d[s] = switch (c.fn()) {
+        g.d[s] = switch (fn) {
           case SUM -> g.d[s] + x;
           case MIN -> Double.isNaN(g.d[s]) ? x : Double.isNaN(x) ? g.d[s] : Math.min(g.d[s], x);
           default -> Math.max(g.d[s], x); // NaN wins, as NumPy's maximum
         };
       } else {
         long x = ((Number) r.get(in)).longValue();
-        g.l[s] = switch (c.fn()) {
+        g.l[s] = switch (fn) {
           case SUM -> g.l[s] + x; // wraps, as NumPy's int64
           case MIN -> Math.min(g.l[s], x);
           default -> Math.max(g.l[s], x);
