@@ -81,6 +81,13 @@ def test_configure_adds_the_jvm_companion_jar_to_the_jars() -> None:
     assert "spark.jars" not in env.configure(_Builder(), native=False)._options
 
 
+def test_configure_turns_adaptive_execution_off_for_stateless_streaming_unless_set() -> None:
+    assert env.configure(_Builder())._options[env.STATELESS_STREAMING_AQE] == "false"
+    chosen = _Builder().config(env.STATELESS_STREAMING_AQE, "true")
+    assert env.configure(chosen)._options[env.STATELESS_STREAMING_AQE] == "true"
+    assert "spark.sql.adaptive.enabled" not in env.configure(_Builder())._options  # batch keeps it
+
+
 def test_configure_refuses_an_archive_the_driver_cannot_run(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     archive = tmp_path / "env.tar.gz"
