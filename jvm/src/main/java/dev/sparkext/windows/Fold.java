@@ -217,7 +217,7 @@ final class Fold {
       fillKey(r, probe.v);
       Group g = groups.get(probe.at(bucket, frame));
       if (g == null) {
-        g = new Group(keyOf(r, false), bucket, frame, layout);
+        g = new Group(keyOf(r), bucket, frame, layout);
         groups.put(probe.copy(), g);
         order.add(g);
       }
@@ -254,7 +254,8 @@ final class Fold {
   }
 
   private List<Group> sessions(Iterator<Row> rows) {
-    Map<Key, Events> byKey = new LinkedHashMap<>();
+    Map<Key, Events> byKey = new LinkedHashMap<>(1 << 12);
+    Key probe = new Key(new Object[spec.keys().length]);
     while (rows.hasNext()) {
       Row r = rows.next();
       if (r.isNullAt(spec.ts())) {
@@ -262,8 +263,13 @@ final class Fold {
       }
       long ts = r.getLong(spec.ts());
       see(r, ts);
-      Key k = new Key(keyOf(r, true)).at(r.getLong(spec.bucket()), 0);
-      byKey.computeIfAbsent(k, x -> new Events()).add(r, ts);
+      fillKey(r, probe.v);
+      Events e = byKey.get(probe.at(r.getLong(spec.bucket()), 0));
+      if (e == null) {
+        e = new Events();
+        byKey.put(probe.copy(), e);
+      }
+      e.add(r, ts);
     }
     List<Group> sessions = new ArrayList<>();
     for (Events e : byKey.values()) {
@@ -273,7 +279,7 @@ final class Fold {
       for (int i : e.order()) {
         long t = e.ts[i];
         if (s == null || t - last > spec.gapUs()) {
-          s = new Group(keyOf(e.rows[i], false), e.rows[i].getLong(spec.bucket()), t, layout);
+          s = new Group(keyOf(e.rows[i]), e.rows[i].getLong(spec.bucket()), t, layout);
           sessions.add(s);
         }
         s.hi = t + spec.gapUs();
@@ -310,15 +316,12 @@ final class Fold {
     }
   }
 
-  private Object[] keyOf(Row r, boolean normalised) {
-    Object[] v = new Object[spec.keys().length];
-    if (normalised) {
-      fillKey(r, v);
-    } else {
-      int[] keys = spec.keys();
-      for (int i = 0; i < keys.length; i++) {
-        v[i] = r.get(keys[i]);
-      }
+  /** The row's keys as they are: a group keeps its first row's (as Python's fold does). */
+  private Object[] keyOf(Row r) {
+    int[] keys = spec.keys();
+    Object[] v = new Object[keys.length];
+    for (int i = 0; i < keys.length; i++) {
+      v[i] = r.get(keys[i]);
     }
     return v;
   }
