@@ -33,9 +33,9 @@ final class Fold {
 
   /** A partial: its keys (values of its first row), bucket, bounds and state slots. */
   static final class Group {
-    final Object[] keys;
+    Object[] keys; // a session's: its earliest event's
     final long bucket;
-    final long lo; // the frame, or the session's start
+    long lo; // the frame, or the session's start
     long hi; // the session's end
     final long[] l;
     final double[] d;
@@ -162,6 +162,9 @@ final class Fold {
   private boolean seeing;
   private long seenPart;
   private long seenMax;
+  // No state depends on the order values are added in (float sums and co-moments do, to the
+  // last bit): sessions can be built as rows come and merged from their states.
+  private final boolean mergeable;
 
   Fold(Spec spec, Layout layout) {
     this.spec = spec;
@@ -173,11 +176,16 @@ final class Fold {
       colFn[i] = cols.get(i).fn();
       colIn[i] = cols.get(i).input();
     }
+    boolean orderFree = spec.moments().isEmpty();
+    for (int i = 0; i < colFn.length; i++) {
+      orderFree &= !(colFn[i] == Fn.SUM && layout.colDouble[i]);
+    }
+    mergeable = orderFree;
   }
 
   /** The wire rows of one partition's events. */
   Iterator<Row> run(Iterator<Row> rows, Blobs blobs) {
-    List<Group> groups = spec.sliding() ? frames(rows) : sessions(rows);
+    List<Group> groups = spec.sliding() ? frames(rows) : mergeable ? streamedSessions(rows) : sessions(rows);
     flushSeen();
     Map<Long, List<Group>> byBucket = new TreeMap<>();
     for (Group g : groups) {
@@ -291,6 +299,109 @@ final class Fold {
       }
     }
     return sessions;
+  }
+
+  /** One key's sessions by start, and the latest (most rows come after it, in time order). */
+  private static final class KeySessions {
+    final TreeMap<Long, Group> byLo = new TreeMap<>();
+    Group latest;
+  }
+
+  /**
+   * Sessions built as rows come, keeping no row: the result of {@link #sessions} when adding
+   * in any order gives the same states. An event joins the session it falls within
+   * {@code gap} of, starts one, or bridges two, which then merge.
+   */
+  private List<Group> streamedSessions(Iterator<Row> rows) {
+    Map<Key, KeySessions> byKey = new LinkedHashMap<>(1 << 12);
+    Key probe = new Key(new Object[spec.keys().length]);
+    int tsAt = spec.ts();
+    int bucketAt = spec.bucket();
+    while (rows.hasNext()) {
+      Row r = rows.next();
+      if (r.isNullAt(tsAt)) {
+        continue;
+      }
+      long ts = r.getLong(tsAt);
+      see(r, ts);
+      long bucket = r.getLong(bucketAt);
+      fillKey(r, probe.v);
+      KeySessions k = byKey.get(probe.at(bucket, 0));
+      if (k == null) {
+        k = new KeySessions();
+        byKey.put(probe.copy(), k);
+      }
+      add(sessionOf(k, r, bucket, ts), r);
+    }
+    List<Group> out = new ArrayList<>();
+    for (KeySessions k : byKey.values()) {
+      out.addAll(k.byLo.values());
+    }
+    return out;
+  }
+
+  private Group sessionOf(KeySessions k, Row r, long bucket, long ts) {
+    long gap = spec.gapUs();
+    Group latest = k.latest;
+    if (latest != null && ts >= latest.lo) { // in time order: the latest session or a new one
+      if (ts <= latest.hi) {
+        latest.hi = Math.max(latest.hi, ts + gap);
+        return latest;
+      }
+    } else if (latest != null) {
+      Map.Entry<Long, Group> p = k.byLo.floorEntry(ts);
+      Group prev = p == null ? null : p.getValue();
+      Group next = k.byLo.higherEntry(ts).getValue(); // latest.lo > ts: there is one
+      boolean joinsPrev = prev != null && ts <= prev.hi;
+      boolean joinsNext = next.lo - ts <= gap;
+      if (joinsPrev) {
+        prev.hi = Math.max(prev.hi, ts + gap);
+        if (joinsNext) {
+          k.byLo.remove(next.lo);
+          merge(prev, next);
+          if (k.latest == next) {
+            k.latest = prev;
+          }
+        }
+        return prev;
+      }
+      if (joinsNext) { // the session's earliest event now: its start and keys
+        k.byLo.remove(next.lo);
+        next.lo = ts;
+        next.keys = keyOf(r);
+        k.byLo.put(ts, next);
+        return next;
+      }
+    }
+    Group g = new Group(keyOf(r), bucket, ts, layout);
+    g.hi = ts + gap;
+    k.byLo.put(ts, g);
+    if (latest == null || ts > latest.lo) {
+      k.latest = g;
+    }
+    return g;
+  }
+
+  /** {@code from}'s states into {@code into}'s (count, integer sum, min, max only). */
+  private void merge(Group into, Group from) {
+    into.hi = Math.max(into.hi, from.hi);
+    for (int i = 0; i < colFn.length; i++) {
+      int s = layout.colSlot[i];
+      if (colFn[i] == Fn.COUNT) {
+        into.l[s] += from.l[s];
+      } else if (layout.colDouble[i]) {
+        double a = into.d[s];
+        double b = from.d[s];
+        into.d[s] = colFn[i] == Fn.MIN ? (Double.isNaN(a) ? b : Double.isNaN(b) ? a : Math.min(a, b))
+            : Math.max(a, b);
+      } else {
+        into.l[s] = switch (colFn[i]) {
+          case SUM -> into.l[s] + from.l[s];
+          case MIN -> Math.min(into.l[s], from.l[s]);
+          default -> Math.max(into.l[s], from.l[s]);
+        };
+      }
+    }
   }
 
   private void see(Row r, long ts) {
