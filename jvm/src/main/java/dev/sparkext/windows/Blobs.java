@@ -2,7 +2,6 @@ package dev.sparkext.windows;
 
 import dev.sparkext.windows.FrameFold.Spec;
 import dev.sparkext.windows.Fold.Group;
-import dev.sparkext.windows.Fold.Layout;
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;

@@ -41,7 +41,7 @@ public final class FrameFold {
   /** The wire rows of {@code events}, folded as {@code specJson} says. */
   public static Dataset<Row> fold(Dataset<Row> events, String specJson) {
     Spec spec = Spec.parse(specJson, events.schema());
-    Fold.Layout layout = new Fold.Layout(spec, events.schema());
+    Layout layout = new Layout(spec, events.schema());
     MapPartitionsFunction<Row, Row> run = rows -> {
       try (Blobs blobs = new Blobs(spec.schema())) {
         return new Fold(spec, layout).run(rows, blobs);
