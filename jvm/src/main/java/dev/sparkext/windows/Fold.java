@@ -313,21 +313,30 @@ final class Fold {
     into.hi = Math.max(into.hi, from.hi);
     for (int i = 0; i < colFn.length; i++) {
       int s = layout.colSlot[i];
-      if (colFn[i] == Fn.COUNT) {
-        into.l[s] += from.l[s];
-      } else if (layout.colDouble[i]) {
-        double a = into.d[s];
-        double b = from.d[s];
-        into.d[s] = colFn[i] == Fn.MIN ? (Double.isNaN(a) ? b : Double.isNaN(b) ? a : Math.min(a, b))
-            : Math.max(a, b);
+      if (layout.colDouble[i]) {
+        into.d[s] = combine(colFn[i], into.d[s], from.d[s]);
       } else {
-        into.l[s] = switch (colFn[i]) {
-          case SUM -> into.l[s] + from.l[s];
-          case MIN -> Math.min(into.l[s], from.l[s]);
-          default -> Math.max(into.l[s], from.l[s]);
-        };
+        into.l[s] = combine(colFn[i], into.l[s], from.l[s]);
       }
     }
+  }
+
+  /** An integer state with one more value, or two states merged (a count adds counts). */
+  private static long combine(Fn fn, long a, long b) {
+    return switch (fn) {
+      case COUNT, SUM -> a + b; // wraps, as NumPy's int64
+      case MIN -> Math.min(a, b);
+      case MAX -> Math.max(a, b);
+    };
+  }
+
+  /** A float state with one more value, or two states merged. */
+  private static double combine(Fn fn, double a, double b) {
+    return switch (fn) {
+      case COUNT, SUM -> a + b;
+      case MIN -> Double.isNaN(a) ? b : Double.isNaN(b) ? a : Math.min(a, b);
+      case MAX -> Math.max(a, b); // NaN wins, as NumPy's maximum
+    };
   }
 
   private void see(Row r, long ts) {
@@ -388,19 +397,9 @@ final class Fold {
       if (fn == Fn.COUNT) {
         g.l[s]++;
       } else if (layout.colDouble[i]) {
-        double x = ((Number) r.get(in)).doubleValue();
-        g.d[s] = switch (fn) {
-          case SUM -> g.d[s] + x;
-          case MIN -> Double.isNaN(g.d[s]) ? x : Double.isNaN(x) ? g.d[s] : Math.min(g.d[s], x);
-          default -> Math.max(g.d[s], x); // NaN wins, as NumPy's maximum
-        };
+        g.d[s] = combine(fn, g.d[s], ((Number) r.get(in)).doubleValue());
       } else {
-        long x = ((Number) r.get(in)).longValue();
-        g.l[s] = switch (fn) {
-          case SUM -> g.l[s] + x; // wraps, as NumPy's int64
-          case MIN -> Math.min(g.l[s], x);
-          default -> Math.max(g.l[s], x);
-        };
+        g.l[s] = combine(fn, g.l[s], ((Number) r.get(in)).longValue());
       }
     }
     List<Moments> ms = spec.moments();
