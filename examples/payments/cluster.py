@@ -116,10 +116,17 @@ def unpack(archive: Path) -> Path:
     return target
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: sockets held open together, so the kernel cannot hand the
+    same port out twice before the daemons bind them."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def worker_env() -> dict[str, str]:
@@ -147,7 +154,7 @@ class StandaloneCluster:
     def __init__(self, workers: int = 2, memory: str = "2g", work: Path = WORK, cores: int = 2) -> None:
         self.workers, self.memory, self.work = workers, memory, work
         self.cores = max(1, cores // workers)
-        self.port, self.ui = _free_port(), _free_port()
+        self.port, self.ui, *self.worker_ui = _free_ports(2 + workers)
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -167,7 +174,7 @@ class StandaloneCluster:
             self._start(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", self.url,
                                         "--host", "127.0.0.1",
                                         "--cores", str(self.cores), "--memory", self.memory, "--webui-port",
-                                        str(_free_port()), "--work-dir", str(wdir)])
+                                        str(self.worker_ui[i]), "--work-dir", str(wdir)])
         deadline = time.monotonic() + timeout
         while self.alive_workers() < self.workers:
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
@@ -180,8 +187,14 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
+                body = r.read()
         except OSError:
+            return 0
+        try:
+            return int(json.loads(body).get("aliveworkers", 0))
+        except ValueError:
+            # While the master starts, its UI can answer before its pages are mounted (an empty
+            # body); that is "not up yet", like a refused connection.
             return 0
 
     def stop(self) -> None:
