@@ -158,6 +158,49 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
     assert prepared(url, sink_id) == []
 
 
+def test_a_stage_retry_reusing_an_attempt_number_rolls_back_the_lost_prepared_attempt(services):
+    """Spark numbers task attempts per stage attempt: after a fetch failure the stage runs
+    again and the partition's task is attempt 0 once more (another task attempt id). The
+    lost first attempt had prepared; the new one must neither reuse its transaction name
+    nor wait on its locks."""
+    qid = new_query_id()
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "restage", key=True)
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("restage")
+    plan = _plan(url, table, sink_id, schema, lockTimeoutMs="3000")
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    lost: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 11))
+    again: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 23))
+    assert again.gid != lost.gid
+    assert prepared(url, sink_id) == [again.gid]
+    plan.new_committer().commit([again], 0, plan.claim)
+    assert ids(url, table) == [1, 2]
+    assert prepared(url, sink_id) == []
+
+
+def test_an_older_attempt_that_thaws_leaves_the_newer_prepared_attempt_alone(services):
+    """A frozen attempt thaws after Spark ran the task again and the new attempt prepared:
+    the old one must not roll the newer one back (it may be the winner already)."""
+    qid = new_query_id()
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    url, table = services.postgres_url, make_table(services.postgres_url, "thawed", key=True)
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name("thawed")
+    plan = _plan(url, table, sink_id, schema, lockTimeoutMs="2000")
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    newer: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 1, 23))
+    with pytest.raises(Exception, match="lock timeout"):
+        plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 11))
+    assert prepared(url, sink_id) == [newer.gid]
+    plan.new_committer().commit([newer], 0, plan.claim)
+    assert ids(url, table) == [1, 2]
+
+
 def test_the_upsert_staging_table_follows_the_target(services):
     """The target is altered between runs (a column widened, a column added): the next
     run writes the new values exactly, not rounded to the old type or failing."""

@@ -2,8 +2,12 @@
 prepared transactions, the commit message, connections, and the queries that find and
 finish in-doubt transactions.
 
-A prepared transaction's global id is ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``:
-every part is needed to find it again after a crash, with nothing but the database.
+A prepared transaction's global id is
+``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>.<task attempt id>``: every part is
+needed to find it again after a crash, with nothing but the database. Spark numbers
+attempts per stage attempt (a stage run again after a fetch failure starts at attempt 0
+again); the task attempt id, unique in the application, keeps the names apart. Ids
+written before it was added end in ``:<attempt>`` and parse the same.
 """
 
 from __future__ import annotations
@@ -33,15 +37,24 @@ class JdbcCommittable(Committable):
         return self.gid is not None
 
 
-def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int) -> str:
-    return f"sx:{sink_id}:{epoch}:{batch}:{partition}:{attempt}"
+def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int, task_attempt_id: int) -> str:
+    return f"sx:{sink_id}:{epoch}:{batch}:{partition}:{attempt}.{task_attempt_id}"
 
 
 def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
-    """``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>`` -> its parts."""
+    """A global id -> (sink, epoch, batch, partition, attempt); the attempt is the one the
+    task's marker row holds."""
     _, rest = gid.split(":", 1)
     sink, epoch, batch, part, attempt = rest.rsplit(":", 4)
-    return sink, int(epoch), int(batch), int(part), int(attempt)
+    return sink, int(epoch), int(batch), int(part), int(attempt.partition(".")[0])
+
+
+def started_before(gid: str, epoch: int, task_attempt_id: int) -> bool:
+    """Was ``gid``'s attempt planned or started before the attempt ``(epoch, task_attempt_id)``?
+    Task attempt ids grow within an application, and one epoch's attempts run in one."""
+    _, gid_epoch, _, _, _ = parse_gid(gid)
+    tid = gid.rpartition(".")[2] if "." in gid.rpartition(":")[2] else "-1"
+    return (gid_epoch, int(tid)) < (epoch, task_attempt_id)
 
 
 # libpq's words for a server that is not there *yet*: restarting, failing over, starting.

@@ -8,7 +8,7 @@ sink's staging table (tagged with the task) and merged with one
 
 One writer class per guarantee. ``exactly_once`` (``PreparingJdbcWriter``): the
 transaction also writes the task's marker row and ends with ``PREPARE TRANSACTION``
-under the global id ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>``; before writing
+under a global id naming the sink, epoch, batch, partition and task attempt; before writing
 it checks, under a share lock held until the commit, that its run still owns the sink
 (epoch) and that batch N was not already decided, in which case it writes nothing (a
 replay). ``at_least_once`` (``MarkedJdbcWriter``): committed by the task, with a marker
@@ -38,6 +38,7 @@ from spark_ext.connectors.jdbc.transactions import (
     gid_for,
     parse_gid,
     prepared_gids,
+    started_before,
 )
 from spark_ext.errors import ConnectorError, FencedError
 
@@ -190,15 +191,15 @@ class PreparingJdbcWriter(JdbcWriter):
         self.epoch = self.fence = epoch  # the claim's (``fence``: typed int)
 
     def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt)
+        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt,
+                      task.task_attempt_id)
         conn.tpc_begin(gid)
         cur = self._cursor(conn)
         # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
         if self._decided(cur, task):
             conn.tpc_rollback()
             return self._message(task, 0)
-        if task.attempt > 0:
-            self._roll_back_earlier_attempts(task)
+        self._roll_back_earlier_attempts(conn, task)
         rows = self._copy(cur, batches, task)
         self._mark(cur, task, rows, self.fence)
         failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
@@ -221,16 +222,21 @@ class PreparingJdbcWriter(JdbcWriter):
                     "AND batch_id = %s AND partition_id = -1", (cfg.sink_id, task.query_id, task.batch_id))
         return cur.fetchone() is not None
 
-    def _roll_back_earlier_attempts(self, task: TaskInfo) -> None:
-        """A retried task: roll back what its earlier attempts prepared, which would hold
-        this attempt's row and unique-index locks. None of them can be a winner: the batch
-        is not decided (checked under the share lock this transaction holds)."""
-        conn = connect(self.cfg.url, self.cfg.reconnect_timeout_s, self.cfg.sink_id)
-        conn.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
+    def _roll_back_earlier_attempts(self, conn: Any, task: TaskInfo) -> None:
+        """Roll back what earlier attempts of this task prepared (a retry, or a stage run
+        again after a fetch failure, whose attempt numbers start at 0 again): they would
+        hold this attempt's row and unique-index locks. None of them can be a winner: the
+        batch is not decided (checked under the share lock this transaction holds). A later
+        attempt's is left alone, so a thawed older attempt cannot undo a newer one's work."""
+        earlier = [g for g in prepared_gids(conn, self.cfg.sink_id)
+                   if parse_gid(g)[2:4] == (task.batch_id, task.partition_id)
+                   and started_before(g, self.fence, task.task_attempt_id)]
+        if not earlier:
+            return
+        other = connect(self.cfg.url, self.cfg.reconnect_timeout_s, self.cfg.sink_id)
+        other.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
         try:
-            for gid in prepared_gids(conn, self.cfg.sink_id):
-                _, _, batch, part, attempt = parse_gid(gid)
-                if (batch, part) == (task.batch_id, task.partition_id) and attempt < task.attempt:
-                    finish(conn, gid, commit=False)
+            for gid in earlier:
+                finish(other, gid, commit=False)
         finally:
-            conn.close()
+            other.close()
