@@ -150,8 +150,9 @@ class Claim(Generic[F]):
     sink recorded as committed, where the sink tracks it, so a replay writes nothing.
     ``committed`` / ``rolled_back``: how many in-doubt transactions step 1 resolved.
     ``planned_ms``: the driver's wall clock when step 1 ended. Every transaction of the
-    batch began later, so the committer (on the driver too) bounds their age on one
-    clock; an executor's clock may be minutes off.
+    batch began later, so the committer (on the driver too) can bound their age on one
+    clock where the external system keeps no start times; an executor's clock may be
+    minutes off.
     """
 
     fence: F

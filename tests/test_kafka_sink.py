@@ -351,6 +351,52 @@ def test_an_executor_clock_minutes_behind_does_not_make_a_batch_look_old(service
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
 
 
+def test_an_executor_clock_ahead_does_not_make_an_old_batch_look_young(services, monkeypatch):
+    """An executor clock a minute ahead of the driver's made a batch look a minute younger:
+    one within the margin of its transaction timeout was decided, and the broker could
+    abort its winners before they committed. The age is read on the broker's clock, the
+    one that enforces the timeout."""
+    import pyarrow as pa
+
+    from spark_ext.commit import TaskInfo
+    from tests.support.sinks import new_query_id
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "ahead")
+    # 10 s timeout, 2.5 s margin: a batch older than 7.5 s is refused
+    plan = sink_plan(bootstrap, topic, f"ah-{topic}", opts={"kafka.transaction.timeout.ms": "10000"})
+    rows = [str(i) for i in range(100)]
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 60)  # the executor's clock, while it writes
+    data = pa.record_batch([pa.array(rows), pa.array(rows)], names=["key", "value"])
+    msg = plan.new_writer().write(iter([data]), TaskInfo(new_query_id(), 0, 0, 0, 0))
+    monkeypatch.undo()  # the driver's clock
+    time.sleep(8)  # the scenario itself: the batch's transaction grows 8 s old
+    with pytest.raises(TransactionTimedOutError, match="old, within"):
+        plan.new_committer().commit([msg], 0, plan.claim)
+    assert consume(bootstrap, topic) == []
+
+
+def test_a_batch_whose_tasks_started_late_is_judged_by_its_transactions_age(services):
+    """The time since planning overstates a batch's age when its tasks start late (Python
+    workers starting, a busy cluster): transactions 1 s old were refused because the plan
+    was 8 s old. The brokers' start times give the age itself."""
+    import pyarrow as pa
+
+    from spark_ext.commit import TaskInfo
+    from tests.support.sinks import new_query_id
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "late")
+    plan = sink_plan(bootstrap, topic, f"lt-{topic}", opts={"kafka.transaction.timeout.ms": "10000"})
+    time.sleep(8)  # the scenario itself: the tasks start 8 s after planning, past the 7.5 s limit
+    rows = [str(i) for i in range(100)]
+    data = pa.record_batch([pa.array(rows), pa.array(rows)], names=["key", "value"])
+    msg = plan.new_writer().write(iter([data]), TaskInfo(new_query_id(), 0, 0, 0, 0))
+    plan.new_committer().commit([msg], 0, plan.claim)
+    assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
+
+
 def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactions_open(services):
     """An exactly_once run died with a batch's transaction open; the operator restarts
     with at_least_once, which takes nothing over: the open transaction would stall every

@@ -280,6 +280,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                             tuple(_producer(c) for c in batch.prepared))
         self.client.write_offsets(fence, self.cfg.group,
                                   {(self._anchor(), 0): (batch.batch_id + 1, decision.encode())})
+        assert batch.claim is not None  # _fence checked it
+        self._check_age(batch.prepared, batch.batch_id, fence, batch.claim.planned_ms)
         failpoints.hit("kafka.mid_decision", batch.batch_id)  # decision pending in its transaction
         self.client.end_txn(fence, commit=True)
         return decision
@@ -355,28 +357,44 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                               "over after this batch began; this run stops without committing "
                               "(zombie fencing)")
         producers = [_producer(c) for c in winners]
-        states = self.client.describe([p.transactional_id for p in producers])
-        # The transactions began after the batch was planned: now minus that, on the driver's
-        # clock alone, bounds their age, so an executor clock minutes behind cannot make a
-        # batch look old. The executors' own start times, when lower, are the closer figure.
-        now = time.time() * 1000
-        age_s = min(now - planned_ms, now - min(c.started_ms for c in winners)) / 1000
-        limit_s = self.cfg.txn_timeout_ms / 1000
+        states = self.client.describe([fence.transactional_id, *(p.transactional_id for p in producers)])
+        if states[fence.transactional_id].state == "Ongoing":
+            # An earlier try of this commit began its decision and failed before ending it:
+            # nothing is decided, and a fresh decision transaction dates the check below.
+            self.client.end_txn(fence, commit=False)
+        since_plan_s = (time.time() * 1000 - planned_ms) / 1000
         for p in producers:
             s = states[p.transactional_id]
             if s.state != "Ongoing" or s.producer_id != p.producer_id or s.epoch != p.epoch:
                 self._abort_own(winners)
                 raise TransactionTimedOutError(
                     f"batch {batch_id}: transaction {p.transactional_id!r} is no longer open on the "
-                    f"broker (state {s.state}, epoch {s.epoch}, ours {p.epoch}) {age_s:.1f} s after it "
-                    f"began; kafka.transaction.timeout.ms is {self.cfg.txn_timeout_ms}. It was aborted "
-                    "by that timeout or fenced by another run. Nothing of the batch was committed; "
-                    "restart the query to write it again, and raise kafka.transaction.timeout.ms (up to "
-                    "the broker's transaction.max.timeout.ms) or make batches shorter"
+                    f"broker (state {s.state}, epoch {s.epoch}, ours {p.epoch}) {since_plan_s:.1f} s after "
+                    f"the batch was planned; kafka.transaction.timeout.ms is {self.cfg.txn_timeout_ms}. It "
+                    "was aborted by that timeout or fenced by another run. Nothing of the batch was "
+                    "committed; restart the query to write it again, and raise kafka.transaction.timeout.ms "
+                    "(up to the broker's transaction.max.timeout.ms) or make batches shorter"
                 )
+
+    def _check_age(self, winners: Sequence[KafkaCommittable], batch_id: int, fence: Producer,
+                   planned_ms: float) -> None:
+        """Refuse to decide winners the broker may abort before they commit. Called with
+        the decision's transaction just begun: its start is the coordinator's "now", and
+        the winners' starts are on the brokers' clocks too, the clocks that enforce the
+        timeout. An executor's clock, which may be minutes off either way, never enters."""
+        producers = [_producer(c) for c in winners]
+        states = self.client.describe([fence.transactional_id, *(p.transactional_id for p in producers)])
+        now_ms = states[fence.transactional_id].start_ms
+        starts = [states[p.transactional_id].start_ms for p in producers]
+        if now_ms > 0 and min(starts) > 0:
+            age_s = (now_ms - min(starts)) / 1000
+        else:  # a broker that gave no start time: the time since planning bounds the age
+            age_s = (time.time() * 1000 - planned_ms) / 1000
+        limit_s = self.cfg.txn_timeout_ms / 1000
         margin_s = min(2 * self.cfg.timeout_s, limit_s / 4)
         if age_s > limit_s - margin_s:
             # Deciding now could let the broker abort a winner after the decision: refuse.
+            self.client.end_txn(fence, commit=False)  # the decision, not yet recorded
             self._abort_own(winners)
             raise TransactionTimedOutError(
                 f"batch {batch_id}: its transactions are {age_s:.1f} s old, within {margin_s:.0f} s of "

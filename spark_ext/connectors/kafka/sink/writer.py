@@ -38,11 +38,9 @@ class KafkaCommittable(Committable):
 
     ``producer``: (transactional id, producer id, epoch) of the open transaction; None when
     the attempt opened none (a replay of a decided batch, no rows, a weaker guarantee).
-    ``started_ms``: when the transaction began, on the executor's clock.
     """
 
     producer: Producer | None = None
-    started_ms: int = 0
 
     @property
     def prepared(self) -> bool:
@@ -74,7 +72,6 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         """Executor, once per task attempt. Raising leaves the transaction to be aborted."""
         cfg = self.cfg
         client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
-        started = int(time.time() * 1000)
         tid = self._txn_id(task)
         sender = Sender(cfg, tid, self.acks)
         producer = Producer("", -1, -1)
@@ -91,7 +88,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
         client.close()
         failpoints.hit("kafka.after_write", task.batch_id, rows)  # acknowledged, not yet reported
         opened = producer if self._transactional and touched else None
-        return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, rows, opened, started,
+        return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, rows, opened,
                                 query_id=task.query_id)
 
     def _produce(self, batches: Iterator[pa.RecordBatch], task: TaskInfo, producer: Producer,
