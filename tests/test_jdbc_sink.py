@@ -138,18 +138,25 @@ def _plan(url: str, table: str, sink_id: str, schema, guarantee: Guarantee = Gua
     return JdbcSink().plan(o, schema, guarantee)
 
 
+def _keyed_sink(url: str, name: str, lock_timeout_ms: int):
+    """A keyed table, its exactly_once plan and two rows for it: (table, sink id, plan, rows)."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    table = make_table(url, name, key=True)
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    sink_id = table_name(name)
+    plan = _plan(url, table, sink_id, schema, lockTimeoutMs=str(lock_timeout_ms))
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    return table, sink_id, plan, rows
+
+
 def test_a_retried_task_rolls_back_its_earlier_prepared_attempt(services):
     """Attempt 0 of a task prepared (holding its rows' unique-index locks), then Spark
     retried the task: attempt 1 must not wait on those locks until it times out."""
     qid = new_query_id()  # unique, as Spark's are: sinks look each other up by it
-    import pyarrow as pa
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    url, table = services.postgres_url, make_table(services.postgres_url, "retry", key=True)
-    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
-    sink_id = table_name("retry")
-    plan = _plan(url, table, sink_id, schema, lockTimeoutMs="3000")
-    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    url = services.postgres_url
+    table, sink_id, plan, rows = _keyed_sink(url, "retry", 3000)
     first: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
     retried: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 1, 2))
     assert first.gid not in prepared(url, sink_id)
@@ -163,15 +170,8 @@ def test_a_stage_retry_reusing_an_attempt_number_rolls_back_the_lost_prepared_at
     again and the partition's task is attempt 0 once more (another task attempt id). The
     lost first attempt had prepared; the new one must neither reuse its transaction name
     nor wait on its locks."""
-    qid = new_query_id()
-    import pyarrow as pa
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    url, table = services.postgres_url, make_table(services.postgres_url, "restage", key=True)
-    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
-    sink_id = table_name("restage")
-    plan = _plan(url, table, sink_id, schema, lockTimeoutMs="3000")
-    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    qid, url = new_query_id(), services.postgres_url
+    table, sink_id, plan, rows = _keyed_sink(url, "restage", 3000)
     lost: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 11))
     again: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 23))
     assert again.gid != lost.gid
@@ -184,15 +184,8 @@ def test_a_stage_retry_reusing_an_attempt_number_rolls_back_the_lost_prepared_at
 def test_an_older_attempt_that_thaws_leaves_the_newer_prepared_attempt_alone(services):
     """A frozen attempt thaws after Spark ran the task again and the new attempt prepared:
     the old one must not roll the newer one back (it may be the winner already)."""
-    qid = new_query_id()
-    import pyarrow as pa
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    url, table = services.postgres_url, make_table(services.postgres_url, "thawed", key=True)
-    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
-    sink_id = table_name("thawed")
-    plan = _plan(url, table, sink_id, schema, lockTimeoutMs="2000")
-    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    qid, url = new_query_id(), services.postgres_url
+    table, sink_id, plan, rows = _keyed_sink(url, "thawed", 2000)
     newer: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 1, 23))
     with pytest.raises(Exception, match="lock timeout"):
         plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 11))
