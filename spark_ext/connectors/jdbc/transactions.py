@@ -53,8 +53,8 @@ def started_before(gid: str, epoch: int, task_attempt_id: int) -> bool:
     """Was ``gid``'s attempt planned or started before the attempt ``(epoch, task_attempt_id)``?
     Task attempt ids grow within an application, and one epoch's attempts run in one."""
     _, gid_epoch, _, _, _ = parse_gid(gid)
-    tid = gid.rpartition(".")[2] if "." in gid.rpartition(":")[2] else "-1"
-    return (gid_epoch, int(tid)) < (epoch, task_attempt_id)
+    _, dot, tid = gid.rpartition(":")[2].partition(".")
+    return (gid_epoch, int(tid) if dot else -1) < (epoch, task_attempt_id)
 
 
 # libpq's words for a server that is not there *yet*: restarting, failing over, starting.

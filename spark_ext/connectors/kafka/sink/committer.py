@@ -110,6 +110,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         self.cfg = cfg
         self.client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
         self._latest: Decision | None = None  # the last decision ``recorded`` read
+        self._oldest_start_ms = 0  # the winners' earliest start (broker clock), read by ``check``
 
     @property
     def label(self) -> str:
@@ -375,19 +376,19 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                     "committed; restart the query to write it again, and raise kafka.transaction.timeout.ms "
                     "(up to the broker's transaction.max.timeout.ms) or make batches shorter"
                 )
+        starts = [states[p.transactional_id].start_ms for p in producers]
+        self._oldest_start_ms = min(starts) if min(starts) > 0 else 0
 
     def _check_age(self, winners: Sequence[KafkaCommittable], batch_id: int, fence: Producer,
                    planned_ms: float) -> None:
         """Refuse to decide winners the broker may abort before they commit. Called with
         the decision's transaction just begun: its start is the coordinator's "now", and
-        the winners' starts are on the brokers' clocks too, the clocks that enforce the
-        timeout. An executor's clock, which may be minutes off either way, never enters."""
-        producers = [_producer(c) for c in winners]
-        states = self.client.describe([fence.transactional_id, *(p.transactional_id for p in producers)])
-        now_ms = states[fence.transactional_id].start_ms
-        starts = [states[p.transactional_id].start_ms for p in producers]
-        if now_ms > 0 and min(starts) > 0:
-            age_s = (now_ms - min(starts)) / 1000
+        the winners' starts (read by ``check``) are on the brokers' clocks too, the clocks
+        that enforce the timeout. An executor's clock, which may be minutes off either way,
+        never enters."""
+        now_ms = self.client.describe([fence.transactional_id])[fence.transactional_id].start_ms
+        if now_ms > 0 and self._oldest_start_ms > 0:
+            age_s = (now_ms - self._oldest_start_ms) / 1000
         else:  # a broker that gave no start time: the time since planning bounds the age
             age_s = (time.time() * 1000 - planned_ms) / 1000
         limit_s = self.cfg.txn_timeout_ms / 1000
