@@ -193,3 +193,22 @@ def test_queue_sink_frames_escape_headers_and_refuse_reserved_names():
                                                pa.map_(pa.string(), pa.string()))})
     with pytest.raises(BadMessageError, match="'destination'"):
         next(send_frames(bad, common))
+
+
+@pytest.mark.parametrize("value,window", [(None, None), ("auto", None), ("AUTO", None), ("-1", -1), ("0", -1),
+                                          ("1048576", 1048576)])
+def test_consumer_window_size_is_auto_unless_a_number_is_given(value, window):
+    from spark_ext.connectors.jms.config import JmsSourceConfig
+    from spark_ext.options import Options
+
+    opts = {"destination": "/queue/q", **({"consumerWindowSize": value} if value is not None else {})}
+    assert JmsSourceConfig.parse(Options(opts, "hzsource")).window_bytes == window
+
+
+def test_a_consumer_window_size_that_is_not_a_number_or_auto_is_refused_naming_the_option():
+    from spark_ext.connectors.jms.config import JmsSourceConfig
+    from spark_ext.errors import SparkExtError
+    from spark_ext.options import Options
+
+    with pytest.raises(SparkExtError, match="consumerWindowSize"):
+        JmsSourceConfig.parse(Options({"destination": "/queue/q", "consumerWindowSize": "big"}, "hzsource"))

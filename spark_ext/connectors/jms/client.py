@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -35,6 +36,12 @@ class Message(NamedTuple):
 
 
 _ACKS_PER_WRITE = 1000
+# Option consumerWindowSize=auto: the window before any message was measured, and its floor.
+_FIRST_WINDOW = 64 * 1024
+# Batches' worth of frame bytes in an auto window. The broker counts a message at more than
+# its STOMP frame (measured on Artemis: about 1.4x for 300-byte bodies), and the window must
+# hold the batch in flight plus the next one whole, or every batch comes out short.
+_BATCHES_AHEAD = 3
 _BROKER_ID = b"\nmessage-id:"
 _HEARTBEAT_MS = 10_000
 
@@ -79,6 +86,11 @@ class StompReceiver:
         self._id_key = f"\n{cfg.id_header}:".encode()
         self.generation = 0  # connections made so far; ack ids are valid on their own only
         self._arrivals = 0  # messages received on this connection
+        self._bytes = 0  # their frames' bytes (what the broker's window counts)
+        self._subs = 0  # subscriptions made so far; each has its own id
+        self.window = cfg.window_bytes if cfg.window_bytes is not None else _FIRST_WINDOW
+        self.lost: list[str] = []  # received, not handed out, when the last connection ended
+        self._awaited: dict[str, float] = {}  # lost ids expected again -> since (monotonic)
 
     def probe(self) -> None:
         """Log in and out again: proves address and credentials without consuming anything."""
@@ -115,35 +127,115 @@ class StompReceiver:
         ids, so what the old connection received is forgotten here (the reader keeps the
         IDs of its batches: see ``JmsStreamReader._reconnected``).
         """
-        cfg = self.cfg
         self.close()
         with self._lock:
             self._error = None
+            self.lost = list(self._queue)
             self._queue.clear()
             self._ack_ids.clear()
             self._receipts.clear()
             self._arrivals = 0
             self.generation += 1
         conn = self._login()
-        ack = "auto" if cfg.guarantee is Guarantee.NONE else "client-individual"
-        # The receipt proves the broker accepted the subscription (or lets its ERROR land).
-        self._receipt.clear()
         self._conn, self._connected = conn, True
         conn.start(self._received, self._control, self._closed)
-        conn.send(wire.encode("SUBSCRIBE", {
+        self._subscribe(conn)
+
+    def _subscribe(self, conn: wire.StompSocket) -> None:
+        """SUBSCRIBE with the current window under a new id, and wait for the broker's receipt
+        (it proves the broker accepted the subscription, or lets its ERROR land)."""
+        cfg = self.cfg
+        ack = "auto" if cfg.guarantee is Guarantee.NONE else "client-individual"
+        self._subs += 1
+        self._sub = f"spark-ext-source-{self._subs}"
+        rid = f"spark-ext-subscribe-{self.generation}-{self._subs}"
+        self._send(conn, wire.encode("SUBSCRIBE", {
             "destination": cfg.destination, "id": self._sub, "ack": ack,
-            "consumer-window-size": str(cfg.window_bytes), "receipt": "spark-ext-subscribe"}))
-        answered = self._receipt.wait(cfg.connect_timeout_s)
+            "consumer-window-size": str(self.window), "receipt": rid}))
+        answered = self._await_receipt(rid)
         if self._error:
             raise ConnectorError(f"the broker refused subscribing to {cfg.where}: {self._error}")
         if not answered or not self._connected:
             raise ConnectorError(f"the STOMP broker did not confirm the subscription to {cfg.where}")
 
+    def _send(self, conn: wire.StompSocket, data: bytes) -> None:
+        try:
+            conn.send(data)
+        except OSError as e:
+            self._connected = False
+            raise ConnectorError(f"the connection to {self.cfg.where} failed: {e}") from None
+
+    def _await_receipt(self, rid: str) -> bool:
+        """Wait up to ``connectTimeoutMs`` for the receipt ``rid``; whether it came."""
+        with self._lock:
+            self._arrived.wait_for(lambda: rid in self._receipts or not self._connected or bool(self._error),
+                                   self.cfg.connect_timeout_s)
+            got = rid in self._receipts
+            self._receipts.discard(rid)
+            return got
+
+    def fit_window(self, batch: int) -> bool:
+        """Option consumerWindowSize=auto, between batches (nothing received is in a batch
+        not yet acknowledged): subscribe again with a window that holds two batches of
+        ``batch`` messages (``_BATCHES_AHEAD`` times their frames, at the mean size measured
+        so far) when the window in use is off by more than half or twice. Unsubscribing
+        returns what was sent ahead to the queue without counting a delivery (only a lost
+        connection counts one); it comes again on the new subscription. Whether it
+        subscribed again."""
+        if self.cfg.window_bytes is not None or not self.cfg.tracks_ids or not self._arrivals:
+            return False  # none: what was received is already acknowledged, and would be lost
+        mean = self._bytes // self._arrivals
+        want = -1 if batch >= 1 << 30 else max(_FIRST_WINDOW, _BATCHES_AHEAD * batch * mean)
+        if want == self.window or (want > 0 and self.window > 0 and want / 2 <= self.window <= want * 2):
+            return False
+        conn = self._conn
+        if conn is None or not self._connected:
+            return False
+        self._asked += 1
+        rid = f"spark-ext-unsubscribe-{self.generation}-{self._asked}"
+        self._send(conn, wire.encode("UNSUBSCRIBE", {"id": self._sub, "receipt": rid}))
+        if not self._await_receipt(rid):
+            self.check()
+            raise ConnectorError(f"the STOMP broker at {self.cfg.where} did not confirm an UNSUBSCRIBE")
+        with self._lock:  # the broker handled the UNSUBSCRIBE: nothing more comes on the old id
+            self._queue.clear()
+            self._ack_ids.clear()
+            self._arrivals = self._bytes = 0
+        log.info("subscribing to %s again with a consumer window of %d bytes (was %d)", self.cfg.where,
+                 want, self.window)
+        self.window = want
+        self._subscribe(conn)
+        return True
+
+    def await_ids(self, ids: Sequence[str]) -> None:
+        """Expect these ids again (messages a lost connection had received and not handed out)."""
+        now = time.monotonic()
+        with self._lock:
+            for i in ids:
+                if i not in self._queue:
+                    self._awaited.setdefault(i, now)
+
+    def overdue(self, timeout_s: float) -> list[str]:
+        """Awaited ids not received again within ``timeout_s``; no longer awaited."""
+        horizon = time.monotonic() - timeout_s
+        with self._lock:
+            late = [i for i, since in self._awaited.items() if since <= horizon]
+            for i in late:
+                del self._awaited[i]
+            return late
+
     def _received(self, frames: list[wire.Frame]) -> None:
         """Receiving thread, per socket read: index the messages by ID."""
         by_id = self.cfg.id_header == "message-id"
+        sub = self._sub
         got: list[Message] = []
+        size = 0
         for f in frames:
+            if wire.header(f, b"\nsubscription:") != sub:
+                # Sent on a subscription ended by ``fit_window`` while it ended: the broker
+                # takes it back with that subscription, and it comes again on the new one.
+                continue
+            size += len(f[0])
             raw = wire.header(f, self._id_key)
             if not raw:
                 # Messages without an ID cannot be de-duplicated: stop instead of guessing.
@@ -157,7 +249,11 @@ class StompReceiver:
             for m in got:
                 self._ack_ids.setdefault(m.message_id, []).append(m.ack_id)
                 self._queue[m.message_id] = m
+            if self._awaited:
+                for m in got:
+                    self._awaited.pop(m.message_id, None)
             self._arrivals += len(got)
+            self._bytes += size
             self._arrived.notify_all()
 
     def _control(self, frame: wire.Frame) -> None:
@@ -165,6 +261,8 @@ class StompReceiver:
         if cmd == "ERROR":
             headers, body = wire.parse_message(frame[0])
             self._error = headers.get("message") or body.decode("utf-8", "replace")[:500]
+            with self._lock:
+                self._arrived.notify_all()
             self._receipt.set()
         elif cmd == "RECEIPT":
             with self._lock:
@@ -271,12 +369,7 @@ class StompReceiver:
         except OSError:
             self._connected = False
             return False
-        with self._lock:
-            self._arrived.wait_for(lambda: rid in self._receipts or not self._connected,
-                                   self.cfg.connect_timeout_s)
-            got = rid in self._receipts
-            self._receipts.discard(rid)
-            return got
+        return self._await_receipt(rid)
 
     def _send_acks(self, conn: wire.StompSocket, ids: Sequence[str]) -> list[str]:
         """ACK frames for ``ids``, ``_ACKS_PER_WRITE`` to a socket write. One stomp.py
@@ -305,7 +398,11 @@ class StompReceiver:
     def close(self) -> None:
         if self._conn is not None:
             self._receipt.clear()
-            goodbye = wire.encode("DISCONNECT", {"receipt": "spark-ext-bye"}) if self._connected else b""
+            # UNSUBSCRIBE first: a DISCONNECT alone counts a delivery (towards the dead-letter
+            # address) for the oldest message sent ahead on Artemis; ending the subscription
+            # hands everything back uncounted.
+            goodbye = (wire.encode("UNSUBSCRIBE", {"id": self._sub}) +
+                       wire.encode("DISCONNECT", {"receipt": "spark-ext-bye"})) if self._connected else b""
             self._conn.close(goodbye, 2.0, self._receipt)
             self._conn = None
         self._connected = False

@@ -30,7 +30,9 @@ SOURCE_OPTIONS = OptionSpec.of(
     Option("messageIdHeader", "The header that identifies a message for de-duplication (case-sensitive, "
            "e.g. an application's payment id).", default="message-id"),
     Option("consumerWindowSize", "The subscription's `consumer-window-size`: bytes the broker sends ahead "
-           "of acknowledgements (-1: no limit).", default=64 * 1024 * 1024),
+           "of acknowledgements (-1: no limit). `auto`: room for two batches (the one in flight and the "
+           "next), from the messages' measured size; a message sent ahead and not yet in a batch gains a "
+           "delivery each time the connection is lost.", default="auto"),
     Option("replayTimeoutMs", "How long a replay waits for the broker to redeliver a recorded message (ms).",
            default=60_000),
     Option("skipMissingMessages", "`false`: a recorded message the broker never redelivers (expired, "
@@ -57,7 +59,7 @@ class JmsSourceConfig:
     guarantee: Guarantee
     max_per_trigger: int
     id_header: str
-    window_bytes: int
+    window_bytes: int | None  # None: sized to two batches as messages arrive
     replay_timeout_s: float
     skip_missing: bool
     dedup_window_s: float
@@ -99,13 +101,28 @@ class JmsSourceConfig:
             max_per_trigger=spec.int_of(opts, "maxMessagesPerTrigger", minimum=1),
             # STOMP header names are case-sensitive (an application's "paymentId")
             id_header=opts.get_str("messageidheader") or spec.default_str("messageIdHeader"),
-            window_bytes=spec.int_of(opts, "consumerWindowSize", minimum=-1) or -1,
+            window_bytes=_window(opts),
             replay_timeout_s=spec.seconds_of(opts, "replayTimeoutMs", minimum=1),
             skip_missing=opts.get_bool("skipmissingmessages", spec.default_bool("skipMissingMessages")),
             dedup_window_s=spec.seconds_of(opts, "dedupWindowMs", minimum=0),
             connect_timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
             reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
         )
+
+
+def _window(opts: Options) -> int | None:
+    """Option consumerWindowSize: ``None`` for ``auto``, else bytes (0 and -1: no limit)."""
+    raw = opts.get_str("consumerwindowsize")
+    if raw is None or raw.strip().lower() == "auto":
+        return None
+    try:
+        window = int(raw.strip())
+    except ValueError:
+        window = -2
+    if window < -1:
+        raise InvalidOptionError(f"option 'consumerWindowSize' is {raw!r}; expected auto, or the bytes the "
+                                 "broker may send ahead of acknowledgements (-1: no limit)")
+    return window or -1
 
 
 def broker_address(opts: Options) -> tuple[str, int]:

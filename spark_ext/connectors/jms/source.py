@@ -196,6 +196,9 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
                     self._committed.setdefault(mid, now)
             log.warning("reconnected to %s: %d message ID(s) of recently acknowledged batches are "
                         "dropped if redelivered", self.cfg.where, sum(len(i) for i in self._recent))
+            # Received and in no batch yet: no replay looks for these, so watch for their return.
+            inflight = {m.message_id for b in self._batches.values() for m in b}
+            self._rx.await_ids([m for m in self._rx.lost if m not in inflight and m not in self._committed])
         self._recent.clear()
         self._generation = self._rx.generation
 
@@ -277,11 +280,14 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         n = limit.max_rows if isinstance(limit, ReadMaxRows) else self.cfg.max_per_trigger
         if isinstance(limit, ReadAllAvailable):
             n = 1 << 30
+        self._report_gone(rx)
         if self._settled != rx.generation:  # the first plan on a new subscription
             rx.settle(n)
             self._settled = rx.generation
         inflight = {m.message_id for b in self._batches.values() for m in b}
         try:
+            if not self._batches and rx.fit_window(n):
+                rx.settle(n)
             msgs = rx.take(n, exclude=inflight | set(self._committed))
         except ConnectorError:
             if rx.connected:
@@ -295,6 +301,21 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
             return {"seq": seq, "n": len(msgs)}
         carry = sorted([m, t] for m, t in self._committed.items()) if self.cfg.carries_committed else []
         return {"seq": seq, "ids": pack_ids([m.message_id for m in msgs]), "carry": carry}
+
+    def _report_gone(self, rx: StompReceiver) -> None:
+        """Messages received before a lost connection that have not come back within
+        ``replayTimeoutMs``: fail naming them, or (``skipMissingMessages=true``) log each."""
+        gone = rx.overdue(self.cfg.replay_timeout_s)
+        if not gone:
+            return
+        text = (f"{len(gone)} message(s) this query had received from {self.cfg.where}, in no batch yet, did "
+                f"not come back within {self.cfg.replay_timeout_s:.0f} s of the connection being lost, e.g. "
+                f"{', '.join(gone[:5])} (moved to a dead-letter address after too many deliveries, expired, "
+                "or consumed by another consumer)")
+        if not self.cfg.skip_missing:
+            raise ConnectorError(f"{text}. Look for them on the broker's dead-letter address; set option "
+                                 "skipMissingMessages=true to go on without them (they are logged)")
+        log.error("%s; skipped (skipMissingMessages=true): %s", text, gone)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: batch ``end.seq``'s messages; after a restart, the recorded ones again."""
@@ -341,6 +362,14 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
                 if not absorbed:
                     self._absorb(rx, start)
                     absorbed = True
+                    # Nothing is handed out yet: the window may grow to hold the whole batch.
+                    try:
+                        rx.settle(len(ids))
+                        if rx.fit_window(len(ids)):
+                            rx.settle(len(ids))
+                    except ConnectorError:
+                        if rx.connected:
+                            raise  # else the broker went away: reconnect on the next round
                 got, missing = rx.wait_for(missing, min(1.0, max(deadline - time.monotonic(), 0.0)))
                 have.update(got)
             if not missing or time.monotonic() >= deadline:
