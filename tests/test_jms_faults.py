@@ -15,7 +15,7 @@ import pytest
 from spark_ext.options import checkpoint_sink_id
 from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
-from tests.support.stomp_util import drain, queue_name, send
+from tests.support.stomp_util import drain, queue_counts, queue_name, send
 from tests.support.waiting import wait_for, wait_for_idle_trigger
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -199,23 +199,6 @@ def test_copies_that_arrive_while_a_batch_is_acknowledged_are_acknowledged_too(s
     finally:
         reader.stop()
     assert drain(services, dest) == []
-
-
-def queue_counts(dest: str) -> tuple[int, int]:
-    """(messages on the queue, of which delivered and not yet acknowledged), from the
-    broker's own management (Artemis CLI ``queue stat``)."""
-    from services.common import ARTEMIS_CORE_PORT, HOST, LOCAL, STOMP_PASSWORD, STOMP_USER
-
-    name = dest.removeprefix("/queue/")
-    out = subprocess.run(
-        [str(LOCAL / "artemis" / "broker" / "bin" / "artemis"), "queue", "stat", "--user", STOMP_USER,
-         "--password", STOMP_PASSWORD, "--url", f"tcp://{HOST}:{ARTEMIS_CORE_PORT}", "--queueName", name],
-        capture_output=True, text=True, timeout=60).stdout
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells and cells[0] == name:
-            return int(cells[3]), int(cells[5])
-    raise AssertionError(f"queue {name} not in `artemis queue stat`:\n{out}")
 
 
 def test_an_idle_query_acknowledges_what_committed_within_a_trigger(spark, services, tmp_path):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support.stomp_util import drain, queue_name, send
+from tests.support.stomp_util import drain, queue_counts, queue_name, send
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.services]
@@ -41,8 +41,6 @@ def _becomes_true(cond, within_s: float) -> bool:
 
 
 def _delivering(dest: str) -> int:
-    from tests.test_jms_faults import queue_counts
-
     return queue_counts(dest)[1]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import uuid
 
@@ -51,3 +52,20 @@ def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
         return got
     finally:
         c.disconnect()
+
+
+def queue_counts(dest: str) -> tuple[int, int]:
+    """(messages on the queue, of which delivered and not yet acknowledged), from the
+    broker's own management (Artemis CLI ``queue stat``)."""
+    from services.common import ARTEMIS_CORE_PORT, HOST, LOCAL, STOMP_PASSWORD, STOMP_USER
+
+    name = dest.removeprefix("/queue/")
+    out = subprocess.run(
+        [str(LOCAL / "artemis" / "broker" / "bin" / "artemis"), "queue", "stat", "--user", STOMP_USER,
+         "--password", STOMP_PASSWORD, "--url", f"tcp://{HOST}:{ARTEMIS_CORE_PORT}", "--queueName", name],
+        capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == name:
+            return int(cells[3]), int(cells[5])
+    raise AssertionError(f"queue {name} not in `artemis queue stat`:\n{out}")
