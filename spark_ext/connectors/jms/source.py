@@ -306,16 +306,21 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         """Messages received before a lost connection that have not come back within
         ``replayTimeoutMs``: fail naming them, or (``skipMissingMessages=true``) log each."""
         gone = rx.overdue(self.cfg.replay_timeout_s)
-        if not gone:
-            return
-        text = (f"{len(gone)} message(s) this query had received from {self.cfg.where}, in no batch yet, did "
-                f"not come back within {self.cfg.replay_timeout_s:.0f} s of the connection being lost, e.g. "
-                f"{', '.join(gone[:5])} (moved to a dead-letter address after too many deliveries, expired, "
-                "or consumed by another consumer)")
+        if gone:
+            wait = self.cfg.replay_timeout_s
+            self._missing(gone, f"{len(gone)} message(s) this query had received from {self.cfg.where}, "
+                          f"in no batch yet, did not come back within {wait:.0f} s of the connection being "
+                          f"lost, e.g. {', '.join(gone[:5])} (moved to a dead-letter address after too many "
+                          "deliveries, expired, or consumed by another consumer)",
+                          "look for them on the broker's dead-letter address")
+
+    def _missing(self, ids: list[str], text: str, hint: str) -> None:
+        """Messages that did not come back: an error naming them, or with
+        ``skipMissingMessages=true`` each one logged as an error."""
         if not self.cfg.skip_missing:
-            raise ConnectorError(f"{text}. Look for them on the broker's dead-letter address; set option "
-                                 "skipMissingMessages=true to go on without them (they are logged)")
-        log.error("%s; skipped (skipMissingMessages=true): %s", text, gone)
+            raise ConnectorError(f"{text}. Set option skipMissingMessages=true to go on without them (they "
+                                 f"are logged), or {hint}")
+        log.error("%s; skipped (skipMissingMessages=true): %s", text, ids)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: batch ``end.seq``'s messages; after a restart, the recorded ones again."""
@@ -338,14 +343,11 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         recorded = unpack_ids(end["ids"])
         have, missing = self._redelivered(start, recorded)
         if missing:
-            text = (f"replaying batch {seq} needs {len(missing)} recorded message(s) the broker at "
-                    f"{self.cfg.where} did not redeliver within {self.cfg.replay_timeout_s:.0f} s, e.g. "
-                    f"{', '.join(missing[:5])} (expired, moved to a dead-letter address, or consumed "
-                    "by another consumer)")
-            if not self.cfg.skip_missing:
-                raise ConnectorError(f"{text}. Set option skipMissingMessages=true to skip them (they "
-                                     "are logged), or raise replayTimeoutMs")
-            log.error("%s; skipped (skipMissingMessages=true): %s", text, missing)
+            wait = self.cfg.replay_timeout_s
+            self._missing(missing, f"replaying batch {seq} needs {len(missing)} recorded message(s) the "
+                          f"broker at {self.cfg.where} did not redeliver within {wait:.0f} s, e.g. "
+                          f"{', '.join(missing[:5])} (expired, moved to a dead-letter address, or consumed "
+                          "by another consumer)", "raise replayTimeoutMs")
         log.info("replaying batch %s with %d redelivered message(s)", seq, len(have))
         return [have[i] for i in recorded if i in have]
 
