@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from services.kafka_cluster import KafkaCluster, kafka_cluster
+from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.guarantees import Guarantee
@@ -130,6 +131,25 @@ def test_a_frozen_coordinator_is_left_for_its_successor_within_the_delivery_budg
     finally:
         client.close()
         c.thaw(victim)
+
+
+def test_the_sinks_start_check_asks_a_live_broker_when_one_was_just_killed(cluster):
+    """Every batch builds the sink's writer, which reads the brokers' transaction.max.timeout.ms.
+    Right after a broker is killed the cluster's metadata still lists it (until the
+    controller fences it) and the check picked the lowest node id: the query ended on
+    "Connection refused" while two brokers served (seen in make faults). It must ask another."""
+    c = cluster
+    first = min(b.node_id for b in metadata(c.bootstrap, [], 5.0).brokers)
+    c.kill(first)
+    try:
+        client = KafkaTxnClient(c.bootstrap, 5.0, budget_s=30.0)
+        try:
+            assert client.broker_config("transaction.max.timeout.ms") is not None
+        finally:
+            client.close()
+    finally:
+        c.start(first)
+        c.wait_ready()
 
 
 def _preferred_election(c: KafkaCluster, topics: list[str]) -> None:

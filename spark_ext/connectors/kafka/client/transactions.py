@@ -107,8 +107,12 @@ class KafkaTxnClient:
             # A broker that just timed out may still be listed (until the controller fences
             # it): ask the others first.
             b = sorted(md.brokers, key=lambda b: (b.node_id in self._failed_nodes, b.node_id))[0]
-            self._any = Conn(b.host, b.port, self.timeout_s, self.security)
             self._any_node = b.node_id
+            try:
+                self._any = Conn(b.host, b.port, self.timeout_s, self.security)
+            except OSError:
+                self._failed_nodes.add(b.node_id)  # killed, not yet fenced: ask another next
+                raise
         return self._any
 
     def coordinator(self, key: str, key_type: int) -> Conn:
@@ -335,18 +339,23 @@ class KafkaTxnClient:
         return out
 
     def broker_config(self, name: str) -> str | None:
-        """A broker setting, as the first broker reports it."""
-        md = metadata(self.bootstrap, [], self.timeout_s, self.security)
+        """A broker setting, as a reachable broker reports it for itself. A broker just
+        killed may still be listed in the metadata: a refused connection moves on to
+        another (``_retry``), within the client's budget."""
         R_ = DescribeConfigsRequest.DescribeConfigsResource
-        req = DescribeConfigsRequest(resources=[R_(resource_type=4, resource_name=str(md.brokers[0].node_id),
-                                                   configuration_keys=[name])],
-                                     include_synonyms=False, include_documentation=False)
-        r = self.any_broker().request(req, 4, DescribeConfigsResponse)
-        for res in r.results:
-            for c in res.configs:
-                if c.name == name:
-                    return str(c.value) if c.value is not None else None
-        return None
+
+        def call() -> str | None:
+            conn = self.any_broker()  # sets _any_node: a broker describes its own settings
+            req = DescribeConfigsRequest(resources=[R_(resource_type=4, resource_name=str(self._any_node),
+                                                       configuration_keys=[name])],
+                                         include_synonyms=False, include_documentation=False)
+            r = conn.request(req, 4, DescribeConfigsResponse)
+            for res in r.results:
+                for c in res.configs:
+                    if c.name == name:
+                        return str(c.value) if c.value is not None else None
+            return None
+        return self._retry(f"reading the broker setting {name}", call)
 
 
 class _Retriable(Exception):
