@@ -116,10 +116,10 @@ def _window(opts: Options) -> int | None:
     if raw is None or raw.strip().lower() == "auto":
         return None
     try:
-        window = int(raw.strip())
+        window: int | None = int(raw.strip())
     except ValueError:
-        window = -2
-    if window < -1:
+        window = None
+    if window is None or window < -1:
         raise InvalidOptionError(f"option 'consumerWindowSize' is {raw!r}; expected auto, or the bytes the "
                                  "broker may send ahead of acknowledgements (-1: no limit)")
     return window or -1
