@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import time
 from typing import Any
 
 from kafka.net.sasl import get_sasl_mechanism
@@ -28,6 +29,7 @@ from kafka.protocol.sasl import (
 from spark_ext.connectors.kafka.client.errors import error_name
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, ssl_context
 from spark_ext.errors import AuthenticationError
+from spark_ext.retry import Backoff, Deadline
 
 METADATA_VERSION = 8
 SASL_HANDSHAKE_VERSION = 1  # v1: the exchange continues in framed SaslAuthenticate requests
@@ -139,12 +141,33 @@ def addresses(bootstrap: str) -> list[tuple[str, int]]:
 
 def metadata(bootstrap: str, topics: list[str] | None, timeout_s: float,
              security: KafkaSecurity = PLAINTEXT) -> Any:
-    """A Metadata response from the first reachable bootstrap server (``None``: all topics).
+    """A Metadata response from the first reachable bootstrap server (``None``: all topics)
+    that lists at least one broker.
 
-    ``AuthenticationError`` is raised at once: another bootstrap server will refuse the same
-    credentials.
+    A one-node cluster just resumed from a pause longer than ``broker.session.timeout.ms``
+    can answer listing no broker (it sees itself fenced until it registers again, for some
+    milliseconds); read as it is, that answer says "no broker" to every caller. Such
+    answers are asked again until ``timeout_s``, then raised as a ``ConnectionError``.
+    ``AuthenticationError`` is raised at once: another bootstrap server will refuse the
+    same credentials.
     """
+    deadline, delays = Deadline(timeout_s), Backoff(initial_s=0.01, max_s=0.2).delays()
+    while True:
+        r = _metadata_once(bootstrap, topics, timeout_s, security)
+        if r.brokers:
+            return r
+        if deadline.expired:
+            raise ConnectionError(f"Kafka at {bootstrap} listed no broker for {timeout_s:.0f} s (a broker "
+                                  "resuming from a pause or still registering)")
+        time.sleep(min(next(delays), max(deadline.remaining, 0.0)))
+
+
+def _metadata_once(bootstrap: str, topics: list[str] | None, timeout_s: float,
+                   security: KafkaSecurity) -> Any:
+    """The first answer listing a broker, else the last answer listing none (another
+    bootstrap server may know better); ``ConnectionError`` when none answered."""
     last: Exception | None = None
+    empty: Any = None
     for host, port in addresses(bootstrap):
         try:
             c = Conn(host, port, timeout_s, security)
@@ -154,9 +177,14 @@ def metadata(bootstrap: str, topics: list[str] | None, timeout_s: float,
         try:
             ts = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
             req = MetadataRequest(topics=ts, allow_auto_topic_creation=False)
-            return c.request(req, METADATA_VERSION, MetadataResponse)
+            r = c.request(req, METADATA_VERSION, MetadataResponse)
+            if r.brokers:
+                return r
+            empty = r
         except OSError as e:
             last = e
         finally:
             c.close()
+    if empty is not None:
+        return empty
     raise ConnectionError(f"no Kafka broker reachable at {bootstrap}: {last}")
