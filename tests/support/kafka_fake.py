@@ -4,7 +4,7 @@ logic; never proof that a connector works).
 A one-node cluster whose broker was frozen past ``broker.session.timeout.ms`` can, just
 after it resumes, answer Metadata listing no broker at all (it sees itself fenced until
 it registers again): measured on the local broker, 55 such answers in the first 60 ms
-after a 20 s freeze, in one try of three. That window is a race inside Kafka, so the
+after a 20 s freeze, in one try of six. That window is a race inside Kafka, so the
 client's handling of it is tested here, on the wire, with the answer scripted.
 """
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import time
 from typing import Any
 
 from kafka.net.sasl import get_sasl_mechanism
@@ -29,7 +28,7 @@ from kafka.protocol.sasl import (
 from spark_ext.connectors.kafka.client.errors import error_name
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, ssl_context
 from spark_ext.errors import AuthenticationError
-from spark_ext.retry import Backoff, Deadline
+from spark_ext.retry import Backoff, retry
 
 METADATA_VERSION = 8
 SASL_HANDSHAKE_VERSION = 1  # v1: the exchange continues in framed SaslAuthenticate requests
@@ -139,6 +138,10 @@ def addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
+class _NoBroker(Exception):
+    """Every answer listed no broker."""
+
+
 def metadata(bootstrap: str, topics: list[str] | None, timeout_s: float,
              security: KafkaSecurity = PLAINTEXT) -> Any:
     """A Metadata response from the first reachable bootstrap server (``None``: all topics)
@@ -151,23 +154,19 @@ def metadata(bootstrap: str, topics: list[str] | None, timeout_s: float,
     ``AuthenticationError`` is raised at once: another bootstrap server will refuse the
     same credentials.
     """
-    deadline, delays = Deadline(timeout_s), Backoff(initial_s=0.01, max_s=0.2).delays()
-    while True:
-        r = _metadata_once(bootstrap, topics, timeout_s, security)
-        if r.brokers:
-            return r
-        if deadline.expired:
-            raise ConnectionError(f"Kafka at {bootstrap} listed no broker for {timeout_s:.0f} s (a broker "
-                                  "resuming from a pause or still registering)")
-        time.sleep(min(next(delays), max(deadline.remaining, 0.0)))
+    gone = ConnectionError(f"Kafka at {bootstrap} listed no broker for {timeout_s:.0f} s (a broker resuming "
+                           "from a pause or still registering)")
+    return retry(lambda: _metadata_once(bootstrap, topics, timeout_s, security),
+                 what=f"reading Kafka's metadata at {bootstrap}", retry_on=_NoBroker, timeout_s=timeout_s,
+                 backoff=Backoff(initial_s=0.01, max_s=0.2), give_up=lambda e: gone)
 
 
 def _metadata_once(bootstrap: str, topics: list[str] | None, timeout_s: float,
                    security: KafkaSecurity) -> Any:
-    """The first answer listing a broker, else the last answer listing none (another
-    bootstrap server may know better); ``ConnectionError`` when none answered."""
+    """The first answer listing a broker; ``_NoBroker`` when the answers listed none
+    (another bootstrap server may know better), ``ConnectionError`` when none answered."""
     last: Exception | None = None
-    empty: Any = None
+    answered = False
     for host, port in addresses(bootstrap):
         try:
             c = Conn(host, port, timeout_s, security)
@@ -180,11 +179,11 @@ def _metadata_once(bootstrap: str, topics: list[str] | None, timeout_s: float,
             r = c.request(req, METADATA_VERSION, MetadataResponse)
             if r.brokers:
                 return r
-            empty = r
+            answered = True
         except OSError as e:
             last = e
         finally:
             c.close()
-    if empty is not None:
-        return empty
+    if answered:
+        raise _NoBroker(f"Kafka at {bootstrap} listed no broker")
     raise ConnectionError(f"no Kafka broker reachable at {bootstrap}: {last}")
