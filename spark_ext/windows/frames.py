@@ -135,11 +135,6 @@ def _merge_present(op: AggregateOperation, a: States, pa_: np.ndarray, b: States
     return {k: np.where(both, m[k], np.where(pa_, a[k], b[k])) for k in a}, pa_ | pb
 
 
-def _lookup(sorted_coords: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    i = np.minimum(np.searchsorted(sorted_coords, q), len(sorted_coords) - 1)
-    return i, sorted_coords[i] == q
-
-
 def _empty_result(schema: pa.Schema, key_cols: Sequence[str], bounds: Sequence[str],
                   ops: Mapping[str, AggregateOperation]) -> pa.Table:
     fields = [schema.field(c) for c in key_cols] + [pa.field(b, pa.int64()) for b in bounds]
@@ -192,21 +187,10 @@ def sliding(frames: pa.Table, key_cols: Sequence[str], ops: Mapping[str, Aggrega
         return base[key] + (frame - kmin[key] + k)
 
     fc = coord(kid, f)
-    # Candidate windows: per key the union of [f, f + k - 1] over its frames, as contiguous runs.
-    run = np.flatnonzero(np.r_[True, (kid[1:] != kid[:-1]) | (f[1:] > f[:-1] + k)])
-    run_end = np.r_[run[1:] - 1, len(f) - 1]
-    lengths = f[run_end] + k - f[run]
-    offsets = np.cumsum(lengths) - lengths
-    total = int(lengths.sum())
-    w = np.repeat(f[run], lengths) + (np.arange(total) - np.repeat(offsets, lengths))
-    wkid = np.repeat(kid[run], lengths)
-    wrow = np.repeat(order[run], lengths)
+    cand = _Candidates.of(kid, f, order, k, emit_from_frame, emit_before_frame)
+    w, wkid, wrow = cand.w, cand.kid, cand.row
     wc = coord(wkid, w)
-    emit = np.ones(total, bool)
-    if emit_from_frame is not None:
-        emit &= w >= emit_from_frame
-    if emit_before_frame is not None:
-        emit &= w < emit_before_frame
+    emit = np.ones(len(w), bool) if emit_from_frame is None else w >= emit_from_frame
     cols = {c: column(frames, c).take(wrow[emit]) for c in key_cols}
     cols[WINDOW_START] = pa.array((w[emit] - k + 1) * slide_us)
     cols[WINDOW_END] = pa.array((w[emit] + 1) * slide_us)
@@ -221,39 +205,92 @@ def sliding(frames: pa.Table, key_cols: Sequence[str], ops: Mapping[str, Aggrega
                 d = op.deduct(a, b)
             result = {s: np.where(has_b, d[s], a[s]) for s in a}
         else:
-            result = _doubling(op, sorted_states[p], fc, wc, k)
-            result = _take(result, np.flatnonzero(emit))
+            result = _doubling(op, sorted_states[p], cand, k, emit)
         cols[p] = op.finish(result).cast(op.result_type(states[p][1]))
     return pa.table(cols)
 
 
-def _doubling(op: AggregateOperation, frame_states: States, fc: np.ndarray, wc: np.ndarray,
-              k: int) -> States:
-    """Combine of frames ``w-k+1 .. w`` at every candidate window coordinate ``wc`` (sorted).
+class _Candidates:
+    """The windows ``sliding`` computes, laid out so that looking back by d windows is index
+    arithmetic: per key, the union of ``[f, f + k - 1]`` over its frames as contiguous runs
+    of consecutive windows, clipped to what the emitted windows read (an emitted w reads
+    windows ``w-k+1 .. w`` only)."""
+
+    def __init__(self, w: np.ndarray, kid: np.ndarray, row: np.ndarray, start: np.ndarray,
+                 frame_at: tuple[np.ndarray, np.ndarray]):
+        self.w, self.kid, self.row = w, kid, row
+        self.start = start  # per window: the position of its run's first window
+        self.frame_at = frame_at  # (positions of windows w that are a frame, that frame's sorted index)
+
+    @classmethod
+    def of(cls, kid: np.ndarray, f: np.ndarray, order: np.ndarray, k: int, emit_from: int | None,
+           emit_before: int | None) -> _Candidates:
+        new_run = np.r_[True, (kid[1:] != kid[:-1]) | (f[1:] > f[:-1] + k)]
+        run = np.flatnonzero(new_run)
+        run_end = np.r_[run[1:] - 1, len(f) - 1]
+        lo, hi = f[run], f[run_end] + k - 1
+        if emit_from is not None:
+            lo = np.maximum(lo, emit_from - k + 1)
+        if emit_before is not None:
+            hi = np.minimum(hi, emit_before - 1)
+        live = hi >= lo
+        rlo, rhi, rkid, rrow = lo[live], hi[live], kid[run][live], order[run][live]
+        lengths = rhi - rlo + 1
+        offsets = np.cumsum(lengths) - lengths
+        total = int(lengths.sum())
+        pos = np.arange(total)
+        start = np.repeat(offsets, lengths)
+        w = np.repeat(rlo, lengths) + (pos - start)
+        # Frame f is window w = f of its run (if not clipped away).
+        rid = np.cumsum(new_run) - 1
+        ok = live[rid] & (f >= lo[rid]) & (f <= hi[rid])
+        live_id = (np.cumsum(live) - 1)[rid[ok]]
+        frame_pos = offsets[live_id] + (f[ok] - rlo[live_id])
+        return cls(w, np.repeat(rkid, lengths), np.repeat(rrow, lengths), start,
+                   (frame_pos, np.flatnonzero(ok)))
+
+    def back(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """(position, found) of window ``w - d`` for every window w (0 < d < k), looked up in
+        w's own run only. A block that reaches back past its run's start covers no frame of
+        the run before (runs of a key are more than k - 1 empty frames apart), so any window
+        whose k frames it serves finds it empty either way."""
+        j = np.arange(len(self.w)) - d
+        found = j >= self.start
+        return np.where(found, j, 0), found
+
+
+def _doubling(op: AggregateOperation, frame_states: States, cand: _Candidates, k: int,
+              emit: np.ndarray) -> States:
+    """Combine of frames ``w-k+1 .. w`` at the candidate windows ``emit`` selects.
 
     W_m(w) combines frames w-m+1..w; W_2m(w) = W_m(w) + W_m(w-m). The result adds W_m blocks
-    for the set bits of k. A coordinate outside the candidate set has only empty frames
-    behind it (for m <= k), so a failed lookup means "nothing there".
+    for the set bits of k. A window outside the candidates has only empty frames behind it
+    (for m <= k), so a failed look back means "nothing there".
     """
-    i, found = _lookup(fc, wc)
-    block, present = _take(frame_states, i), found
+    n = len(cand.w)
+    pos, idx = cand.frame_at
+    i = np.zeros(n, np.int64)
+    i[pos] = idx
+    present = np.zeros(n, bool)
+    present[pos] = True
+    block = _take(frame_states, i)
     result: States | None = None
-    have = np.zeros(len(wc), bool)
+    have = np.zeros(n, bool)
     acc, m = 0, 1
     while m <= k:
         if k & m:
             if result is None:
                 result, have = block, present
             else:
-                j, fnd = _lookup(wc, wc - acc)
+                j, fnd = cand.back(acc)
                 result, have = _merge_present(op, result, have, _take(block, j), present[j] & fnd)
             acc += m
         if 2 * m <= k:
-            j, fnd = _lookup(wc, wc - m)
+            j, fnd = cand.back(m)
             block, present = _merge_present(op, block, present, _take(block, j), present[j] & fnd)
         m *= 2
-    assert result is not None and have.all()
-    return result
+    assert result is not None and have[emit].all()
+    return _take(result, np.flatnonzero(emit))
 
 
 def partial_sessions(events: pa.Table, key_cols: Sequence[str], ts_col: str, gap_us: int,
