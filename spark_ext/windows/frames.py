@@ -194,13 +194,17 @@ def sliding(frames: pa.Table, key_cols: Sequence[str], ops: Mapping[str, Aggrega
     cols = {c: column(frames, c).take(wrow[emit]) for c in key_cols}
     cols[WINDOW_START] = pa.array((w[emit] - k + 1) * slide_us)
     cols[WINDOW_END] = pa.array((w[emit] + 1) * slide_us)
+    ends: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the same for every deducting op
     for p, op in ops.items():
         if deduct and op.can_deduct:
             prefix = op.scan(sorted_states[p], kfirst[kid])
-            ia = np.searchsorted(fc, wc[emit], "right") - 1
-            ib = np.searchsorted(fc, wc[emit] - k, "right") - 1
-            has_b = ib >= kfirst[wkid[emit]]
-            a, b = _take(prefix, ia), _take(prefix, np.where(has_b, ib, ia))
+            if ends is None:
+                ia = np.searchsorted(fc, wc[emit], "right") - 1
+                ib = np.searchsorted(fc, wc[emit] - k, "right") - 1
+                has_b = ib >= kfirst[wkid[emit]]
+                ends = ia, np.where(has_b, ib, ia), has_b
+            ia, ib, has_b = ends
+            a, b = _take(prefix, ia), _take(prefix, ib)
             with np.errstate(all="ignore"):
                 d = op.deduct(a, b)
             result = {s: np.where(has_b, d[s], a[s]) for s in a}
