@@ -194,16 +194,15 @@ def sliding(frames: pa.Table, key_cols: Sequence[str], ops: Mapping[str, Aggrega
     cols = {c: column(frames, c).take(wrow[emit]) for c in key_cols}
     cols[WINDOW_START] = pa.array((w[emit] - k + 1) * slide_us)
     cols[WINDOW_END] = pa.array((w[emit] + 1) * slide_us)
-    ends: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the same for every deducting op
+    if deduct and any(op.can_deduct for op in ops.values()):
+        # Each emitted window's prefix ends, the same for every deducting op.
+        ia = np.searchsorted(fc, wc[emit], "right") - 1
+        ib = np.searchsorted(fc, wc[emit] - k, "right") - 1
+        has_b = ib >= kfirst[wkid[emit]]
+        ib = np.where(has_b, ib, ia)
     for p, op in ops.items():
         if deduct and op.can_deduct:
             prefix = op.scan(sorted_states[p], kfirst[kid])
-            if ends is None:
-                ia = np.searchsorted(fc, wc[emit], "right") - 1
-                ib = np.searchsorted(fc, wc[emit] - k, "right") - 1
-                has_b = ib >= kfirst[wkid[emit]]
-                ends = ia, np.where(has_b, ib, ia), has_b
-            ia, ib, has_b = ends
             a, b = _take(prefix, ia), _take(prefix, ib)
             with np.errstate(all="ignore"):
                 d = op.deduct(a, b)
@@ -221,10 +220,12 @@ class _Candidates:
     windows ``w-k+1 .. w`` only)."""
 
     def __init__(self, w: np.ndarray, kid: np.ndarray, row: np.ndarray, start: np.ndarray,
-                 frame_at: tuple[np.ndarray, np.ndarray]):
+                 frame: np.ndarray, is_frame: np.ndarray):
         self.w, self.kid, self.row = w, kid, row
+        self.pos = np.arange(len(w))
         self.start = start  # per window: the position of its run's first window
-        self.frame_at = frame_at  # (positions of windows w that are a frame, that frame's sorted index)
+        self.frame = frame  # per window w: the sorted index of frame w (0 where there is none)
+        self.is_frame = is_frame  # per window w: frame w holds events
 
     @classmethod
     def of(cls, kid: np.ndarray, f: np.ndarray, order: np.ndarray, k: int, emit_from: int | None,
@@ -250,15 +251,18 @@ class _Candidates:
         ok = live[rid] & (f >= lo[rid]) & (f <= hi[rid])
         live_id = (np.cumsum(live) - 1)[rid[ok]]
         frame_pos = offsets[live_id] + (f[ok] - rlo[live_id])
-        return cls(w, np.repeat(rkid, lengths), np.repeat(rrow, lengths), start,
-                   (frame_pos, np.flatnonzero(ok)))
+        frame = np.zeros(total, np.int64)
+        frame[frame_pos] = np.flatnonzero(ok)
+        is_frame = np.zeros(total, bool)
+        is_frame[frame_pos] = True
+        return cls(w, np.repeat(rkid, lengths), np.repeat(rrow, lengths), start, frame, is_frame)
 
     def back(self, d: int) -> tuple[np.ndarray, np.ndarray]:
         """(position, found) of window ``w - d`` for every window w (0 < d < k), looked up in
         w's own run only. A block that reaches back past its run's start covers no frame of
         the run before (runs of a key are more than k - 1 empty frames apart), so any window
         whose k frames it serves finds it empty either way."""
-        j = np.arange(len(self.w)) - d
+        j = self.pos - d
         found = j >= self.start
         return np.where(found, j, 0), found
 
@@ -271,15 +275,9 @@ def _doubling(op: AggregateOperation, frame_states: States, cand: _Candidates, k
     for the set bits of k. A window outside the candidates has only empty frames behind it
     (for m <= k), so a failed look back means "nothing there".
     """
-    n = len(cand.w)
-    pos, idx = cand.frame_at
-    i = np.zeros(n, np.int64)
-    i[pos] = idx
-    present = np.zeros(n, bool)
-    present[pos] = True
-    block = _take(frame_states, i)
+    block, present = _take(frame_states, cand.frame), cand.is_frame
     result: States | None = None
-    have = np.zeros(n, bool)
+    have = np.zeros(len(cand.w), bool)
     acc, m = 0, 1
     while m <= k:
         if k & m:
