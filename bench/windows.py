@@ -21,6 +21,10 @@ ours below baseline / 3. Printed beside it, the floor into Parquet: the same str
 the same Parquet sink with every row filtered out (a filter Parquet cannot push down, so
 every column is still read), which adds the file sink's cost per batch (writer set-up,
 job commit, its metadata log) that any query writing Parquet pays, Spark's included.
+Also printed, the skeleton: ours with stage 2's step swapped for one that returns no rows,
+so the same plan (JVM fold, shuffle by bucket, Python stage 2 per bucket, the late-event
+metric) runs without the window logic and writes nothing; the most any design with a
+Python stage 2 (ours) can reach on this machine.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 from typing import Any
+from unittest import mock
 
 from bench.common import BenchError, Result, spark_session
 
@@ -79,22 +84,24 @@ def _run(kind: str, k: int) -> Result:
 
         slide = f"{60 // k} seconds" if k else "60 seconds"
         files = os.environ.get("BENCH_WINDOW_STATE", "files") != "store"
-        pipelines = [_pipelines(kind, slide, stream(path), f"{tmp}/state-{i}" if files else None)
+        pipelines = [(*_pipelines(kind, slide, stream(path), f"{tmp}/state-{i}" if files else None),
+                      _skeleton(kind, slide, stream(path), f"{tmp}/skeleton-{i}" if files else None))
                      for i, path in enumerate((f"{tmp}/warm", src))]
+        labels = ("baseline", "ours", "skeleton")
         # One untimed run of each on a small input first: Python workers and JIT warm for both.
-        for label, df in zip(("baseline", "ours"), pipelines[0], strict=True):
+        for label, df in zip(labels, pipelines[0], strict=True):
             _timed(df, 20_001, f"{tmp}/warm-run", label, name)
         for r in range(int(os.environ.get("BENCH_WINDOW_WARMUP", "1"))):
-            for label, df in zip(("baseline", "ours"), pipelines[1], strict=True):
+            for label, df in zip(labels, pipelines[1], strict=True):
                 _timed(df, events + 1, f"{tmp}/warm{r}", label, name)
             _floor(stream(), f"{tmp}/warm{r}/ck-floor", events + 1)
             _floor(stream(), f"{tmp}/warm{r}/ck-floor-parquet", events + 1, f"{tmp}/warm{r}/out-floor")
         runs = max(1, int(os.environ.get("BENCH_WINDOW_RUNS", "3")))
-        times: dict[str, list[float]] = {"baseline": [], "ours": [], "floor": [], "sink": []}
-        # Rounds alternate the three, so a slow spell of this machine touches each alike;
+        times: dict[str, list[float]] = {"baseline": [], "ours": [], "skeleton": [], "floor": [], "sink": []}
+        # Rounds alternate all five, so a slow spell of this machine touches each alike;
         # the medians are the figures.
         for r in range(runs):
-            for label, df in zip(("baseline", "ours"), pipelines[1], strict=True):
+            for label, df in zip(labels, pipelines[1], strict=True):
                 times[label].append(_timed(df, events + 1, f"{tmp}/r{r}", label, name))
                 kept = " (state in files)" if label == "ours" and files else ""
                 print(f"[bench] {name} {label}{kept} run {r + 1}/{runs}: {events + 1} events in "
@@ -102,13 +109,15 @@ def _run(kind: str, k: int) -> Result:
             times["floor"].append(_floor(stream(), f"{tmp}/r{r}/ck-floor", events + 1))
             times["sink"].append(_floor(stream(), f"{tmp}/r{r}/ck-floor-parquet", events + 1,
                                         f"{tmp}/r{r}/out-floor"))
-        base_s, ours_s, floor, sink = (statistics.median(times[k])
-                                       for k in ("baseline", "ours", "floor", "sink"))
+        base_s, ours_s, skel, floor, sink = (statistics.median(times[k])
+                                             for k in ("baseline", "ours", "skeleton", "floor", "sink"))
         rates = {"baseline": (events + 1) / base_s, "ours": (events + 1) / ours_s}
         print(f"[bench] {name} medians of {runs}: baseline {base_s:.2f} s, ours {ours_s:.2f} s, floor "
               f"{floor:.2f} s (the same events read into the noop sink: no windowed query can reach a ratio "
               f"above {base_s / floor:.1f} here); ours is {ours_s / floor:.2f}x the floor; floor into "
-              f"Parquet {sink:.2f} s, ours is {ours_s / sink:.2f}x that", file=sys.stderr)
+              f"Parquet {sink:.2f} s, ours is {ours_s / sink:.2f}x that; skeleton (stage 2 returning no "
+              f"rows) {skel:.2f} s, ratio {base_s / skel:.2f}, {skel / floor:.2f}x the floor",
+              file=sys.stderr)
         a = spark.read.parquet(f"{tmp}/r0/out-ours").where("account != '~flush'")
         b = spark.read.parquet(f"{tmp}/r0/out-baseline").where("account != '~flush'")
         rows = b.count()
@@ -149,6 +158,32 @@ def _floor(events: Any, ckpt: str, expected: int, parquet: str | None = None) ->
     if n != expected:
         raise BenchError(f"floor run read {n} events, expected {expected}")
     return time.monotonic() - t0
+
+
+def _nothing(spec: Any) -> Any:
+    """Stage 2's step for the skeleton: each bucket's call returns no rows (nor any state)."""
+    empty = spec.output.schema.empty_table()
+
+    def run(table: Any) -> Any:
+        return empty
+    return run
+
+
+def _nothing_in_store(spec: Any) -> Any:
+    def run(key: Any, pdfs: Any, state: Any) -> Any:
+        for _ in pdfs:
+            pass
+        return iter(())
+    return run
+
+
+def _skeleton(kind: str, slide: str, events: Any, state: str | None) -> Any:
+    """Ours with stage 2's step returning nothing: the plan's own cost (see the module doc)."""
+    from spark_ext.windows import api
+
+    with mock.patch.object(api, "files_stage2", _nothing), \
+            mock.patch.object(api, "stream_stage2", _nothing_in_store):
+        return _pipelines(kind, slide, events, state)[1]
 
 
 def _pipelines(kind: str, slide: str, events: Any, state: str | None) -> tuple[Any, Any]:
