@@ -91,24 +91,28 @@ def _run(kind: str, k: int) -> Result:
         # One untimed run of each on a small input first: Python workers and JIT warm for both.
         for label, df in zip(labels, pipelines[0], strict=True):
             _timed(df, 20_001, f"{tmp}/warm-run", label, name)
+
+        def one_round(where: str) -> dict[str, float]:
+            """Seconds of each pipeline and both floors on the whole input, in turn."""
+            out = {label: _timed(df, events + 1, where, label, name)
+                   for label, df in zip(labels, pipelines[1], strict=True)}
+            out["floor"] = _floor(stream(), f"{where}/ck-floor", events + 1)
+            out["sink"] = _floor(stream(), f"{where}/ck-floor-parquet", events + 1, f"{where}/out-floor")
+            return out
+
         for r in range(int(os.environ.get("BENCH_WINDOW_WARMUP", "1"))):
-            for label, df in zip(labels, pipelines[1], strict=True):
-                _timed(df, events + 1, f"{tmp}/warm{r}", label, name)
-            _floor(stream(), f"{tmp}/warm{r}/ck-floor", events + 1)
-            _floor(stream(), f"{tmp}/warm{r}/ck-floor-parquet", events + 1, f"{tmp}/warm{r}/out-floor")
+            one_round(f"{tmp}/warm{r}")
         runs = max(1, int(os.environ.get("BENCH_WINDOW_RUNS", "3")))
         times: dict[str, list[float]] = {"baseline": [], "ours": [], "skeleton": [], "floor": [], "sink": []}
         # Rounds alternate all five, so a slow spell of this machine touches each alike;
         # the medians are the figures.
         for r in range(runs):
-            for label, df in zip(labels, pipelines[1], strict=True):
-                times[label].append(_timed(df, events + 1, f"{tmp}/r{r}", label, name))
+            for label, t in one_round(f"{tmp}/r{r}").items():
+                times[label].append(t)
+            for label in labels:
                 kept = " (state in files)" if label == "ours" and files else ""
                 print(f"[bench] {name} {label}{kept} run {r + 1}/{runs}: {events + 1} events in "
                       f"{times[label][-1]:.2f} s", file=sys.stderr)
-            times["floor"].append(_floor(stream(), f"{tmp}/r{r}/ck-floor", events + 1))
-            times["sink"].append(_floor(stream(), f"{tmp}/r{r}/ck-floor-parquet", events + 1,
-                                        f"{tmp}/r{r}/out-floor"))
         base_s, ours_s, skel, floor, sink = (statistics.median(times[k])
                                              for k in ("baseline", "ours", "skeleton", "floor", "sink"))
         rates = {"baseline": (events + 1) / base_s, "ours": (events + 1) / ours_s}
