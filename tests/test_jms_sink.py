@@ -3,18 +3,20 @@ compare-and-set, what a consumer receives, and bad input refused at start."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
 import pyarrow as pa
 import pytest
 import stomp
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import MapType, StringType, StructField, StructType
 
 from spark_ext.commit import TaskInfo
 from spark_ext.connectors.jms import JmsSink
 from spark_ext.connectors.jms.sink.committer import JmsCommitter, JmsDecision, Winner
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+from spark_ext.errors import ConfigurationError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from tests.support import jms_sink, stomp_util
@@ -172,3 +174,99 @@ def test_a_batch_larger_than_the_brokers_browse_page_commits_whole(services):
             for p, b in enumerate(ids)]
     plan.new_committer().commit(done, 0, plan.claim)
     assert stomp_util.drain(services, dest) == ids[0] + ids[1]  # every message, each task in order
+
+
+@pytest.mark.parametrize(("tasks", "id_len"), [(6, 12), (2, 64), (200, 64)])
+def test_a_decision_naming_many_winners_or_a_long_sink_id_is_read_back_whole(services, capsys, monkeypatch,
+                                                                              tasks, id_len):
+    """The log is read back through the broker's management listing, which cuts every string
+    property to management-message-attribute-size-limit (256 characters by default). A
+    decision naming 6 winners, or 2 under a 64-character sinkId, is longer than that: the
+    batch must still commit, a restart must finish a decided batch, and the doctor must read
+    it. 200 tasks is what Spark's default shuffle partitions give."""
+    from spark_ext import cli
+    from spark_ext.connectors.jms.doctor import PASSWORD_ENV
+
+    qid = new_query_id()
+    dest = stomp_util.queue_name("wide")
+    sink_id = ("w-" + uuid.uuid4().hex * 3)[:id_len]
+    opts = Options(_options(services, dest, sinkid=sink_id), "hzsink")
+
+    def write_batch(plan, batch_id: int) -> list:
+        rows = [pa.record_batch({"body": pa.array([f"{batch_id}.{p}"])}) for p in range(tasks)]
+        return [plan.new_writer().write(iter([rows[p]]), TaskInfo(qid, batch_id, p, 0, batch_id * 1000 + p))
+                for p in range(tasks)]
+
+    plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    plan.new_committer().commit(write_batch(plan, 0), 0, plan.claim)
+    # Batch 1 is decided, then the driver dies before moving it.
+    plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    from spark_ext.commit import Batch
+    committer = plan.new_committer()
+    assert isinstance(committer, JmsCommitter)
+    batch = Batch(1, tuple(write_batch(plan, 1)), plan.claim)
+    committer.check(batch)
+    committer.record(batch)
+    committer.close()
+
+    monkeypatch.setenv(PASSWORD_ENV, services.stomp_password)
+    where = ["--broker", f"stomp://{services.stomp_host}:{services.stomp_port}",
+             "--user", services.stomp_user, "--sink-id", sink_id]
+    assert cli.main(["doctor", "jms", "list", *where]) == 0
+    assert f"decision batch=1 query={qid} done=False" in capsys.readouterr().out
+
+    # The restart's take-over finishes batch 1, and batch 2 commits after it.
+    plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    assert plan.claim is not None and plan.claim.last_decided is not None
+    assert plan.claim.last_decided.batch_id == 1
+    plan.new_committer().commit(write_batch(plan, 2), 2, plan.claim)
+    got = stomp_util.drain(services, dest)
+    assert sorted(got) == sorted(f"{b}.{p}" for b in range(3) for p in range(tasks))
+    assert jms_sink.staged_tokens(services, sink_id) == []
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"expiryDelay": 60_000}, "expiry-delay=60000"),
+    ({"maxExpiryDelay": 60_000}, "max-expiry-delay=60000"),
+    ({"managementMessageAttributeSizeLimit": 100}, "management-message-attribute-size-limit=100"),
+])
+def test_broker_settings_on_the_sinks_addresses_that_would_lose_a_batch_are_refused_at_start(
+        services, settings, named):
+    """A user's broker.xml with an expiry on ``#`` reaches the sink's staging queue: a
+    decided batch's staged messages would expire while the query is down and the
+    take-over would move nothing. A management attribute limit under the log's part size
+    would cut its entries. Refused at start, naming the setting; nothing is staged."""
+    sink_id = f"t-{uuid.uuid4().hex[:12]}"
+    opts = Options(_options(services, stomp_util.queue_name("expiry"), sinkid=sink_id), "hzsink")
+    cfg = JmsSinkConfig.parse(opts, Guarantee.EXACTLY_ONCE)
+    admin = JmsCommitter(cfg)
+    match = f"spark_ext.{sink_id}.#"
+    admin.session.call("broker", "addAddressSettings", match, json.dumps(settings))
+    try:
+        with pytest.raises(ConfigurationError, match=named):
+            JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    finally:
+        admin.session.call("broker", "removeAddressSettings", match)
+        admin.close()
+    JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)  # without the setting it starts
+    assert jms_sink.staged_tokens(services, sink_id) == []
+
+
+@pytest.mark.parametrize("header", ["AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_TIME"])
+def test_a_header_that_schedules_the_message_is_refused(services, header):
+    """Artemis turns a STOMP message with ``AMQ_SCHEDULED_DELAY`` / ``AMQ_SCHEDULED_TIME``
+    into a scheduled one, invisible to the staging queue's counts until its time: the
+    batch's check would find the attempt short and every replay would fail. The row is
+    refused, naming the header; nothing is staged."""
+    from spark_ext.connectors.jms.sink.records import BadMessageError
+
+    sink_id = f"t-{uuid.uuid4().hex[:12]}"
+    opts = Options(_options(services, stomp_util.queue_name("sched"), sinkid=sink_id), "hzsink")
+    schema = StructType([StructField("body", StringType()),
+                         StructField("headers", MapType(StringType(), StringType()))])
+    plan = JmsSink().plan(opts, schema, Guarantee.EXACTLY_ONCE)
+    rows = pa.record_batch({"body": pa.array(["a"]),
+                            "headers": pa.array([[(header, "600000")]], pa.map_(pa.string(), pa.string()))})
+    with pytest.raises(BadMessageError, match=header):
+        plan.new_writer().write(iter([rows]), TaskInfo(new_query_id(), 0, 0, 0, 1))
+    assert jms_sink.staged_tokens(services, sink_id) == []

@@ -34,13 +34,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
-from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, SessionError
 from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX, JmsSinkConfig
+from spark_ext.connectors.jms.sink.entries import SEQ_HEADER, JmsDecision, SinkState, Winner, read_entry
 from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER
 from spark_ext.connectors.jms.sink.writer import JmsCommittable, open_session
 from spark_ext.errors import (
@@ -54,53 +53,10 @@ from spark_ext.retry import Backoff, Deadline, retry
 
 log = logging.getLogger(__name__)
 
-SEQ_HEADER = "spark_ext_seq"
-RECORD_HEADER = "spark_ext_record"
 _CAS_TRIES = 20
 _UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
 _ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Winner:
-    token: str
-    rows: int
-
-
-@dataclass(frozen=True)
-class JmsDecision:
-    """Batch ``batch_id`` of query ``query_id`` commits these attempts' messages."""
-
-    batch_id: int
-    query_id: str
-    winners: tuple[Winner, ...]
-
-
-@dataclass(frozen=True)
-class SinkState:
-    """One entry of the log: the sink's whole state after one change."""
-
-    seq: int
-    epoch: int
-    decision: JmsDecision | None
-    done: bool
-    nonce: str = ""
-
-    def encode(self) -> str:
-        d = self.decision
-        return json.dumps({"s": self.seq, "e": self.epoch, "f": self.done, "n": self.nonce,
-                           "d": None if d is None else [d.batch_id, d.query_id,
-                                                         [[w.token, w.rows] for w in d.winners]]},
-                          separators=(",", ":"))
-
-    @staticmethod
-    def decode(raw: str) -> SinkState:
-        v = json.loads(raw)
-        d = v["d"]
-        decision = None if d is None else JmsDecision(int(d[0]), d[1],
-                                                      tuple(Winner(t, int(r)) for t, r in d[2]))
-        return SinkState(int(v["s"]), int(v["e"]), decision, bool(v["f"]), v.get("n", ""))
 
 
 def _quote(value: str) -> str:
@@ -181,9 +137,9 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
     def state(self, log_queue: str | None = None) -> SinkState | None:
         """The newest entry of this sink's log, or of ``log_queue`` (None: the sink never ran)."""
-        listed = self._queue(log_queue or self.cfg.log, "listMessagesAsJSON", "")
-        entries = [SinkState.decode(m[RECORD_HEADER]) for m in json.loads(listed) if RECORD_HEADER in m]
-        return max(entries, key=lambda e: e.seq, default=None)
+        queue = log_queue or self.cfg.log
+        entries = [read_entry(m, queue) for m in json.loads(self._queue(queue, "listMessagesAsJSON", ""))]
+        return max((e for e in entries if e is not None), key=lambda e: e.seq, default=None)
 
     def _append(self, prev: SinkState | None, epoch: int, decision: JmsDecision | None,
                 done: bool) -> SinkState | None:
@@ -191,8 +147,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         new = SinkState(prev.seq + 1 if prev else 0, epoch, decision, done, uuid.uuid4().hex)
         s, tx = self.session, "log-" + new.nonce
         frame = (f"SEND\ndestination:/queue/{self.cfg.log}\ntransaction:{tx}\npersistent:true\n"
-                 f"_AMQ_DUPL_ID:{self.cfg.log}.{new.seq}\n{SEQ_HEADER}:{new.seq}\n"
-                 f"{RECORD_HEADER}:{wire.escape(new.encode())}\n\n\x00")
+                 f"_AMQ_DUPL_ID:{self.cfg.log}.{new.seq}\n{new.headers()}\n\n\x00")
         try:
             s.begin(tx)
             s.send(frame.encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Protocol
 
@@ -12,6 +13,7 @@ from spark_ext.connector import SinkConnector
 from spark_ext.connectors.jms.session import ConnectorError, ManagementError, QueueMissingError
 from spark_ext.connectors.jms.sink.committer import JmsCommitter
 from spark_ext.connectors.jms.sink.config import SINK_OPTIONS, JmsSinkConfig
+from spark_ext.connectors.jms.sink.entries import PART, SIZE_LIMIT_SETTING
 from spark_ext.connectors.jms.sink.records import check_schema
 from spark_ext.connectors.jms.sink.writer import (
     JmsWriter,
@@ -55,6 +57,9 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
         with open_session(config) as session:
             if config.guarantee is Guarantee.EXACTLY_ONCE:
                 _check_broker(session)
+                for address in (config.staging, config.log):
+                    _check_address(json.loads(session.call("broker", "getAddressSettingsAsJSON", address)),
+                                   address)
             else:
                 _refuse_if_left_staged(session, config)
         return config
@@ -105,3 +110,24 @@ def _check_broker(session: BrokerAttributes) -> None:
         raise BrokerSettingError(
             f"the broker's id-cache-size is {size}: the sink's log (compare-and-set by duplicate id) needs "
             f"at least {MIN_ID_CACHE}. Raise id-cache-size in broker.xml (the default is 20000)")
+
+
+def _check_address(settings: dict[str, Any], address: str) -> None:
+    """The address settings a user's broker.xml may give the sink's own queues (a match on
+    ``#`` or ``spark_ext.#`` reaches them): an expiry would drop staged messages of a decided
+    batch while the query is down; a management attribute limit under the log's part size
+    would cut its entries when they are read back."""
+    for key, setting in (("expiryDelay", "expiry-delay"), ("maxExpiryDelay", "max-expiry-delay")):
+        delay = int(settings.get(key, -1))
+        if delay > 0 and not settings.get("noExpiry", False):
+            raise BrokerSettingError(
+                f"the broker gives address {address} {setting}={delay} ms: staged messages of a decided "
+                "batch would expire while the query is down, and the batch would be lost. Exclude the sink's "
+                f"addresses with an address-setting match 'spark_ext.#' that sets {setting} to -1 (or "
+                "no-expiry to true) in broker.xml")
+    limit = int(settings.get("managementMessageAttributeSizeLimit", 256))
+    if 0 <= limit < PART:
+        raise BrokerSettingError(
+            f"the broker gives address {address} {SIZE_LIMIT_SETTING}={limit}: the sink reads its log back "
+            f"through management in parts of {PART} characters, which would be cut. Set it to at least "
+            f"{PART} (the default is 256) for 'spark_ext.#' in broker.xml")
