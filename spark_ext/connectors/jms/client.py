@@ -53,6 +53,19 @@ def _ack_frame(ack_id: str) -> bytes:
     return f"ACK\nid:{wire.escape(ack_id)}\n\n\x00".encode()
 
 
+def _stamp(frame: bytes) -> int:
+    """The broker's ``timestamp`` header of a MESSAGE frame (epoch ms; 0 when absent)."""
+    head = frame.find(b"\n\n")
+    i = frame.find(b"\ntimestamp:", 0, head)
+    if i < 0:
+        return 0
+    j = frame.find(b"\n", i + 11)
+    try:
+        return int(frame[i + 11:j if 0 <= j <= head else head].rstrip(b"\r"))
+    except ValueError:
+        return 0
+
+
 _ARTEMIS_ID = re.compile(r"^\d+,(\d+)$")
 
 
@@ -297,13 +310,16 @@ class StompReceiver:
                 if self._arrivals == before:
                     return
 
-    def take(self, limit: int, exclude: set[str]) -> list[Message]:
-        """Up to ``limit`` received messages in arrival order, skipping ids in ``exclude``."""
+    def take(self, limit: int, exclude: set[str], stamped_by: int | None = None) -> list[Message]:
+        """Up to ``limit`` received messages in arrival order, skipping ids in ``exclude``
+        and, with ``stamped_by``, messages the broker stamped later (epoch ms)."""
         self.check()
         out: list[Message] = []
         with self._lock:
             for mid in list(self._queue):
                 if mid in exclude:
+                    continue
+                if stamped_by is not None and _stamp(self._queue[mid].frame) > stamped_by:
                     continue
                 out.append(self._queue.pop(mid))
                 if len(out) == limit:

@@ -68,7 +68,7 @@ from pyspark.sql.types import (
 )
 
 from spark_ext import compat, failpoints
-from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows
+from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.client import Message, StompReceiver
@@ -99,6 +99,9 @@ _ARROW = pa.schema([
 _CHUNK = 10_000  # messages per Spark task
 _RECENT = 16  # batches whose acks a lost connection may have swallowed
 _BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # between reconnect attempts while the broker is away
+# Trigger.AvailableNow ends at the first batch planned empty: before planning one, the
+# broker gets this long without sending anything (it sends more once a batch is acked).
+_AVAILABLE_NOW_QUIET_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def to_arrow(ids: Sequence[str], frames: Sequence[bytes], destination: str) -> p
     ], schema=_ARROW)
 
 
-class JmsStreamReader(Shipped, DataSourceStreamReader):
+class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Planning on the driver (one long-lived object holding the connection); ``read`` on executors."""
 
     def __init__(self, cfg: JmsSourceConfig) -> None:
@@ -167,6 +170,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         self._down_since: float | None = None
         self._next_try = 0.0
         self._delays = _BACKOFF.delays()
+        self._cutoff_ms: int | None = None  # Trigger.AvailableNow: messages stamped later wait
 
     def __getstate__(self) -> dict[str, Any]:
         return {"cfg": self.cfg}
@@ -239,6 +243,14 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         """
         StompReceiver(self.cfg).probe()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Driver, once, with ``Trigger.AvailableNow``: the run reads the messages the broker
+        stamped (``timestamp``) up to now, in batches of ``maxMessagesPerTrigger``, and
+        Spark asks for one more batch after the last: that plan acknowledges the last
+        batch before the run ends. Without this, Spark's wrapper plans a single batch and
+        never asks again, so nothing of a run's last batch would ever be acknowledged."""
+        self._cutoff_ms = int(time.time() * 1000)
+
     def initialOffset(self) -> dict:
         return {"seq": 0, "ids": [], "carry": []}
 
@@ -288,7 +300,11 @@ class JmsStreamReader(Shipped, DataSourceStreamReader):
         try:
             if not self._batches and rx.fit_window(n):
                 rx.settle(n)
-            msgs = rx.take(n, exclude=inflight | set(self._committed))
+            msgs = rx.take(n, exclude=inflight | set(self._committed), stamped_by=self._cutoff_ms)
+            if not msgs and self._cutoff_ms is not None:
+                # An empty plan ends the run: give the broker time to send what the acks freed.
+                rx.settle(n, quiet_s=_AVAILABLE_NOW_QUIET_S, max_s=10 * _AVAILABLE_NOW_QUIET_S)
+                msgs = rx.take(n, exclude=inflight | set(self._committed), stamped_by=self._cutoff_ms)
         except ConnectorError:
             if rx.connected:
                 raise
