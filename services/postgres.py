@@ -113,7 +113,9 @@ def postgres_up() -> None:
                 f"max_prepared_transactions = {MAX_PREPARED_TRANSACTIONS}\n"
                 "max_connections = 200\nfsync = on\nlog_min_messages = warning\n"
             )
-    pid = _spawn("postgres", [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data)], user=user)
+    # On the command line too: a data directory made with an older, lower setting gets ours.
+    pid = _spawn("postgres", [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data),
+                              "-c", f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}"], user=user)
     log(f"starting postgres (pid {pid})")
     _wait("postgres", _pg_ready, pid, LOCAL / "logs" / "postgres.log")
     log(f"postgres ready at {HOST}:{POSTGRES_PORT}")

@@ -27,9 +27,9 @@ def make_table(url: str, prefix: str, key: bool = False) -> str:
     return name
 
 
-def run(spark, src, ckpt, url, table, fail: bool = False, **opts: str):
+def run(spark, src, ckpt, url, table, fail: bool = False, tasks: int = 3, **opts: str):
     df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(str(src))
-    w = (df.repartition(3, "id").writeStream.format("hzsink").option("connector", "jdbc")
+    w = (df.repartition(tasks, "id").writeStream.format("hzsink").option("connector", "jdbc")
          .option("url", url).option("dbtable", table).option("checkpointLocation", str(ckpt))
          .trigger(availableNow=True))
     for k, v in opts.items():
@@ -445,6 +445,16 @@ def test_doctor_lists_and_resolves_in_doubt_transactions(services):
 @pytest.fixture()
 def postgres_without_2pc():
     """A throwaway PostgreSQL with max_prepared_transactions = 0 (the server default)."""
+    yield from _throwaway_postgres(0)
+
+
+@pytest.fixture()
+def postgres_with_8_prepared():
+    """A throwaway PostgreSQL that allows 8 prepared transactions at once."""
+    yield from _throwaway_postgres(8)
+
+
+def _throwaway_postgres(max_prepared: int):
     import shutil
     import socket
     import tempfile
@@ -468,7 +478,8 @@ def postgres_without_2pc():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     proc = subprocess.Popen([str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data), "-p", str(port),
-                             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={data}"],
+                             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={data}",
+                             "-c", f"max_prepared_transactions={max_prepared}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **run_as)
     url = f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
     try:
@@ -497,6 +508,27 @@ def test_max_prepared_transactions_zero_fails_at_start(spark, postgres_without_2
     assert ids(url, "t0") == []
     run(spark, tmp_path / "src", tmp_path / "ck2", url, "t0", guarantee="at_least_once")  # still usable
     assert ids(url, "t0") == list(range(5))
+
+
+def test_more_tasks_a_batch_than_max_prepared_transactions_fails_naming_the_setting(spark,
+                                                                                   postgres_with_8_prepared,
+                                                                                   tmp_path):
+    """A server someone else configured allows 8 prepared transactions; the query's batches
+    have 12 tasks (a repartition; Spark's default after a shuffle is 200). Every task of an
+    exactly_once batch holds one until the batch commits, so the ninth cannot prepare. The
+    query fails with an error naming the setting, its value and both fixes, and leaves
+    nothing committed or in doubt; a restart with 8 tasks a batch writes every row once."""
+    url = postgres_with_8_prepared
+    execute(url, "CREATE TABLE t8 (id bigint, v text)")
+    write_json_files(tmp_path / "src", [60, 60])
+    msg = run(spark, tmp_path / "src", tmp_path / "ck", url, "t8", fail=True, tasks=12)
+    assert "max_prepared_transactions = 8" in msg, msg[-3000:]
+    assert "tasks" in msg and "coalesce" in msg, msg[-3000:]
+    assert ids(url, "t8") == []
+    assert prepared(url, checkpoint_sink_id(str(tmp_path / "ck"))) == []
+    run(spark, tmp_path / "src", tmp_path / "ck", url, "t8", tasks=8)
+    assert ids(url, "t8") == list(range(120))
+    assert prepared(url, checkpoint_sink_id(str(tmp_path / "ck"))) == []
 
 
 def test_two_sinks_starting_together_both_create_the_bookkeeping_tables(services):

@@ -117,6 +117,53 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
                                                       f"task:{case.task_point}@{last}"]
 
 
+# Tasks a batch, and whether the sink's ids are the longest it takes: one task; 16 (a
+# 12-to-32-partition topic's worth, most tasks with rows, some without) under the longest
+# ids. Spark's default 200 after a shuffle runs in make faults (below).
+SHAPES = [(1, False), (16, True)]
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize(("tasks", "long_ids"), SHAPES, ids=[f"{t}tasks{'-longids' if lg else ''}"
+                                                             for t, lg in SHAPES])
+def test_exactly_once_at_production_shapes(make_case, tmp_path, sink, tasks, long_ids):
+    """kill -9 after batch 1's decision, with batch 0 committed, at the shapes where the
+    protocol's own data grows: a decision naming every winning task, ids of the longest
+    length the connector takes (inside every transaction name, token and decision), and
+    tasks that get no rows. The restart finishes batch 1 and writes the rest: every id once,
+    nothing in doubt."""
+    check_shape(make_case(sink), tmp_path, tasks, long_ids)
+
+
+@pytest.mark.campaign  # a few minutes a sink on 2 cores: make faults runs it
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_exactly_once_at_sparks_default_200_tasks_a_batch(make_case, tmp_path, sink):
+    """The same at 200 tasks a batch under the longest ids: what any shuffle gives at
+    Spark's default spark.sql.shuffle.partitions."""
+    check_shape(make_case(sink), tmp_path, 200, True)
+
+
+def check_shape(case, tmp_path: Path, tasks: int, long_ids: bool) -> None:
+    target = case.new_target()
+    per_batch = max(BATCH, 3 * tasks)  # hashed by id: most tasks get rows
+    write_json_files(tmp_path / "src", [per_batch] * 3)
+    everything = list(range(3 * per_batch))
+    sink_id = case.long_id() if long_ids else None
+    extra = {case.id_option: sink_id} if sink_id else {}
+
+    def in_doubt() -> list[str]:
+        return case.in_doubt_of(sink_id, target) if sink_id else case.in_doubt(tmp_path / "ckpt", target)
+
+    crashed = _run(case, tmp_path, target, f"{case.name}.after_decision@1", tasks=str(tasks), **extra)
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    assert case.committed(target) == everything[:per_batch]  # batch 0 only, so far
+    assert in_doubt(), "batch 1 was decided: its transactions are in doubt"
+    done = _run(case, tmp_path, target, tasks=str(tasks), **extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert case.committed(target) == everything  # nothing lost, nothing twice
+    assert in_doubt() == []
+
+
 @pytest.mark.compat
 @pytest.mark.compat_only  # the test above strikes the same point on the newest release
 @pytest.mark.parametrize("sink", ["kafka", "jdbc"])

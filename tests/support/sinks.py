@@ -58,10 +58,6 @@ class SinkCase(ABC):
         """The ids a reader sees as committed, sorted, duplicates kept."""
 
     @abstractmethod
-    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
-        """Transactions of the sink left open or prepared."""
-
-    @abstractmethod
     def schema(self) -> StructType: ...
 
     @abstractmethod
@@ -70,6 +66,21 @@ class SinkCase(ABC):
     def predecessor(self, checkpoint: Path) -> str:
         """How a refusal names the sink a query checkpointed at ``checkpoint`` ran as."""
         return f"ran before as sink '{checkpoint_sink_id(str(checkpoint))}'"
+
+    #: The option naming the sink's own objects, and the longest value it takes.
+    id_option, id_length = "sinkId", 64
+
+    def long_id(self) -> str:
+        """A sink id of the longest length the connector takes, unique to the test."""
+        return (f"long-{uuid.uuid4().hex}-" + "x" * self.id_length)[:self.id_length]
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        """Transactions of the sink left open or prepared."""
+        return self.in_doubt_of(checkpoint_sink_id(str(checkpoint)), target)
+
+    @abstractmethod
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        """``in_doubt`` of the sink named ``sink_id`` by option ``id_option``."""
 
     def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
         """The way out a refused copy's message names: the copy, under the old sink's id."""
@@ -107,9 +118,13 @@ class KafkaCase(SinkCase):
     def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
         return old, {}  # a prefix belongs to one checkpoint: the old location finishes the batch
 
+    id_option, id_length = "transactionalIdPrefix", 200
+
     def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
-        prefix = kafka_sink.prefix_of(checkpoint)
-        return [t for t, _, _ in kafka_sink.open_transactions(self.services.kafka_bootstrap, prefix)]
+        return self.in_doubt_of(kafka_sink.prefix_of(checkpoint), target)
+
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        return [t for t, _, _ in kafka_sink.open_transactions(self.services.kafka_bootstrap, sink_id)]
 
     def schema(self) -> StructType:
         return StructType.fromJson({"type": "struct", "fields": [
@@ -141,8 +156,8 @@ class PostgresCase(SinkCase):
         rows = pg_util.query(self.services.postgres_url, f"SELECT id FROM {target} ORDER BY id")
         return [r[0] for r in rows]
 
-    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
-        return pg_util.prepared(self.services.postgres_url, checkpoint_sink_id(str(checkpoint)))
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        return pg_util.prepared(self.services.postgres_url, sink_id)
 
     def schema(self) -> StructType:
         return StructType.fromJson({"type": "struct", "fields": [
@@ -179,8 +194,8 @@ class QueueCase(SinkCase):
         got.extend(int(b) for b in stomp_util.drain(self.services, target))
         return sorted(got)
 
-    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
-        return jms_sink.staged_tokens(self.services, checkpoint_sink_id(str(checkpoint)))
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        return jms_sink.staged_tokens(self.services, sink_id)
 
     def schema(self) -> StructType:
         return StructType.fromJson({"type": "struct", "fields": [
@@ -218,12 +233,14 @@ def run_driver(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", che
                **options: str) -> subprocess.CompletedProcess[str]:
     """The query of ``tests/drivers/files_to_sink.py`` (files of ``tmp / "src"``, one a batch)
     as its own driver process, killed at ``failpoint`` if given; the points that fired are
-    logged to ``tmp / "struck.log"``. ``checkpoint``: another spelling of ``tmp / "ckpt"``."""
+    logged to ``tmp / "struck.log"``. ``checkpoint``: another spelling of ``tmp / "ckpt"``;
+    ``options["tasks"]``: tasks a batch (3), the rest the sink's options."""
+    tasks = options.pop("tasks", "3")
     argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"),
             checkpoint or str(tmp / "ckpt"), "|".join(case.select), failpoint,
             *case.argv_options(target, **options)]
-    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log")}
-    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=300, env=env)
+    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": tasks}
+    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600, env=env)
 
 
 def new_query_id() -> str:

@@ -184,7 +184,8 @@ def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, n
                 raise ConnectorError(
                     f"PostgreSQL at {cfg.safe_url} has max_prepared_transactions = 0, so it cannot "
                     "prepare transactions (two-phase commit). Raise it in postgresql.conf (at least "
-                    "the number of Spark tasks per batch, e.g. 64) and restart PostgreSQL, or use "
+                    "the number of Spark tasks per batch: 200 after a shuffle at Spark's default "
+                    "spark.sql.shuffle.partitions) and restart PostgreSQL, or use "
                     "guarantee at_least_once with upsertKeys"
                 )
         insp = sa.inspect(conn)

@@ -27,6 +27,7 @@ import psycopg2
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+from psycopg2 import errorcodes
 
 from spark_ext import failpoints
 from spark_ext.commit import SinkWriter, TaskInfo
@@ -203,9 +204,40 @@ class PreparingJdbcWriter(JdbcWriter):
         rows = self._copy(cur, batches, task)
         self._mark(cur, task, rows, self.fence)
         failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
-        conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
+        try:
+            conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
+        except psycopg2.Error as e:
+            if e.pgcode == errorcodes.OUT_OF_MEMORY and "prepared transactions" in str(e):
+                raise self._too_many_prepared(task) from None
+            raise
         failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
         return self._message(task, rows, gid)
+
+    def _too_many_prepared(self, task: TaskInfo) -> ConnectorError:
+        """The server's max_prepared_transactions is full: every task of an exactly_once
+        batch holds one until the driver commits the batch, so waiting cannot free one."""
+        cfg = self.cfg
+        limit, ours = "?", "?"
+        try:
+            other = connect(cfg.url, 0.0, cfg.sink_id)
+            try:
+                with other.cursor() as cur:
+                    cur.execute("SHOW max_prepared_transactions")
+                    limit = cur.fetchone()[0]
+                ours = str(sum(parse_gid(g)[2] == task.batch_id for g in prepared_gids(other, cfg.sink_id)))
+            finally:
+                other.close()
+        except psycopg2.Error:
+            pass  # the message still names the setting and the fixes
+        return ConnectorError(
+            f"batch {task.batch_id} partition {task.partition_id} cannot prepare its transaction: "
+            f"PostgreSQL at {cfg.safe_url} has max_prepared_transactions = {limit}, all in use ({ours} by "
+            "this batch's other tasks). With exactly_once every task of a batch holds one prepared "
+            "transaction until the batch commits, so a batch needs at most that many tasks (after a "
+            "shuffle Spark makes spark.sql.shuffle.partitions tasks, 200 by default). Raise "
+            "max_prepared_transactions in postgresql.conf above the tasks per batch (plus other writers' "
+            "share) and restart PostgreSQL, or write fewer tasks a batch with df.coalesce(n) before the "
+            "sink; nothing of the batch was committed")
 
     def _decided(self, cur: Any, task: TaskInfo) -> bool:
         """Raise if a newer run owns the sink (the share lock holds the epoch until the

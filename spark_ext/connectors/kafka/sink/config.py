@@ -164,8 +164,8 @@ def _prefix(opts: Options, guarantee: Guarantee) -> str:
     given = opts.get_str("transactionalidprefix")
     if given is not None:
         if not _TXN_PREFIX.match(given):
-            raise InvalidOptionError(f"option 'transactionalIdPrefix' is {given!r}; use letters, digits, "
-                                     "'.', '_' or '-'")
+            raise InvalidOptionError(f"option 'transactionalIdPrefix' is {given!r}; use 1-200 letters, "
+                                     "digits, '.', '_' or '-'")
         return given
     ckpt = opts.checkpoint()
     if ckpt is not None:
