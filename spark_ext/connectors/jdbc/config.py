@@ -39,7 +39,8 @@ SINK_OPTIONS = OptionSpec.of(
     Option("lockTimeoutMs", "How long a task waits for a row lock (ms).", default=60_000),
     Option("reconnectTimeoutMs", "How long every connection of the sink waits out a server that refuses or "
            "drops it (a restart, a failover) before the query fails (ms; 0: fail at once). Other connection "
-           "errors (credentials, a missing database) fail at once.", default=60_000),
+           "errors (credentials, a missing database) fail at once. The default outlasts a managed "
+           "database's failover (60-120 s).", default=180_000),
 )
 
 
@@ -90,7 +91,7 @@ class JdbcSinkConfig:
     sink_id: str
     lock_timeout_ms: int
     guarantee: Guarantee
-    reconnect_timeout_s: float = 60.0  # how long a restarting server is waited for
+    reconnect_timeout_s: float = 180.0  # how long a restarting server is waited for
 
     def __repr__(self) -> str:
         return f"JdbcSinkConfig({self.safe_url}, {self.qualified}, sink_id={self.sink_id!r})"

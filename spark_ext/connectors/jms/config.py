@@ -43,7 +43,8 @@ SOURCE_OPTIONS = OptionSpec.of(
     Option("connectTimeoutMs", "How long a login, a subscription or an acknowledgement's receipt is waited "
            "for (ms).", default=10_000),
     Option("reconnectTimeoutMs", "How long the source waits for a broker that went away, planning no new "
-           "data, before the query fails naming the broker (ms; 0: fail at once).", default=120_000),
+           "data, before the query fails naming the broker (ms; 0: fail at once). The default outlasts a "
+           "broker's failover to its backup.", default=180_000),
 )
 
 
@@ -64,7 +65,7 @@ class JmsSourceConfig:
     skip_missing: bool
     dedup_window_s: float
     connect_timeout_s: float
-    reconnect_timeout_s: float = 120.0
+    reconnect_timeout_s: float = 180.0
 
     def __repr__(self) -> str:  # never show the password
         return f"JmsSourceConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"

@@ -30,7 +30,7 @@ SINK_OPTIONS = OptionSpec.of(
            default=120_000),
     Option("reconnectTimeoutMs", "How long every connection of the sink waits for a broker that is down, "
            "restarting or frozen before the query fails (ms; 0: fail at once); a refused login fails at "
-           "once.", default=60_000),
+           "once. The default outlasts a broker's failover to its backup.", default=180_000),
 )
 
 #: Every queue the sink keeps for itself starts with this (one security-setting covers them).
@@ -51,7 +51,7 @@ class JmsSinkConfig:
     persistent: bool
     timeout_s: float
     commit_timeout_s: float
-    reconnect_timeout_s: float = 60.0
+    reconnect_timeout_s: float = 180.0
 
     def __repr__(self) -> str:  # never show the password
         return f"JmsSinkConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
