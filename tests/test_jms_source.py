@@ -183,15 +183,14 @@ def test_bad_options_fail_at_load(spark, services, opts, needle):
         jms(spark, services, opts.pop("destination", "/queue/x"), **opts)
 
 
-@pytest.mark.parametrize("per_trigger", ["10000", "30"])
-def test_available_now_runs_acknowledge_what_they_committed_and_drain_the_queue(spark, services, tmp_path,
-                                                                                per_trigger):
+def test_available_now_runs_acknowledge_what_they_committed_and_drain_the_queue(spark, services, tmp_path):
     """A catch-up job: 100 messages, a Trigger.AvailableNow run into PostgreSQL with
-    exactly_once, 100 more, a second run, and a third. Each run reads what was there, writes it once
-    and acknowledges it before it ends: the broker's own count of the queue is 0 after
-    each run, not the whole growing queue. With 30 a trigger each run takes several
-    batches. The dedup window is shorter than the gap between the runs, so no run can
-    lean on it (unacknowledged, the first run's messages came to the third run as new)."""
+    exactly_once, 100 more, a second run, and a third. Each run reads what was there,
+    writes it once and acknowledges it before it ends: the broker's own count of the queue
+    is 0 after each run, not the whole growing queue. At 30 a trigger each run takes
+    several batches (the last one acknowledged by the plan after it). The dedup window is
+    shorter than the gap between the runs, so no run can lean on it (unacknowledged, the
+    first run's messages came to the third run as new)."""
     from tests.support.stomp_util import queue_counts
 
     dest, table = queue_name("avnow"), table_name("jmsavnow")
@@ -199,7 +198,7 @@ def test_available_now_runs_acknowledge_what_they_committed_and_drain_the_queue(
     execute(url, f"CREATE TABLE {table} (message_id text, body text)")
 
     def run() -> None:
-        q = (jms(spark, services, dest, maxMessagesPerTrigger=per_trigger, dedupWindowMs="1")
+        q = (jms(spark, services, dest, maxMessagesPerTrigger="30", dedupWindowMs="1")
              .selectExpr("message_id", "body_text AS body").writeStream.format("hzsink")
              .option("connector", "jdbc").option("url", url).option("dbtable", table)
              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())

@@ -117,10 +117,10 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
                                                       f"task:{case.task_point}@{last}"]
 
 
-# Tasks a batch, and whether the sink's ids are the longest it takes: one task; 16 (a
-# 12-to-32-partition topic's worth, most tasks with rows, some without) under the longest
-# ids. Spark's default 200 after a shuffle runs in make faults (below).
-SHAPES = [(1, False), (16, True)]
+# Tasks a batch, and whether the sink's ids are the longest it takes: 16 (a 12-to-32-partition
+# topic's worth, most tasks with rows, some without) under the longest ids in make test; one
+# task, and Spark's default 200 after a shuffle, in make faults (below).
+SHAPES = [(16, True)]
 
 
 @pytest.mark.parametrize("sink", list(SINKS))
@@ -135,12 +135,13 @@ def test_exactly_once_at_production_shapes(make_case, tmp_path, sink, tasks, lon
     check_shape(make_case(sink), tmp_path, tasks, long_ids)
 
 
-@pytest.mark.campaign  # a few minutes a sink on 2 cores: make faults runs it
+@pytest.mark.campaign  # 200 tasks: a few minutes a sink on 2 cores; make faults runs these
 @pytest.mark.parametrize("sink", list(SINKS))
-def test_exactly_once_at_sparks_default_200_tasks_a_batch(make_case, tmp_path, sink):
-    """The same at 200 tasks a batch under the longest ids: what any shuffle gives at
-    Spark's default spark.sql.shuffle.partitions."""
-    check_shape(make_case(sink), tmp_path, 200, True)
+@pytest.mark.parametrize(("tasks", "long_ids"), [(1, False), (200, True)], ids=["1task", "200tasks-longids"])
+def test_exactly_once_at_more_shapes(make_case, tmp_path, sink, tasks, long_ids):
+    """The same at one task a batch, and at 200 under the longest ids: what any shuffle
+    gives at Spark's default spark.sql.shuffle.partitions."""
+    check_shape(make_case(sink), tmp_path, tasks, long_ids)
 
 
 def check_shape(case, tmp_path: Path, tasks: int, long_ids: bool) -> None:

@@ -11,9 +11,15 @@ broken off by a crash is finished by moving what is left.
 The sink's record lives in its *log queue* (``spark_ext.<sink id>.log``): messages nobody
 consumes, each holding the whole state (sequence number, fencing epoch, last decision,
 finished or not); the one with the highest sequence number is the state. A new entry is
-appended with compare-and-set: it carries the duplicate id ``<log>.<seq>``, sent in a
-STOMP transaction, and Artemis rolls back a transaction holding an id it has seen, so of
-two writers appending the same sequence number one commits and the other learns it lost.
+appended with compare-and-set, under the sink's *lock*: a subscription to the queue
+``spark_ext.<sink id>.lock``, which takes one consumer. The broker checks that limit
+atomically, and a holder that dies or hangs loses the lock with its connection, its open
+transaction rolled back. Under the lock a writer reads the state and appends the entry
+after it, carrying the duplicate id ``<log>.<seq>`` in a STOMP transaction; Artemis rolls
+back a transaction holding an id it has seen, so an append based on an old state (a
+holder whose COMMIT the broker applies late) fails and is read again. The duplicate id
+alone is no compare-and-set: sent from two connections at the same moment, both landed
+(measured on Artemis 2.40), which the lock rules out.
 
 The primitives ``spark_ext.commit.TwoPhaseCommitter`` calls, in its order:
 
@@ -54,6 +60,7 @@ from spark_ext.retry import Backoff, Deadline, retry
 log = logging.getLogger(__name__)
 
 _CAS_TRIES = 20
+_LOCK_ID = "spark-ext-lock"
 _UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
 _ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
 T = TypeVar("T")
@@ -114,11 +121,45 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         return self.session.call(f"queue.{name}", operation, *args)
 
     def ensure_queues(self) -> None:
-        """The destination's queue and the sink's own two, durable and anycast (a STOMP
+        """The destination's queue and the sink's own three, durable and anycast (a STOMP
         send to /queue/<name> would auto-create the same); existing ones are left as they are."""
-        for name in (self.cfg.queue, self.cfg.staging, self.cfg.log):
-            conf = {"name": name, "address": name, "routing-type": "ANYCAST", "durable": True}
+        for name in (self.cfg.queue, self.cfg.staging, self.cfg.log, self.cfg.lock):
+            conf: dict[str, Any] = {"name": name, "address": name, "routing-type": "ANYCAST", "durable": True}
+            if name == self.cfg.lock:
+                conf["max-consumers"] = 1
             self.session.call("broker", "createQueue", json.dumps(conf), True)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the sink's lock (subscribed to its lock queue) on this session. A refused
+        subscription ends the connection (STOMP), so each try is a new one; another holder
+        is waited for up to reconnectTimeoutMs (a hung one loses the lock when the broker
+        drops its connection, after the heartbeats it misses)."""
+        deadline = Deadline(max(self.cfg.reconnect_timeout_s, self.cfg.timeout_s))
+        delays = Backoff(initial_s=0.02, max_s=1.0).delays()
+        while True:
+            try:
+                self.session.receipt("SUBSCRIBE", {"destination": f"/queue/{self.cfg.lock}", "id": _LOCK_ID,
+                                                   "ack": "client-individual"}, f"locking {self.cfg.log}")
+                break
+            except SessionError as e:
+                self.close()
+                if deadline.expired:
+                    cfg = self.cfg
+                    raise RetriableCommitError(
+                        f"the lock of sink {cfg.sink_id!r}'s log ({cfg.lock}) stayed taken: another run of "
+                        f"this sink holds it, or the broker refuses the subscription ({e}). The sink's user "
+                        "needs consume on spark_ext.#") from None
+                time.sleep(next(delays))
+        session = self._session
+        try:
+            yield
+        finally:
+            if session is self._session and session is not None and session.usable:
+                try:
+                    session.receipt("UNSUBSCRIBE", {"id": _LOCK_ID}, f"unlocking {self.cfg.log}")
+                except SessionError:
+                    self.close()  # the lock goes with the connection
 
     def staged(self, where: str = "") -> dict[str, int]:
         """Staged messages per attempt token (of those matching ``where``), in one pass.
@@ -165,9 +206,11 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
             raise
 
     def _until_appended(self, step: Callable[[SinkState | None], T | None], what: str) -> T:
-        """Run ``step`` on the newest state until it returns a value (None: lost a race, read again)."""
+        """Under the lock, run ``step`` on the newest state until it returns a value (None:
+        lost a race, read again)."""
         for _ in range(_CAS_TRIES):
-            out = step(self.state())
+            with self._locked():
+                out = step(self.state())
             if out is not None:
                 return out
         raise RetriableCommitError(f"{what}: the log {self.cfg.log} kept changing under this run "
@@ -351,7 +394,28 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         self._roll_back(batch, keep=[w.token for w in decision.winners])
 
     def roll_back(self, batch: Batch[JmsCommittable]) -> None:
+        """Step 5, after a failed commit: its decision may be on the way (sent, not yet
+        applied by a broker whose journal stalls), so the batch's sequence number in the log
+        is taken first. After that the decision can never land, and removing what it would
+        name is safe; if it landed meanwhile, the next take-over finishes the batch."""
+        if not self._sealed(batch):
+            log.warning("batch %s was decided while it was being rolled back; the next take-over "
+                        "finishes its commit", batch.batch_id)
+            return
         self._roll_back(batch, keep=[])
+
+    def _sealed(self, batch: Batch[JmsCommittable]) -> bool:
+        """Append a copy of the state, unless the batch is decided (False); while this run
+        owns the sink only (else a newer run's entries already stand after ours)."""
+        def step(now: SinkState | None) -> bool | None:
+            if now is None or batch.claim is None or now.epoch != batch.claim.fence:
+                return True
+            d = now.decision
+            if d is not None and (d.batch_id, d.query_id) == (batch.batch_id, str(batch.query_id)):
+                return False
+            return True if self._append(now, now.epoch, now.decision, now.done) is not None else None
+
+        return self._until_appended(step, f"rolling back batch {batch.batch_id}")
 
     def _roll_back(self, batch: Batch[JmsCommittable], keep: list[str]) -> None:
         """Remove the batch's staged messages but ``keep``'s: all of the batch's while this run

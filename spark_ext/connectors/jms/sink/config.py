@@ -75,6 +75,11 @@ class JmsSinkConfig:
         """The sink's record: its fencing epoch and the last decided batch."""
         return f"{QUEUE_PREFIX}{self.sink_id}.log"
 
+    @property
+    def lock(self) -> str:
+        """A queue taking one consumer: whoever subscribes to it may append to the log."""
+        return f"{QUEUE_PREFIX}{self.sink_id}.lock"
+
     @staticmethod
     def parse(opts: Options, guarantee: Guarantee) -> JmsSinkConfig:
         host, port = broker_address(opts)
