@@ -448,3 +448,53 @@ def test_a_zombie_task_of_the_previous_batch_cannot_abort_a_decided_winner(servi
     sink_plan(bootstrap, topic, prefix)  # the next take-over aborts the zombie's transaction
     assert open_transactions(bootstrap, prefix) == []
     assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(100))
+
+
+@pytest.mark.parametrize(("tasks", "partitions"), [(800, 3), (800, 1)])
+def test_a_decision_naming_more_winners_than_one_offset_metadata_holds(services, tasks, partitions):
+    """A batch of 800 tasks under a 200-character transactionalIdPrefix: its decision no
+    longer fits the 3,900 characters of one partition's offset metadata (about 500 tasks
+    did, compressed), so it is split over
+    the commit topic's partitions, all committed in the decision's transaction. Batch 0
+    commits; batch 1 is decided, then its driver dies; the next take-over reads the split
+    decision back and finishes it: every record once. A commit topic with too few partitions
+    refuses the batch at its decision, naming the count and the fixes, with nothing
+    committed."""
+    import pyarrow as pa
+
+    from spark_ext.commit import Batch, TaskInfo
+    from spark_ext.connectors.kafka.sink.committer import KafkaCommitter
+    from tests.support.sinks import new_query_id
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, partitions, "wide")
+    prefix = (f"wide-{topic}-" + "x" * 200)[:200]
+    qid = new_query_id()
+
+    def write(plan, batch: int) -> tuple:
+        def rows(p: int) -> pa.RecordBatch:
+            return pa.record_batch([pa.array([f"{batch}.{p}"])] * 2, names=["key", "value"])
+        return tuple(plan.new_writer().write(iter([rows(p)]), TaskInfo(qid, batch, p, 0, batch * 1000 + p))
+                     for p in range(tasks))
+
+    plan = sink_plan(bootstrap, topic, prefix)
+    done = write(plan, 0)
+    if partitions < 2:
+        with pytest.raises(Exception, match=r"takes 2 partitions of the commit topic .*has 1.*coalesce"):
+            plan.new_committer().commit(list(done), 0, plan.claim)
+        assert consume(bootstrap, topic) == []
+        sink_plan(bootstrap, topic, prefix)  # the take-over rolls the batch back
+        assert open_transactions(bootstrap, prefix) == []
+        return
+    plan.new_committer().commit(list(done), 0, plan.claim)
+    plan = sink_plan(bootstrap, topic, prefix)
+    committer = plan.new_committer()
+    assert isinstance(committer, KafkaCommitter)
+    batch = Batch(1, write(plan, 1), plan.claim)
+    with committer.connected():
+        committer.check(batch)
+        committer.record(batch)  # decided; the driver dies here
+    sink_plan(bootstrap, topic, prefix)  # the restart's take-over finishes batch 1
+    values = sorted(v.decode() for _, _, v in consume(bootstrap, topic))
+    assert values == sorted(f"{b}.{p}" for b in (0, 1) for p in range(tasks))
+    assert open_transactions(bootstrap, prefix) == []

@@ -36,20 +36,19 @@ The primitives ``spark_ext.commit.TwoPhaseCommitter`` calls, in its order:
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import re
 import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.connectors.kafka.sink.decision import Decision, TornDecisionError, join
 from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
 from spark_ext.errors import (
     CommitError,
@@ -63,7 +62,6 @@ from spark_ext.errors import (
 log = logging.getLogger(__name__)
 
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
-_META_LIMIT = 3900  # the broker's default offset.metadata.max.bytes is 4096
 KEEP_MS = 100 * 365 * 86_400_000  # the kept copy's retention: for as long as the sink exists
 
 
@@ -73,32 +71,6 @@ class TransactionTimedOutError(FatalCommitError):
 
 class PrefixInUseError(ConfigurationError):
     """Two queries share one ``transactionalIdPrefix``."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    batch_id: int
-    query_id: str
-    checkpoint: str | None
-    winners: tuple[Producer, ...]
-
-    def encode(self) -> str:
-        raw = json.dumps({"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
-                          "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]},
-                         separators=(",", ":"))
-        if len(raw) <= _META_LIMIT:
-            return raw
-        packed = "z:" + base64.b64encode(zlib.compress(raw.encode(), 9)).decode()
-        if len(packed) > _META_LIMIT:
-            raise FatalCommitError(f"batch {self.batch_id} has {len(self.winners)} tasks, more than the "
-                                   "commit record can name; use fewer partitions (coalesce) before the sink")
-        return packed
-
-    @staticmethod
-    def decode(meta: str) -> Decision:
-        raw = zlib.decompress(base64.b64decode(meta[2:])).decode() if meta.startswith("z:") else meta
-        d = json.loads(raw)
-        return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]))
 
 
 class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
@@ -180,24 +152,49 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
         return decision, self._done(decision) or (same and kept_done)
 
-    def _kept(self) -> tuple[Decision | None, bool]:
-        off, meta = self.client.fetch_offsets(self.cfg.group + ".kept", self._anchor(), [0]).get(0, (-1, ""))
+    def _kept(self, group: str | None = None) -> tuple[Decision | None, bool]:
+        """The kept copy of this sink's (or of ``group``'s sink's) last decision, and
+        whether it is done."""
+        group = group or self.cfg.group + ".kept"
+        anchor = self._anchor()
+        off, meta = self.client.fetch_offsets(group, anchor, [0]).get(0, (-1, ""))
         if off < 0 or not meta:
             return None, False
-        state, _, encoded = meta.partition("|")
-        return Decision.decode(encoded), state == "done"
+        state, _, first = meta.partition("|")
+        return join(first, lambda parts: self.client.fetch_offsets(group, anchor, parts), off,
+                    f"group {group!r}"), state == "done"
 
     def _keep(self, decision: Decision, done: bool) -> None:
         """Write the kept copy (see the module docstring). Not fenced: it runs only right
         after a fenced step of this run succeeded."""
-        meta = ("done|" if done else "decided|") + decision.encode()
-        offsets = {(self._anchor(), 0): (decision.batch_id + 1, meta)}
-        self.client.keep_offsets(self.cfg.group + ".kept", offsets, KEEP_MS)
+        parts = decision.parts()
+        parts[0] = ("done|" if done else "decided|") + parts[0]
+        self.client.keep_offsets(self.cfg.group + ".kept", self._offsets(decision, parts), KEEP_MS)
+
+    def _offsets(self, decision: Decision, parts: list[str]) -> dict[tuple[str, int], tuple[int, str]]:
+        return {(self._anchor(), i): (decision.batch_id + 1, part) for i, part in enumerate(parts)}
 
     def _decision(self, stable: bool = True) -> Decision | None:
-        got = self.client.fetch_offsets(self.cfg.group, self._anchor(), [0], stable=stable)
-        off, meta = got.get(0, (-1, ""))
-        return Decision.decode(meta) if off >= 0 and meta else None
+        group, anchor = self.cfg.group, self._anchor()
+        off, meta = self.client.fetch_offsets(group, anchor, [0], stable=stable).get(0, (-1, ""))
+        if off < 0 or not meta:
+            return None
+        return join(meta, lambda parts: self.client.fetch_offsets(group, anchor, parts, stable=stable), off,
+                    f"group {group!r}")
+
+    def _check_room(self, decision: Decision, parts: list[str]) -> None:
+        """A decision split over more partitions than the commit topic has cannot be written."""
+        if len(parts) == 1:
+            return
+        anchor = self._anchor()
+        md = metadata(self.cfg.bootstrap, [anchor], self.cfg.timeout_s, self.cfg.security)
+        have = max((len(t.partitions) for t in md.topics if t.name == anchor), default=0)
+        if have < len(parts):
+            raise FatalCommitError(
+                f"batch {decision.batch_id} has {len(decision.winners)} winning tasks; naming them takes "
+                f"{len(parts)} partitions of the commit topic {anchor!r} (about 300 tasks each), which has "
+                f"{have}. Set option commitTopic to a topic with at least {len(parts)} partitions, or write "
+                "fewer tasks a batch with df.coalesce(n) before the sink; nothing of the batch was committed")
 
     def _done(self, decision: Decision) -> bool:
         """Was ``decision`` finished? The done record names its batch *and query*: after a
@@ -246,14 +243,13 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         mine = self.cfg.group + ".kept"  # every sink that decided a batch keeps a copy
         kept = sorted(g for g in self.client.list_groups() if g.endswith(".batches.kept") and g != mine)
         for group in kept:
-            off, meta = self.client.fetch_offsets(group, self._anchor(), [0]).get(0, (-1, ""))
-            if off < 0 or not meta:
-                continue  # a sink of another topic
-            state, _, encoded = meta.partition("|")
             try:
-                old = Decision.decode(encoded)
-            except (ValueError, KeyError, TypeError, zlib.error):
+                old, done = self._kept(group)
+            except (ValueError, KeyError, TypeError, zlib.error, TornDecisionError):
                 continue  # not ours
+            if old is None:
+                continue  # a sink of another topic
+            state = "done" if done else "decided"
             if old.query_id != query:
                 continue
             prefix = group[: -len(".batches.kept")]
@@ -279,8 +275,9 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         fence = _fence(batch)
         decision = Decision(batch.batch_id, str(batch.query_id), self.cfg.checkpoint,
                             tuple(_producer(c) for c in batch.prepared))
-        self.client.write_offsets(fence, self.cfg.group,
-                                  {(self._anchor(), 0): (batch.batch_id + 1, decision.encode())})
+        parts = decision.parts()
+        self._check_room(decision, parts)
+        self.client.write_offsets(fence, self.cfg.group, self._offsets(decision, parts))
         assert batch.claim is not None  # _fence checked it
         self._check_age(batch.prepared, batch.batch_id, fence, batch.claim.planned_ms)
         failpoints.hit("kafka.mid_decision", batch.batch_id)  # decision pending in its transaction
