@@ -269,12 +269,15 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
                 self._committed.setdefault(mid, now)
         for mid, since in start.get("carry", []):
             self._committed.setdefault(mid, since)
+        self._drop_committed(rx)
+        horizon = now - self.cfg.dedup_window_s
+        self._committed = {m: t for m, t in self._committed.items() if t >= horizon}
+
+    def _drop_committed(self, rx: StompReceiver) -> None:
         dupes = rx.drop(set(self._committed))
         if dupes:
             log.warning("dropped %d redelivered message(s) of committed batches: %s", len(dupes), dupes[:5])
             rx.ack(dupes)  # kept in _committed: this ack may be lost as well
-        horizon = now - self.cfg.dedup_window_s
-        self._committed = {m: t for m, t in self._committed.items() if t >= horizon}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Driver, before each batch: hand the next received messages to batch seq+1.
@@ -296,6 +299,9 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         if self._settled != rx.generation:  # the first plan on a new subscription
             rx.settle(n)
             self._settled = rx.generation
+            # Redeliveries of committed messages that came while settling: acknowledged now,
+            # not only dropped, or a run that plans once (Trigger.Once) would never ack them.
+            self._drop_committed(rx)
         inflight = {m.message_id for b in self._batches.values() for m in b}
         try:
             if not self._batches and rx.fit_window(n):
