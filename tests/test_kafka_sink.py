@@ -498,3 +498,35 @@ def test_a_decision_naming_more_winners_than_one_offset_metadata_holds(services,
     values = sorted(v.decode() for _, _, v in consume(bootstrap, topic))
     assert values == sorted(f"{b}.{p}" for b in (0, 1) for p in range(tasks))
     assert open_transactions(bootstrap, prefix) == []
+
+
+def test_a_topic_whose_max_message_bytes_is_below_the_sinks_batches_is_written_and_an_oversize_record_named(
+        services):
+    """A topic someone else configured with max.message.bytes=100000 (the sink's record
+    batches are up to 1 MB by default): 5,000 records of 100 bytes are written in batches
+    the topic takes, exactly once. A single record larger than the limit fails its task
+    naming the record's size, the topic's limit and the fixes, with nothing committed."""
+    import pyarrow as pa
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from spark_ext.commit import TaskInfo
+    from spark_ext.errors import ConnectorError
+    from tests.support.kafka_util import unique_topic
+    from tests.support.sinks import new_query_id
+
+    bootstrap = services.kafka_bootstrap
+    topic = unique_topic("small")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "100000"})])[topic].result(30)
+    rows = [f"{i:06d}".ljust(100, "x") for i in range(5000)]
+    plan = sink_plan(bootstrap, topic, f"small-{topic}")
+    data = pa.record_batch([pa.array(rows), pa.array(rows)], names=["key", "value"])
+    msg = plan.new_writer().write(iter([data]), TaskInfo(new_query_id(), 0, 0, 0, 0))
+    plan.new_committer().commit([msg], 0, plan.claim)
+    assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == rows
+    plan = sink_plan(bootstrap, topic, f"small-{topic}")
+    big = pa.record_batch([pa.array(["k"]), pa.array(["y" * 150_000])], names=["key", "value"])
+    with pytest.raises(ConnectorError, match=r"150,0\d\d bytes.*max.message.bytes = 100000"):
+        plan.new_writer().write(iter([big]), TaskInfo(new_query_id(), 1, 0, 0, 1))
+    sink_plan(bootstrap, topic, f"small-{topic}")  # the take-over aborts the failed task's transaction
+    assert len(consume(bootstrap, topic)) == 5000

@@ -338,15 +338,17 @@ class KafkaTxnClient:
                                 s.transaction_start_time_ms, s.transaction_timeout_ms, parts)
         return out
 
-    def broker_config(self, name: str) -> str | None:
-        """A broker setting, as a reachable broker reports it for itself. A broker just
-        killed may still be listed in the metadata: a refused connection moves on to
-        another (``_retry``), within the client's budget."""
+    def broker_config(self, name: str, topic: str | None = None) -> str | None:
+        """A broker setting, as a reachable broker reports it for itself, or with ``topic``
+        that topic's (its own or the broker default it inherits). A broker just killed may
+        still be listed in the metadata: a refused connection moves on to another
+        (``_retry``), within the client's budget."""
         R_ = DescribeConfigsRequest.DescribeConfigsResource
 
         def call() -> str | None:
             conn = self.any_broker()  # sets _any_node: a broker describes its own settings
-            req = DescribeConfigsRequest(resources=[R_(resource_type=4, resource_name=str(self._any_node),
+            kind, resource = (2, topic) if topic is not None else (4, str(self._any_node))
+            req = DescribeConfigsRequest(resources=[R_(resource_type=kind, resource_name=resource,
                                                        configuration_keys=[name])],
                                          include_synonyms=False, include_documentation=False)
             r = conn.request(req, 4, DescribeConfigsResponse)

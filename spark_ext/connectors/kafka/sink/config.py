@@ -81,6 +81,7 @@ class KafkaSinkConfig:
     warn_fraction: float
     security: KafkaSecurity = PLAINTEXT
     budget_s: float = 120.0  # one step, retries included
+    topic_max_bytes: int | None = None  # the topic's max.message.bytes, read at start
 
     @property
     def group(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from pyspark.sql.types import StructType
@@ -25,6 +26,9 @@ from spark_ext.options import Options
 
 log = logging.getLogger(__name__)
 
+# What a record batch's size estimate may leave out of the bytes the broker counts.
+_BATCH_FRAMING = 512
+
 
 class TransactionTimeoutTooLongError(ConfigurationError):
     """``kafka.transaction.timeout.ms`` exceeds what the broker allows."""
@@ -45,6 +49,7 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""
         exactly = config.guarantee.transactional
         _check_topics(config, exactly)
+        config = _fit_batches(config)
         if exactly:
             _check_timeout(config)
         elif config.txn_prefix:
@@ -105,6 +110,31 @@ def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
                 f"topic {t.name!r} does not exist on {cfg.bootstrap}; create it first (the sink does "
                 "not auto-create topics, so a typo cannot create a stray topic)"
             )
+
+
+def _fit_batches(cfg: KafkaSinkConfig) -> KafkaSinkConfig:
+    """Record batches the topic takes: a topic whose max.message.bytes is below the sink's
+    kafka.batch.size (a broker someone else configured) would refuse every full batch."""
+    if cfg.topic is None:
+        return cfg  # topics from a column: each refusal names its limit
+    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
+    try:
+        value = client.broker_config("max.message.bytes", topic=cfg.topic)
+    except Exception as e:  # noqa: BLE001 - DescribeConfigs may be denied by ACLs
+        log.warning("could not read max.message.bytes of topic %r (%s); record batches stay at "
+                    "kafka.batch.size=%d", cfg.topic, e, cfg.batch_bytes)
+        return cfg
+    finally:
+        client.close()
+    if value is None:
+        return cfg
+    limit = int(value)
+    fit = max(1024, limit - _BATCH_FRAMING)
+    if fit < cfg.batch_bytes:
+        log.info("topic %r takes record batches of at most %d bytes (max.message.bytes): the sink's batches "
+                 "are cut at %d bytes instead of kafka.batch.size=%d", cfg.topic, limit, fit, cfg.batch_bytes)
+        return dataclasses.replace(cfg, batch_bytes=fit, topic_max_bytes=limit)
+    return dataclasses.replace(cfg, topic_max_bytes=limit)
 
 
 def _check_timeout(cfg: KafkaSinkConfig) -> None:

@@ -18,7 +18,7 @@ import struct
 import time
 from typing import Any
 
-from kafka.errors import DuplicateSequenceNumberError
+from kafka.errors import DuplicateSequenceNumberError, MessageSizeTooLargeError
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
@@ -112,8 +112,8 @@ class Sender:
         if errors.is_retriable(code):  # the leader moved or is not there yet: send again
             self._recover(leader, self._pending.pop(leader), error_name(code))
             return
-        tp, _, count = pending.pop(0)
-        _check(code, message, tp, count)
+        tp, records, count = pending.pop(0)
+        _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
 
     def _recover(self, leader: int, items: list[Item], cause: str) -> None:
         """Send ``items`` again, in order and one at a time, to whichever broker leads
@@ -144,7 +144,7 @@ class Sender:
                                                     ProduceResponse))
                     if errors.is_retriable(code):  # the leader moved or is not there yet: send again
                         raise _LeaderLost(error_name(code))
-                    _check(code, message, tp, count)
+                    _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
                     items.pop(0)
             except (OSError, _LeaderLost) as e:
                 cause = str(e)
@@ -194,9 +194,17 @@ def _code(r: Any) -> tuple[int, str]:
     return 0, ""
 
 
-def _check(code: int, message: str, tp: tuple[str, int], count: int) -> None:
+def _check(code: int, message: str, tp: tuple[str, int], count: int, size: int = 0,
+           limit: int | None = None) -> None:
     if code == errors.OK or errors.matches(code, DuplicateSequenceNumberError):
         return  # a duplicate the broker dropped: it holds the first copy
+    if errors.matches(code, MessageSizeTooLargeError):
+        allowed = f"max.message.bytes = {limit}" if limit else "max.message.bytes (1 MiB + 12 by default)"
+        raise ConnectorError(
+            f"Kafka refused a record batch of {size:,} bytes ({count} record(s)) for {tp[0]}-{tp[1]}: the "
+            f"topic's {allowed}. The sink cuts batches to fit, so a single record is larger than the "
+            "topic takes: make it smaller (or compress, kafka.compression.type), or raise the topic's "
+            "max.message.bytes; a retry of the task fails the same way. Nothing of the task was committed")
     raise ConnectorError(
         f"Kafka refused {count} records for {tp[0]}-{tp[1]}: {error_name(code)}"
         f"{' (' + message + ')' if message else ''}; the task fails and Spark retries it in a new "
