@@ -29,12 +29,14 @@ def _source(spark: Any, spec: dict[str, Any]) -> Any:
               .option("maxOffsetsPerTrigger", str(spec["per_trigger"])).load())
         if spec.get("windows"):
             return _windows(df, spec.get("state_location"))
-        return df.selectExpr("CAST(key AS STRING) AS id", "CAST(value AS STRING) AS v").repartition(2, "id")
+        return (df.selectExpr("CAST(key AS STRING) AS id", "CAST(value AS STRING) AS v")
+                .repartition(spec.get("tasks", 2), "id"))
     return (spark.readStream.format("hzsource").option("connector", "jms").option("host", spec["stomp_host"])
             .option("port", spec["stomp_port"]).option("user", spec["stomp_user"])
             .option("password", spec["stomp_password"]).option("destination", spec["queue"])
             .option("maxMessagesPerTrigger", str(spec["per_trigger"])).load()
-            .selectExpr("body_text AS id", "concat('v', body_text) AS v").repartition(2, "id"))
+            .selectExpr("body_text AS id", "concat('v', body_text) AS v")
+            .repartition(spec.get("tasks", 2), "id"))
 
 
 def _windows(df: Any, state_location: str | None) -> Any:
