@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 
+import pyarrow as pa
 import pytest
 
 from spark_ext.commit import Batch, TaskInfo
@@ -179,6 +181,28 @@ def test_a_stage_retry_reusing_an_attempt_number_rolls_back_the_lost_prepared_at
     plan.new_committer().commit([again], 0, plan.claim)
     assert ids(url, table) == [1, 2]
     assert prepared(url, sink_id) == []
+
+
+def test_a_zombie_attempt_that_spark_took_commits_through_the_newer_attempt_that_rolled_it_back(services):
+    """After a fetch failure the stage runs again while the old stage attempt's task (a
+    zombie) still runs the same partition. The zombie prepared; the new attempt, starting,
+    rolled that back (it would wait on its locks) and prepared the same rows; then Spark
+    took the zombie's result (the commit coordinator lets whichever attempt asks first
+    commit). The batch commits in full, through the new attempt's transaction, once."""
+    qid, url = new_query_id(), services.postgres_url
+    table, sink_id, plan, rows = _keyed_sink(url, "zombie", 3000)
+    other = pa.record_batch({"id": pa.array([3], pa.int64()), "v": pa.array(["c"])})
+    zombie: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 11))
+    part1: JdbcCommittable = plan.new_writer().write(iter([other]), TaskInfo(qid, 0, 1, 0, 12))
+    newer: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 23))
+    assert sorted(prepared(url, sink_id)) == sorted([str(part1.gid), str(newer.gid)])
+    plan.new_committer().commit([zombie, part1], 0, plan.claim)
+    assert ids(url, table) == [1, 2, 3]
+    assert prepared(url, sink_id) == []
+    winners = query(url, "SELECT winners FROM spark_ext_commits WHERE sink_id = :s AND partition_id = -1",
+                    s=sink_id)
+    decided = winners[0][0] if isinstance(winners[0][0], list) else json.loads(winners[0][0])
+    assert sorted(decided) == sorted([str(part1.gid), str(newer.gid)])
 
 
 def test_an_older_attempt_that_thaws_leaves_the_newer_prepared_attempt_alone(services):

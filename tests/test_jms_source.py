@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -11,7 +12,7 @@ from spark_ext.options import checkpoint_sink_id
 from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
 from tests.support.releases import assert_refused_for_release, refusal
-from tests.support.stomp_util import drain, queue_name, send
+from tests.support.stomp_util import Holder, consumer_count, drain, queue_name, send
 from tests.support.waiting import wait_for, wait_for_idle_trigger
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -214,3 +215,38 @@ def test_available_now_runs_acknowledge_what_they_committed_and_drain_the_queue(
         assert sorted(b for b, _ in rows) == sorted(sent), run_no
         assert [(b, n) for b, n in rows if n != 1] == [], run_no  # nothing written twice
         assert queue_counts(dest) == (0, 0), run_no  # every message it committed is acknowledged
+
+
+def test_replay_whose_messages_come_back_late_still_reads_the_whole_batch(services, tmp_path):
+    """A replay must not depend on the first redelivery arriving within milliseconds: here
+    the crashed batch's messages are held by another consumer (as a dead driver's
+    connection holds them until the broker notices) until after the restarted query
+    subscribed and began waiting. The batch is far larger than the first 64 KiB window."""
+    dest, table = queue_name("late"), table_name("jmslate")
+    url = services.postgres_url
+    execute(url, f"CREATE TABLE {table} (message_id text, body text)")
+    sent = [f"{i:05d}" + "x" * 2000 for i in range(300)]
+    send(services, dest, sent)
+    base = [*driver_argv(services, dest, tmp_path / "ckpt", table), "300"]
+    crashed = subprocess.run([*base, "jdbc.before_decision", "maxMessagesPerTrigger=300"],
+                             start_new_session=True, capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert query(url, f"SELECT count(*) FROM {table}") == [(0,)]
+    holder = Holder(services, dest)
+    wait_for(lambda: holder.count() == 300, "the holder to receive every message", 60)
+    restarted = subprocess.Popen([*base, "-", "maxMessagesPerTrigger=300", "replayTimeoutMs=30000"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: consumer_count(dest) == 2, "the restarted query to subscribe", 120)
+        # The replay subscribed and began waiting (its first settle lasts at most 0.5 s).
+        time.sleep(2)
+        holder.release()
+        _, err = restarted.communicate(timeout=300)
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+    assert restarted.returncode == 0, err[-3000:]
+    rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
+    assert sorted(b for b, _ in rows) == sorted(sent)
+    assert all(n == 1 for _, n in rows)
+    assert drain(services, dest) == []

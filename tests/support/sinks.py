@@ -63,6 +63,18 @@ class SinkCase(ABC):
     @abstractmethod
     def rows(self, ids: list[int]) -> pa.RecordBatch: ...
 
+    @abstractmethod
+    def sized_schema(self) -> StructType:
+        """Columns carrying an id and a payload of a chosen size, apart."""
+
+    @abstractmethod
+    def sized_rows(self, ids: list[int], sizes: list[int]) -> pa.RecordBatch:
+        """Rows of ``sized_schema``: each id with a payload of that many bytes."""
+
+    @abstractmethod
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        """(id, payload bytes) of every record a reader sees as committed, sorted."""
+
     def predecessor(self, checkpoint: Path) -> str:
         """How a refusal names the sink a query checkpointed at ``checkpoint`` ran as."""
         return f"ran before as sink '{checkpoint_sink_id(str(checkpoint))}'"
@@ -135,6 +147,17 @@ class KafkaCase(SinkCase):
         text = pa.array([str(i) for i in ids])
         return pa.record_batch([text, text], names=["key", "value"])
 
+    def sized_schema(self) -> StructType:
+        return self.schema()
+
+    def sized_rows(self, ids: list[int], sizes: list[int]) -> pa.RecordBatch:
+        return pa.record_batch([pa.array([str(i) for i in ids]), pa.array(["x" * n for n in sizes])],
+                               names=["key", "value"])
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        records = kafka_sink.consume(self.services.kafka_bootstrap, target)
+        return sorted((int(k or b"-1"), len(v)) for _, k, v in records)
+
 
 class PostgresCase(SinkCase):
     name = "jdbc"
@@ -166,6 +189,16 @@ class PostgresCase(SinkCase):
 
     def rows(self, ids: list[int]) -> pa.RecordBatch:
         return pa.record_batch({"id": pa.array(ids, pa.int64()), "v": pa.array([f"v{i}" for i in ids])})
+
+    def sized_schema(self) -> StructType:
+        return self.schema()
+
+    def sized_rows(self, ids: list[int], sizes: list[int]) -> pa.RecordBatch:
+        return pa.record_batch({"id": pa.array(ids, pa.int64()), "v": pa.array(["x" * n for n in sizes])})
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        rows = pg_util.query(self.services.postgres_url, f"SELECT id, octet_length(v) FROM {target}")
+        return sorted((int(i), int(n)) for i, n in rows)
 
 
 class QueueCase(SinkCase):
@@ -204,6 +237,19 @@ class QueueCase(SinkCase):
     def rows(self, ids: list[int]) -> pa.RecordBatch:
         return pa.record_batch({"body": pa.array([str(i) for i in ids])})
 
+    def sized_schema(self) -> StructType:
+        return StructType.fromJson({"type": "struct", "fields": [
+            {"name": "body", "type": "string", "nullable": True, "metadata": {}},
+            {"name": "correlation_id", "type": "string", "nullable": True, "metadata": {}}]})
+
+    def sized_rows(self, ids: list[int], sizes: list[int]) -> pa.RecordBatch:
+        return pa.record_batch({"body": pa.array(["x" * n for n in sizes]),
+                                "correlation_id": pa.array([str(i) for i in ids])})
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        return sorted((int(h["correlation-id"]), len(b.encode()))
+                      for h, b in stomp_util.drain_messages(self.services, target))
+
 
 SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "jms": QueueCase}
 
@@ -224,9 +270,10 @@ def crashed_points() -> frozenset[str]:
     return frozenset(out)
 
 
-def plan(case: SinkCase, target: str, checkpoint: Path, guarantee: Guarantee = Guarantee.EXACTLY_ONCE) -> Any:
+def plan(case: SinkCase, target: str, checkpoint: Path, guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
+         schema: StructType | None = None) -> Any:
     """The sink's plan for a batch (step 1), as the driver builds it."""
-    return case.connector.plan(case.plan_options(target, checkpoint), case.schema(), guarantee)
+    return case.connector.plan(case.plan_options(target, checkpoint), schema or case.schema(), guarantee)
 
 
 def run_driver(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", checkpoint: str | None = None,

@@ -32,9 +32,14 @@ def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str
 
 def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
     """Everything left on the queue, up to a sentinel sent now (FIFO proves nothing else is left)."""
+    return [body for _, body in drain_messages(services, dest, timeout)]
+
+
+def drain_messages(services, dest: str, timeout: float = 30.0) -> list[tuple[dict[str, str], str]]:
+    """``drain``, each message as (headers, body)."""
     sentinel = f"sentinel-{uuid.uuid4().hex}"
     send(services, dest, [sentinel])
-    got: list[str] = []
+    got: list[tuple[dict[str, str], str]] = []
     done = threading.Event()
 
     class L(stomp.ConnectionListener):
@@ -42,7 +47,7 @@ def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
             if frame.body == sentinel:
                 done.set()
             else:
-                got.append(frame.body)
+                got.append((dict(frame.headers), frame.body))
 
     c = _conn(services)
     c.set_listener("drain", L())
@@ -57,6 +62,44 @@ def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
 def queue_counts(dest: str) -> tuple[int, int]:
     """(messages on the queue, of which delivered and not yet acknowledged), from the
     broker's own management (Artemis CLI ``queue stat``)."""
+    stat = _queue_stat(dest)
+    return stat[1], stat[2]
+
+
+def consumer_count(dest: str) -> int:
+    """Consumers subscribed to the queue now, from the broker's own management."""
+    return _queue_stat(dest)[0]
+
+
+class Holder:
+    """Another consumer that receives every message on ``dest`` (no window) and acknowledges
+    none, until ``release``: its disconnect hands them back to the queue, as a dead
+    driver's connection does when the broker notices it is gone."""
+
+    def __init__(self, services, dest: str) -> None:
+        self.held = 0
+        self._lock = threading.Lock()
+        holder = self
+
+        class L(stomp.ConnectionListener):
+            def on_message(self, frame: stomp.utils.Frame) -> None:
+                with holder._lock:
+                    holder.held += 1
+
+        self._c = _conn(services)
+        self._c.set_listener("holder", L())
+        self._c.subscribe(dest, id="holder", ack="client-individual", headers={"consumer-window-size": "-1"})
+
+    def count(self) -> int:
+        with self._lock:
+            return self.held
+
+    def release(self) -> None:
+        self._c.disconnect()
+
+
+def _queue_stat(dest: str) -> tuple[int, int, int]:
+    """(consumers, messages, delivering) of a queue, from the Artemis CLI ``queue stat``."""
     from services.common import ARTEMIS_CORE_PORT, HOST, LOCAL, STOMP_PASSWORD, STOMP_USER
 
     name = dest.removeprefix("/queue/")
@@ -67,5 +110,5 @@ def queue_counts(dest: str) -> tuple[int, int]:
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells and cells[0] == name:
-            return int(cells[3]), int(cells[5])
+            return int(cells[2]), int(cells[3]), int(cells[5])
     raise AssertionError(f"queue {name} not in `artemis queue stat`:\n{out}")

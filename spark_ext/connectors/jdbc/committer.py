@@ -47,6 +47,7 @@ from spark_ext.connectors.jdbc.transactions import (
     prepared_gids,
     resolve_in_doubt,
     sink_sessions,
+    stand_in,
 )
 from spark_ext.errors import (
     CommitError,
@@ -260,19 +261,37 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                 "none written twice) and keep that option; nothing of this batch was committed"
             )
 
-    def _check_prepared(self, batch: Batch[JdbcCommittable]) -> None:
+    def _check_prepared(self, batch: Batch[JdbcCommittable]) -> dict[str, str]:
+        """Every winner still prepared, or stood in for: {gone winner: its stand-in}.
+
+        After a fetch failure Spark runs the stage again while the old attempt's task (a
+        zombie) may still run the same partition, and a speculative copy runs beside the
+        original. The later attempt rolls back what the earlier one prepared (it would hold
+        its locks) and prepares the same partition's rows, yet Spark may take the earlier
+        one's result: then the later attempt's transaction takes its place."""
         present = set(prepared_gids(self.conn, self.cfg.sink_id))
-        gone = sorted(str(c.gid) for c in batch.prepared if c.gid not in present)
-        if gone:  # only a newer run's take-over (or an operator) rolls back what a batch prepared
+        instead: dict[str, str] = {}
+        gone: list[str] = []
+        for c in batch.prepared:
+            gid = str(c.gid)
+            if gid not in present:
+                other = stand_in(gid, present)
+                if other is None:
+                    gone.append(gid)
+                else:
+                    instead[gid] = other
+        if gone:  # else only a newer run's take-over (or an operator) rolls back what a batch prepared
             self.conn.rollback()  # record's transaction, if open: nothing is decided
             self.conn.autocommit = True
             self._roll_back_own(batch)
             raise FencedError(
-                f"batch {batch.batch_id}: prepared transaction(s) {', '.join(gone)} were rolled back "
-                f"before the decision, by a newer run taking sink {self.cfg.sink_id!r} over, by "
-                "'spark-ext doctor jdbc resolve', or by a speculative copy of a task (set "
+                f"batch {batch.batch_id}: prepared transaction(s) {', '.join(sorted(gone))} were rolled "
+                f"back before the decision, by a newer run taking sink {self.cfg.sink_id!r} over, by "
+                "'spark-ext doctor jdbc resolve', or by a later attempt of the same task that did not "
+                "prepare (a stage run again after a fetch failure, or a speculative copy: set "
                 "spark.speculation=false); this run stops without committing anything of the batch"
             )
+        return instead
 
     def _check_epoch(self, batch: Batch[JdbcCommittable]) -> None:
         with self.conn.cursor() as cur:
@@ -298,7 +317,6 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         holds it exclusively) and the epoch row's share lock; unique per batch, so two
         live runs cannot decide one batch twice."""
         cfg, sql, conn = self.cfg, self.sql, self.conn
-        mine = frozenset(str(c.gid) for c in batch.prepared)
         epoch = batch.claim.fence if batch.claim is not None else None
         conn.autocommit = False
         try:
@@ -316,7 +334,12 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                     raise self._fenced(batch, row and row[0])
                 # Again under the lock that the doctor and take-overs hold exclusively while
                 # they roll back: a decision never names a transaction that is gone.
-                self._check_prepared(batch)
+                instead = self._check_prepared(batch)
+                mine = frozenset(instead.get(str(c.gid), str(c.gid)) for c in batch.prepared)
+                for gid, other in instead.items():
+                    log.warning("sink %s batch %s: %s, of the task attempt Spark took, was rolled back by a "
+                                "later attempt of the same task; its %s commits in its place",
+                                cfg.sink_id, batch.batch_id, gid, other)
                 cur.execute(
                     f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
                     "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "

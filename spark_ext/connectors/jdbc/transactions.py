@@ -13,6 +13,7 @@ written before it was added end in ``:<attempt>`` and parse the same.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,21 @@ def started_before(gid: str, epoch: int, task_attempt_id: int) -> bool:
     _, gid_epoch, _, _, _ = parse_gid(gid)
     _, dot, tid = gid.rpartition(":")[2].partition(".")
     return (gid_epoch, int(tid) if dot else -1) < (epoch, task_attempt_id)
+
+
+def stand_in(gid: str, prepared: Iterable[str]) -> str | None:
+    """The prepared transaction of the latest attempt of ``gid``'s task (same run, batch and
+    partition) that started after it, if any. Such an attempt rolls ``gid`` back when it
+    starts (it would hold its locks) and prepares the same partition's rows."""
+    _, epoch, batch, part, _ = parse_gid(gid)
+    later = [g for g in prepared if parse_gid(g)[1:4] == (epoch, batch, part)
+             and started_before(gid, epoch, _task_attempt_id(g))]
+    return max(later, key=_task_attempt_id, default=None)
+
+
+def _task_attempt_id(gid: str) -> int:
+    _, dot, tid = gid.rpartition(":")[2].partition(".")
+    return int(tid) if dot else -1
 
 
 # libpq's words for a server that is not there *yet*: restarting, failing over, starting.

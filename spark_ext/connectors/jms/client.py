@@ -310,6 +310,15 @@ class StompReceiver:
                 if self._arrivals == before:
                     return
 
+    def await_arrival(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a first message on this subscription; whether one came."""
+        deadline = Deadline(timeout_s)
+        with self._lock:
+            while not self._arrivals and self._connected and not deadline.expired:
+                self._arrived.wait(max(deadline.remaining, 0.0))
+            self.check()
+            return self._arrivals > 0
+
     def take(self, limit: int, exclude: set[str], stamped_by: int | None = None) -> list[Message]:
         """Up to ``limit`` received messages in arrival order, skipping ids in ``exclude``
         and, with ``stamped_by``, messages the broker stamped later (epoch ms)."""

@@ -379,23 +379,30 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         deadline = time.monotonic() + self.cfg.replay_timeout_s
         have: dict[str, Message] = {}
         missing = ids
-        absorbed = False
+        absorbed = fitted = False
         while True:
             rx = self._available()
             if rx is not None:
                 if not absorbed:
                     self._absorb(rx, start)
                     absorbed = True
-                    # Nothing is handed out yet: the window may grow to hold the whole batch.
+                if not fitted:
+                    # Nothing is handed out yet: the window may grow to hold the whole batch,
+                    # sized from the first redeliveries. They may come late (a dead driver's
+                    # connection holds them until the broker notices it is gone), and a window
+                    # left at its first size would let only its worth of the batch through.
                     try:
-                        rx.settle(len(ids))
-                        if rx.fit_window(len(ids)):
+                        if rx.await_arrival(min(1.0, max(deadline - time.monotonic(), 0.0))):
+                            fitted = True
                             rx.settle(len(ids))
+                            if rx.fit_window(len(ids)):
+                                rx.settle(len(ids))
                     except ConnectorError:
                         if rx.connected:
                             raise  # else the broker went away: reconnect on the next round
-                got, missing = rx.wait_for(missing, min(1.0, max(deadline - time.monotonic(), 0.0)))
-                have.update(got)
+                if fitted:
+                    got, missing = rx.wait_for(missing, min(1.0, max(deadline - time.monotonic(), 0.0)))
+                    have.update(got)
             if not missing or time.monotonic() >= deadline:
                 return have, missing
             if rx is None:
