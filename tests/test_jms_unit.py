@@ -152,17 +152,6 @@ def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():
     server.close()
 
 
-class _Attributes:
-    """The broker attributes the queue sink reads at start (a stand-in for a management session)."""
-
-    def __init__(self, **values: object) -> None:
-        self.values = {"PersistenceEnabled": True, "PersistIDCache": True, "IDCacheSize": 20000, **values}
-
-    def attribute(self, resource: str, name: str) -> object:
-        assert resource == "broker"
-        return self.values[name]
-
-
 @pytest.mark.parametrize(("setting", "named"), [
     ({"IDCacheSize": 10}, "id-cache-size is 10"),
     ({"PersistIDCache": False}, "persist-id-cache"),
@@ -171,9 +160,10 @@ class _Attributes:
 def test_queue_sink_refuses_broker_settings_it_cannot_be_exactly_once_with(setting, named):
     from spark_ext.connectors.jms.sink.connector import BrokerSettingError, _check_broker
 
-    _check_broker(_Attributes())  # the defaults pass
+    defaults = {"PersistenceEnabled": True, "PersistIDCache": True, "IDCacheSize": 20000}
+    _check_broker(defaults)  # the defaults pass
     with pytest.raises(BrokerSettingError, match=named):
-        _check_broker(_Attributes(**setting))
+        _check_broker({**defaults, **setting})
 
 
 def test_queue_sink_frames_escape_headers_and_refuse_reserved_names():

@@ -55,13 +55,9 @@ def _ack_frame(ack_id: str) -> bytes:
 
 def _stamp(frame: bytes) -> int:
     """The broker's ``timestamp`` header of a MESSAGE frame (epoch ms; 0 when absent)."""
-    head = frame.find(b"\n\n")
-    i = frame.find(b"\ntimestamp:", 0, head)
-    if i < 0:
-        return 0
-    j = frame.find(b"\n", i + 11)
+    value = wire.header((frame, frame.find(b"\n\n")), b"\ntimestamp:")
     try:
-        return int(frame[i + 11:j if 0 <= j <= head else head].rstrip(b"\r"))
+        return int(value) if value else 0
     except ValueError:
         return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from spark_ext.connectors.jms import wire
@@ -126,24 +127,34 @@ class BrokerSession:
     def call(self, resource: str, operation: str, *args: Any, timeout_s: float | None = None) -> Any:
         """One management operation (``QueueControl`` / ``ActiveMQServerControl``): its result.
         ``timeout_s``: for a long one (a move of many messages); default the session's."""
-        return self._manage({"_AMQ_ResourceName": resource, "_AMQ_OperationName": operation}, list(args),
-                            f"{operation} on {resource}", timeout_s)
+        cid = self._ask(resource, operation, list(args))
+        return self._reply(cid, f"{operation} on {resource}", timeout_s)
 
     def attribute(self, resource: str, name: str) -> Any:
         """One management attribute, e.g. ``attribute("broker", "IDCacheSize")``."""
-        return self._manage({"_AMQ_ResourceName": resource, "_AMQ_Attribute": name}, [],
-                            f"{name} of {resource}")
+        return self._reply(self._ask(resource, name, None), f"{name} of {resource}")
 
-    def _manage(self, headers: dict[str, str], args: list[Any], what: str,
-                timeout_s: float | None = None) -> Any:
+    def gather(self, asks: Sequence[tuple[str, str, Sequence[Any] | None]]) -> list[Any]:
+        """Several attributes and operations in one round trip: each ``(resource, name,
+        args)`` (``args`` None: an attribute) is sent at once, then every reply awaited."""
+        cids = [self._ask(res, name, None if args is None else list(args)) for res, name, args in asks]
+        return [self._reply(cid, f"{name} of {res}") for cid, (res, name, _) in zip(cids, asks, strict=True)]
+
+    def _ask(self, resource: str, name: str, args: list[Any] | None) -> str:
+        """Send one management request (an attribute when ``args`` is None); its correlation id."""
         if self._reply_to is None:
             self._reply_to = f"/temp-queue/spark-ext-{uuid.uuid4().hex}"
             self.receipt("SUBSCRIBE", {"destination": self._reply_to, "id": "replies", "ack": "auto"},
                          "subscribing to management replies")
         cid = uuid.uuid4().hex
+        what = {"_AMQ_Attribute": name} if args is None else {"_AMQ_OperationName": name}
         # No content-length: the broker reads a management request's parameters from a text body.
         self.send(wire.encode("SEND", {"destination": MANAGEMENT, "reply-to": self._reply_to,
-                                       "correlation-id": cid, **headers}, json.dumps(args).encode()))
+                                       "correlation-id": cid, "_AMQ_ResourceName": resource, **what},
+                              json.dumps(args or []).encode()))
+        return cid
+
+    def _reply(self, cid: str, what: str, timeout_s: float | None = None) -> Any:
         self._wait(lambda: cid in self._replies, what, timeout_s)
         with self._cond:
             reply_headers, body = self._replies.pop(cid)

@@ -56,10 +56,13 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
         the settings the sink's log relies on."""
         with open_session(config) as session:
             if config.guarantee is Guarantee.EXACTLY_ONCE:
-                _check_broker(session)
-                for address in (config.staging, config.log):
-                    _check_address(json.loads(session.call("broker", "getAddressSettingsAsJSON", address)),
-                                   address)
+                addresses = (config.staging, config.log)
+                *values, staging, log_ = session.gather(
+                    [("broker", name, None) for name in BROKER_ATTRIBUTES]
+                    + [("broker", "getAddressSettingsAsJSON", [a]) for a in addresses])
+                _check_broker(dict(zip(BROKER_ATTRIBUTES, values, strict=True)))
+                for address, settings in zip(addresses, (staging, log_), strict=True):
+                    _check_address(json.loads(settings), address)
             else:
                 _refuse_if_left_staged(session, config)
         return config
@@ -96,16 +99,21 @@ def _refuse_if_left_staged(session: BrokerAttributes, cfg: JmsSinkConfig) -> Non
             "doctor jms resolve', then change the guarantee")
 
 
-def _check_broker(session: BrokerAttributes) -> None:
-    if not session.attribute("broker", "PersistenceEnabled"):
+#: The broker's attributes ``_check_broker`` reads.
+BROKER_ATTRIBUTES = ("PersistenceEnabled", "PersistIDCache", "IDCacheSize")
+
+
+def _check_broker(values: dict[str, Any]) -> None:
+    """The broker-wide settings exactly-once relies on (``BROKER_ATTRIBUTES``, as read)."""
+    if not values["PersistenceEnabled"]:
         raise BrokerSettingError(
             "the broker runs with persistence-enabled=false: a restart would lose staged and decided "
             "messages. Enable persistence in broker.xml, or use guarantee at_least_once")
-    if not session.attribute("broker", "PersistIDCache"):
+    if not values["PersistIDCache"]:
         raise BrokerSettingError(
             "the broker runs with persist-id-cache=false: after a restart two runs of the sink could both "
             "record a decision. Set persist-id-cache to true in broker.xml")
-    size = int(session.attribute("broker", "IDCacheSize"))
+    size = int(values["IDCacheSize"])
     if size < MIN_ID_CACHE:
         raise BrokerSettingError(
             f"the broker's id-cache-size is {size}: the sink's log (compare-and-set by duplicate id) needs "

@@ -15,7 +15,7 @@ request and Kafka's error.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -340,24 +340,38 @@ class KafkaTxnClient:
 
     def broker_config(self, name: str, topic: str | None = None) -> str | None:
         """A broker setting, as a reachable broker reports it for itself, or with ``topic``
-        that topic's (its own or the broker default it inherits). A broker just killed may
-        still be listed in the metadata: a refused connection moves on to another
-        (``_retry``), within the client's budget."""
+        that topic's (its own or the broker default it inherits)."""
+        if topic is None:
+            return self.configs(broker=[name])[0].get(name)
+        return self.configs(topic=topic, topic_keys=[name])[1].get(name)
+
+    def configs(self, broker: Sequence[str] = (), topic: str | None = None,
+                topic_keys: Sequence[str] = ()) -> tuple[dict[str, str | None], dict[str, str | None]]:
+        """Settings of a reachable broker (as it reports them for itself) and of ``topic``,
+        in one DescribeConfigs request. A broker just killed may still be listed in the
+        metadata: a refused connection moves on to another (``_retry``), within the client's
+        budget. A setting the broker did not report (or would not: an ACL) is absent."""
         R_ = DescribeConfigsRequest.DescribeConfigsResource
 
-        def call() -> str | None:
+        def call() -> tuple[dict[str, str | None], dict[str, str | None]]:
             conn = self.any_broker()  # sets _any_node: a broker describes its own settings
-            kind, resource = (2, topic) if topic is not None else (4, str(self._any_node))
-            req = DescribeConfigsRequest(resources=[R_(resource_type=kind, resource_name=resource,
-                                                       configuration_keys=[name])],
-                                         include_synonyms=False, include_documentation=False)
-            r = conn.request(req, 4, DescribeConfigsResponse)
+            asked = []
+            if broker:
+                asked.append(R_(resource_type=4, resource_name=str(self._any_node),
+                                configuration_keys=list(broker)))
+            if topic is not None and topic_keys:
+                asked.append(R_(resource_type=2, resource_name=topic, configuration_keys=list(topic_keys)))
+            out: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})
+            if not asked:
+                return out
+            r = conn.request(DescribeConfigsRequest(resources=asked, include_synonyms=False,
+                                                    include_documentation=False), 4, DescribeConfigsResponse)
             for res in r.results:
+                into = out[0] if res.resource_type == 4 else out[1]
                 for c in res.configs:
-                    if c.name == name:
-                        return str(c.value) if c.value is not None else None
-            return None
-        return self._retry(f"reading the broker setting {name}", call)
+                    into[c.name] = str(c.value) if c.value is not None else None
+            return out
+        return self._retry("reading broker and topic settings", call)
 
 
 class _Retriable(Exception):

@@ -49,10 +49,8 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""
         exactly = config.guarantee.transactional
         _check_topics(config, exactly)
-        config = _fit_batches(config)
-        if exactly:
-            _check_timeout(config)
-        elif config.txn_prefix:
+        config = _check_settings(config, exactly)
+        if not exactly and config.txn_prefix:
             _refuse_if_left_open(config)
         return config
 
@@ -112,40 +110,38 @@ def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
             )
 
 
-def _fit_batches(cfg: KafkaSinkConfig) -> KafkaSinkConfig:
-    """Record batches the topic takes: a topic whose max.message.bytes is below the sink's
-    kafka.batch.size (a broker someone else configured) would refuse every full batch."""
-    if cfg.topic is None:
-        return cfg  # topics from a column: each refusal names its limit
+def _check_settings(cfg: KafkaSinkConfig, exactly: bool) -> KafkaSinkConfig:
+    """The broker's settings that would refuse our requests, in one request: the topic's
+    max.message.bytes (a broker someone else configured may take batches smaller than the
+    sink's kafka.batch.size: they are cut to fit) and, for exactly-once, the broker's
+    transaction.max.timeout.ms (a longer transaction timeout would be refused)."""
     client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
+    broker = ["transaction.max.timeout.ms"] if exactly else []
+    topic_keys = ["max.message.bytes"] if cfg.topic is not None else []  # else: each refusal names its limit
     try:
-        value = client.broker_config("max.message.bytes", topic=cfg.topic)
-    except Exception as e:  # noqa: BLE001 - DescribeConfigs may be denied by ACLs
+        ours, topic = client.configs(broker=broker, topic=cfg.topic, topic_keys=topic_keys)
+    except Exception as e:
+        if exactly:
+            raise
         log.warning("could not read max.message.bytes of topic %r (%s); record batches stay at "
                     "kafka.batch.size=%d", cfg.topic, e, cfg.batch_bytes)
         return cfg
     finally:
         client.close()
-    if value is None:
-        return cfg
-    limit = int(value)
-    fit = max(1024, limit - _BATCH_FRAMING)
-    if fit < cfg.batch_bytes:
-        log.info("topic %r takes record batches of at most %d bytes (max.message.bytes): the sink's batches "
-                 "are cut at %d bytes instead of kafka.batch.size=%d", cfg.topic, limit, fit, cfg.batch_bytes)
-        return dataclasses.replace(cfg, batch_bytes=fit, topic_max_bytes=limit)
-    return dataclasses.replace(cfg, topic_max_bytes=limit)
-
-
-def _check_timeout(cfg: KafkaSinkConfig) -> None:
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
-    try:
-        limit = client.broker_config("transaction.max.timeout.ms")
-    finally:
-        client.close()
+    limit = ours.get("transaction.max.timeout.ms")
     if limit is not None and cfg.txn_timeout_ms > int(limit):
         raise TransactionTimeoutTooLongError(
             f"kafka.transaction.timeout.ms is {cfg.txn_timeout_ms} but the broker's "
             f"transaction.max.timeout.ms is {limit}: the broker would refuse every transaction. Set "
             f"kafka.transaction.timeout.ms to at most {limit}, or raise the broker's limit"
         )
+    value = topic.get("max.message.bytes")
+    if value is None:
+        return cfg
+    most = int(value)
+    fit = max(1024, most - _BATCH_FRAMING)
+    if fit < cfg.batch_bytes:
+        log.info("topic %r takes record batches of at most %d bytes (max.message.bytes): the sink's batches "
+                 "are cut at %d bytes instead of kafka.batch.size=%d", cfg.topic, most, fit, cfg.batch_bytes)
+        return dataclasses.replace(cfg, batch_bytes=fit, topic_max_bytes=most)
+    return dataclasses.replace(cfg, topic_max_bytes=most)
