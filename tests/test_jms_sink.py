@@ -227,10 +227,15 @@ def test_a_decision_naming_many_winners_or_a_long_sink_id_is_read_back_whole(ser
     assert jms_sink.staged_tokens(services, sink_id) == []
 
 
+# A bounded address that drops what is routed to it once full.
+_FULL_DROPS = {"maxSizeBytes": 20_000, "pageSizeBytes": 10_000, "addressFullMessagePolicy": "DROP"}
+
+
 @pytest.mark.parametrize(("settings", "named"), [
     ({"expiryDelay": 60_000}, "expiry-delay=60000"),
     ({"maxExpiryDelay": 60_000}, "max-expiry-delay=60000"),
     ({"managementMessageAttributeSizeLimit": 100}, "management-message-attribute-size-limit=100"),
+    (_FULL_DROPS, "address-full-policy=DROP"),
 ])
 def test_broker_settings_on_the_sinks_addresses_that_would_lose_a_batch_are_refused_at_start(
         services, settings, named):
@@ -247,6 +252,30 @@ def test_broker_settings_on_the_sinks_addresses_that_would_lose_a_batch_are_refu
     try:
         with pytest.raises(ConfigurationError, match=named):
             JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    finally:
+        admin.session.call("broker", "removeAddressSettings", match)
+        admin.close()
+    JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)  # without the setting it starts
+    assert jms_sink.staged_tokens(services, sink_id) == []
+
+
+@pytest.mark.parametrize("policy", ["DROP", "FAIL"])
+def test_a_destination_that_drops_when_full_is_refused_at_start(services, policy):
+    """The broker moves a decided batch's messages into the destination; an address that
+    drops what is routed to it once full would lose them without an error (seen: a batch of
+    200 one-kilobyte messages committed, and 6 reached a destination of max-size-bytes
+    20,000 under DROP). Refused at start, naming the setting and the address; nothing staged."""
+    dest = stomp_util.queue_name("full")
+    sink_id = f"t-{uuid.uuid4().hex[:12]}"
+    opts = Options(_options(services, dest, sinkid=sink_id), "hzsink")
+    admin = JmsCommitter(JmsSinkConfig.parse(opts, Guarantee.EXACTLY_ONCE))
+    match = dest.removeprefix("/queue/")
+    admin.session.call("broker", "addAddressSettings", match,
+                       json.dumps({**_FULL_DROPS, "addressFullMessagePolicy": policy}))
+    try:
+        with pytest.raises(ConfigurationError, match=f"address {match} address-full-policy={policy}"):
+            JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+        JmsSink().plan(opts, _BODY, Guarantee.AT_LEAST_ONCE)  # the weaker guarantees are the user's call
     finally:
         admin.session.call("broker", "removeAddressSettings", match)
         admin.close()

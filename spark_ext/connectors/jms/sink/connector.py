@@ -56,13 +56,12 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
         the settings the sink's log relies on."""
         with open_session(config) as session:
             if config.guarantee is Guarantee.EXACTLY_ONCE:
-                addresses = (config.staging, config.log)
-                *values, staging, log_ = session.gather(
-                    [("broker", name, None) for name in BROKER_ATTRIBUTES]
-                    + [("broker", "getAddressSettingsAsJSON", [a]) for a in addresses])
-                _check_broker(dict(zip(BROKER_ATTRIBUTES, values, strict=True)))
-                for address, settings in zip(addresses, (staging, log_), strict=True):
-                    _check_address(json.loads(settings), address)
+                addresses = (config.staging, config.log, config.queue)
+                values = session.gather([("broker", name, None) for name in BROKER_ATTRIBUTES]
+                                        + [("broker", "getAddressSettingsAsJSON", [a]) for a in addresses])
+                _check_broker(dict(zip(BROKER_ATTRIBUTES, values, strict=False)))
+                for address, settings in zip(addresses, values[len(BROKER_ATTRIBUTES):], strict=True):
+                    _check_address(json.loads(settings), address, own=address != config.queue)
             else:
                 _refuse_if_left_staged(session, config)
         return config
@@ -120,11 +119,24 @@ def _check_broker(values: dict[str, Any]) -> None:
             f"at least {MIN_ID_CACHE}. Raise id-cache-size in broker.xml (the default is 20000)")
 
 
-def _check_address(settings: dict[str, Any], address: str) -> None:
+def _check_address(settings: dict[str, Any], address: str, own: bool = True) -> None:
     """The address settings a user's broker.xml may give the sink's own queues (a match on
-    ``#`` or ``spark_ext.#`` reaches them): an expiry would drop staged messages of a decided
-    batch while the query is down; a management attribute limit under the log's part size
-    would cut its entries when they are read back."""
+    ``#`` or ``spark_ext.#`` reaches them) and its destination: an expiry would drop staged
+    messages of a decided batch while the query is down; a management attribute limit under
+    the log's part size would cut its entries when they are read back; a full address that
+    drops (or fails) what is routed to it would silently drop staged messages, log entries
+    or, for the destination, the decided batch's messages the broker moves in."""
+    fix = "for 'spark_ext.#'" if own else f"for {address!r}"
+    policy = str(settings.get("addressFullMessagePolicy", "PAGE")).upper()
+    if policy in ("DROP", "FAIL"):
+        raise BrokerSettingError(
+            f"the broker gives address {address} address-full-policy={policy}: once the address is full "
+            "(max-size-bytes, max-size-messages or the broker's global-max-size) the broker drops what "
+            "is routed to it, and the messages the sink moves in when a batch is decided would be lost "
+            f"without an error. Set address-full-policy to PAGE (the default) {fix} in broker.xml, or "
+            "use guarantee at_least_once")
+    if not own:
+        return
     for key, setting in (("expiryDelay", "expiry-delay"), ("maxExpiryDelay", "max-expiry-delay")):
         delay = int(settings.get(key, -1))
         if delay > 0 and not settings.get("noExpiry", False):
