@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import pyarrow as pa
 import pytest
@@ -216,6 +217,28 @@ def test_an_older_attempt_that_thaws_leaves_the_newer_prepared_attempt_alone(ser
     assert prepared(url, sink_id) == [newer.gid]
     plan.new_committer().commit([newer], 0, plan.claim)
     assert ids(url, table) == [1, 2]
+
+
+def test_upsert_sinks_whose_long_ids_share_a_prefix_keep_their_staging_tables_apart(services):
+    """Two upsert sinks in one schema under long ids that differ only at the end (generated
+    names such as '...-eu-west-1' and '...-eu-west-2'), writing tables of different columns:
+    starting one must not take the other's staging table for a stale version of its own and
+    drop it under the other's running query."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    url = services.postgres_url
+    common = f"stl-{uuid.uuid4().hex[:20]}-postgres-upsert-eu-west-"
+    first, second = make_table(url, "pfx1", key=True), table_name("pfx2")
+    execute(url, f"CREATE TABLE {second} (id bigint PRIMARY KEY, v text, w text)")
+    schema1 = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    schema2 = StructType([*schema1.fields, StructField("w", StringType())])
+    plan1 = _plan(url, first, common + "1", schema1, upsertKeys="id")
+    _plan(url, second, common + "2", schema2, upsertKeys="id")  # the second sink starts
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["a", "b"])})
+    qid = new_query_id()
+    msg = plan1.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 1))
+    plan1.new_committer().commit([msg], 0, plan1.claim)
+    assert ids(url, first) == [1, 2]
 
 
 def test_the_upsert_staging_table_follows_the_target(services):

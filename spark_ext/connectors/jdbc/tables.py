@@ -257,9 +257,21 @@ def _qualify(cfg: JdbcSinkConfig, name: str) -> str:
     return f"{prep.quote_schema(cfg.schema)}.{prep.quote(name)}" if cfg.schema else prep.quote(name)
 
 
+# Characters of the sink id in a staging table's name: 63 bytes, less "spark_ext_stg_" and
+# "_<8 hex digits>" of the version.
+_STAGING_ID_ROOM = 63 - 14 - 9
+
+
 def staging_name(cfg: JdbcSinkConfig, version: str) -> str:
     """The upsert staging table for one shape of the target (``version``: a hash of its columns)."""
-    base = f"spark_ext_stg_{cfg.sink_id.replace('-', '_').replace('.', '_')}"[:50]
+    sid = cfg.sink_id.replace("-", "_").replace(".", "_")
+    if len(sid) > _STAGING_ID_ROOM:
+        # Cut to fit PostgreSQL's 63-byte names, a long id keeps a hash of all of it: two ids
+        # that differ only past the cut would share a name, and each sink's start would drop
+        # the other's staging table as a stale version of its own.
+        digest = hashlib.sha256(cfg.sink_id.encode()).hexdigest()[:8]
+        sid = f"{sid[:_STAGING_ID_ROOM - 9]}_{digest}"
+    base = f"spark_ext_stg_{sid}"
     return f"{base}_{version}" if version else base
 
 
