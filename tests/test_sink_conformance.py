@@ -245,6 +245,20 @@ def test_weaker_guarantees_write_every_record(spark, make_case, tmp_path, sink, 
     assert case.committed(target) == ALL  # none too: its writers flush before the task ends
 
 
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_exactly_once_writes_to_a_target_of_the_longest_name(make_case, tmp_path, sink):
+    """A topic, table or queue named as long as the service allows (Kafka 249 characters,
+    PostgreSQL 63 bytes, a 255-character queue): the names the sink derives from it stay
+    apart and within the service's limits."""
+    case = make_case(sink)
+    target = case.new_target(longest=True)
+    batch = plan(case, target, tmp_path / "ckpt")
+    msg = batch.new_writer().write(iter([case.rows([1, 2])]), TaskInfo(new_query_id(), 0, 0, 0, 1))
+    batch.new_committer().commit([msg], 0, batch.claim)
+    assert case.committed(target) == [1, 2]
+    assert case.in_doubt(tmp_path / "ckpt", target) == []
+
+
 # A megabyte record: under the limits the targets have by default (Kafka's max.message.bytes
 # is 1,048,588 bytes, a whole record batch included).
 MEGABYTE = 1_000_000

@@ -47,7 +47,8 @@ class SinkCase(ABC):
         self.services = services
 
     @abstractmethod
-    def new_target(self) -> str: ...
+    def new_target(self, longest: bool = False) -> str:
+        """A new topic, table or queue; ``longest``: its name as long as the service takes."""
 
     @abstractmethod
     def options(self, target: str) -> dict[str, str]:
@@ -114,8 +115,9 @@ class KafkaCase(SinkCase):
     written_point = "kafka.after_write"
     select = ("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
 
-    def new_target(self) -> str:
-        return kafka_util.create_topic(self.services.kafka_bootstrap, 3, "conf")
+    def new_target(self, longest: bool = False) -> str:
+        prefix = "conf" + "x" * (234 if longest else 0)  # Kafka: 249 characters
+        return kafka_util.create_topic(self.services.kafka_bootstrap, 3, prefix)
 
     def options(self, target: str) -> dict[str, str]:
         return {"connector": "kafka", "kafka.bootstrap.servers": self.services.kafka_bootstrap,
@@ -167,8 +169,8 @@ class PostgresCase(SinkCase):
     written_point = "jdbc.after_write"
     select = ("id", "v")
 
-    def new_target(self) -> str:
-        table = pg_util.table_name("conf")
+    def new_target(self, longest: bool = False) -> str:
+        table = pg_util.table_name("conf" + "x" * (48 if longest else 0))  # PostgreSQL: 63 bytes
         pg_util.execute(self.services.postgres_url, f"CREATE TABLE {table} (id bigint, v text)")
         return table
 
@@ -214,8 +216,8 @@ class QueueCase(SinkCase):
         super().__init__(services)
         self._read: dict[str, list[int]] = {}
 
-    def new_target(self) -> str:
-        return stomp_util.queue_name("conf")
+    def new_target(self, longest: bool = False) -> str:
+        return stomp_util.queue_name("conf" + "x" * (240 if longest else 0))  # Artemis sets no limit
 
     def options(self, target: str) -> dict[str, str]:
         s = self.services
