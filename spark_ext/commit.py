@@ -22,8 +22,8 @@ snapshot is one Spark micro-batch. For batch N:
    writes nothing. Failure: the task raises; Spark retries it as a new attempt (a new
    transaction) or gives up and runs step 5. A prepared transaction whose message never
    reached the driver is found by name and rolled back in step 4, 5 or the next step 1.
-4. **Driver** (``TwoPhaseCommitter.commit(committables, N, claim)``, in a fresh Python
-   worker whose writer came from ``plan(prepare=False)``, which touches nothing): if N
+4. **Driver** (``TwoPhaseCommitter.commit(committables, N, claim)``, in the driver's
+   commit worker, whose writer came from ``plan(prepare=False)``, which touches nothing): if N
    is not decided yet, (a) check the run still owns the sink and every winner is still
    open, (b) record the decision "batch N commits these transactions" durably in the
    external system, fenced by the claim; then (c) commit every winner, mark the decision
@@ -52,6 +52,10 @@ Where each object lives: ``SinkPlan`` is built on the driver and pickled to exec
 and to the driver's commit worker; it holds only plain configuration and the claim,
 never a live connection. Writers and committers are built fresh from it where they
 run, because Spark calls ``commit``/``abort`` on a freshly unpickled writer each time.
+The processes themselves live on: Spark's Python daemon reuses the driver's planning
+worker and its commit worker from batch to batch (``spark.python.worker.reuse``; seen:
+one process id each over a query's batches), so what a process keeps between calls
+survives to the next batch, and must be right after any change outside it.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from spark_ext import compat, failpoints
+from spark_ext import compat, failpoints, timeline
 from spark_ext.compat import StreamArrowWriter
 from spark_ext.errors import (
     CommitError,
@@ -80,6 +84,7 @@ from spark_ext.errors import (
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Backoff, retry
 from spark_ext.shipping import Shipped
+from spark_ext.timeline import CommitTimes, PlanTimes, WriteTimes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -168,10 +173,13 @@ D = TypeVar("D")
 
 @dataclass(frozen=True)
 class TaskReport(WriterCommitMessage):
-    """One task attempt's message to the driver: its committable and the claim it wrote under."""
+    """One task attempt's message to the driver: its committable and the claim it wrote
+    under; for the batch's timeline, its plan's times and its own."""
 
     committable: Committable
     claim: Claim[Any] | None
+    plan_times: PlanTimes | None = None
+    write_times: WriteTimes | None = None
 
 
 @dataclass(frozen=True)
@@ -217,8 +225,11 @@ class Committer(ABC, Generic[C]):
     subclass ``TwoPhaseCommitter``, which orders the steps; this is what Spark's writer calls."""
 
     @abstractmethod
-    def commit(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
-        """Step 4: make batch ``batch_id`` visible. Driver; must be idempotent."""
+    def commit(self, committables: Sequence[C], batch_id: int,
+               claim: Claim[Any] | None) -> CommitTimes | None:
+        """Step 4: make batch ``batch_id`` visible. Driver; must be idempotent. Returns what
+        it took, or None when there was nothing to commit now (no task reported, or a
+        replay of a batch finished before)."""
 
     @abstractmethod
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
@@ -228,9 +239,9 @@ class Committer(ABC, Generic[C]):
 class NoOpCommitter(Committer[Committable]):
     """For at-least-once and none: writers flushed before returning, nothing to finish."""
 
-    def commit(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
-        rows = sum(c.rows for c in committables)
-        log.debug("batch %s: %s rows already flushed by %s tasks", batch_id, rows, len(committables))
+    def commit(self, committables: Sequence[Committable], batch_id: int,
+               claim: Claim[Any] | None) -> CommitTimes | None:
+        return CommitTimes()  # the writers flushed before their tasks ended
 
     def abort(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
         log.warning("batch %s aborted; rows already flushed stay written (no transactions)", batch_id)
@@ -315,24 +326,25 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         attempts that may still be writing."""
 
     @final
-    def commit(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
+    def commit(self, committables: Sequence[C], batch_id: int,
+               claim: Claim[Any] | None) -> CommitTimes | None:
         """Step 4, in order. Driver; idempotent."""
         batch = Batch(batch_id, tuple(committables), claim)
         if batch.query_id is None:
-            return  # no task reported: nothing was prepared
+            return None  # no task reported: nothing was prepared
         started = time.monotonic()
         with self.connected():
             decision = self.recorded(batch)
             if decision is None:
                 if not batch.prepared:
-                    return  # nothing written, nothing decided
+                    return CommitTimes()  # nothing written, nothing decided
                 self.check(batch)                                                   # step 4a
                 failpoints.hit(f"{self.name}.before_decision", batch_id, batch.rows)
                 decision = self.record(batch)                                       # step 4b
                 failpoints.hit(f"{self.name}.after_decision", batch_id, batch.rows)
             elif self.finished(decision):
                 self.roll_back_others(batch, decision)                              # step 4d
-                return
+                return None
             decided = time.monotonic()
             self.before_winners(decision)
             winners, lost = self.winners(decision), []
@@ -347,11 +359,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
             failpoints.hit(f"{self.name}.after_done", batch_id, batch.rows)
             self.roll_back_others(batch, decision)                                  # step 4d
             ended = time.monotonic()
-        # The one line per committed batch operators read: key=value for grep and
-        # log shippers; names only ids and counts, never a URL or a credential.
-        log.info("%s: committed batch=%d query=%s transactions=%d rows=%d decide_ms=%.0f commit_ms=%.0f",
-                 self.label, batch_id, batch.query_id, len(winners), batch.rows,
-                 (decided - started) * 1000, (ended - decided) * 1000)
+        return CommitTimes(len(winners), (decided - started) * 1000, (ended - decided) * 1000)
 
     @final
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
@@ -377,6 +385,8 @@ class SinkPlan:
     new_writer: Callable[[], SinkWriter[Any]]
     new_committer: Callable[[], Committer[Any]]
     claim: Claim[Any] | None = None
+    times: PlanTimes | None = None
+    label: str = "hzsink"  # names the sink in log lines where its committer does not
     commit_retries: int = 5
     retry_backoff_s: float = 0.2
 
@@ -424,8 +434,8 @@ def log_to_stderr() -> None:
 class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     """Spark's streaming writer, delegating to a sink's writer and committer.
 
-    Built on the driver at query start; pickled to executors (``write``) and to the
-    fresh driver worker that runs ``commit`` / ``abort``.
+    Built on the driver before each batch; pickled to executors (``write``) and to the
+    driver's commit worker that runs ``commit`` / ``abort``.
     """
 
     def __init__(self, plan: SinkPlan) -> None:
@@ -433,15 +443,28 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor, step 3: one task attempt's rows -> a ``Committable``, with the claim."""
-        return TaskReport(self.plan.new_writer().write(iterator, TaskInfo.current()), self.plan.claim)
+        started = time.monotonic()
+        committable = self.plan.new_writer().write(iterator, TaskInfo.current())
+        took = WriteTimes((time.monotonic() - started) * 1000)
+        return TaskReport(committable, self.plan.claim, self.plan.times, took)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver, step 4: after every task of batch ``batchId`` succeeded."""
+        """Driver, step 4: after every task of batch ``batchId`` succeeded. Logs the
+        batch's one INFO line (``spark_ext.timeline``), which operators read."""
         log_to_stderr()
         committables, claim = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
-        call_with_retries(lambda: committer.commit(committables, batchId, claim),
+        took: list[CommitTimes | None] = []
+        call_with_retries(lambda: took.append(committer.commit(committables, batchId, claim)),
                           f"commit of batch {batchId}", self.plan.commit_retries, self.plan.retry_backoff_s)
+        if took and took[-1] is not None:
+            reports = [m for m in messages if isinstance(m, TaskReport)]
+            plans = [r.plan_times for r in reports if r.plan_times is not None]
+            label = committer.label if isinstance(committer, TwoPhaseCommitter) else self.plan.label
+            log.info("%s", timeline.line(
+                label, batchId, committables[0].query_id if committables else None,
+                sum(c.rows for c in committables), plans[0] if plans else None,
+                [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms()))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""

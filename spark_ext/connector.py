@@ -6,6 +6,7 @@ are called on the driver at query start; nothing here connects before that.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from functools import partial
 from typing import Any, ClassVar, Generic, TypeVar
@@ -13,10 +14,12 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from spark_ext import timeline
 from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkPlan, SinkWriter, TwoPhaseCommitter
 from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
+from spark_ext.timeline import PlanTimes
 
 ConfigT = TypeVar("ConfigT")
 
@@ -95,21 +98,28 @@ class SinkConnector(ABC, Generic[ConfigT]):
 
     def plan(self, options: Options, schema: StructType, guarantee: Guarantee, *,
              prepare: bool = True) -> SinkPlan:
-        """Step 1: the sink's plan. Driver, in a fresh Python worker, twice per micro-batch.
+        """Step 1: the sink's plan. Driver, twice per micro-batch (in the planning worker,
+        then in the commit worker; Spark reuses each process from batch to batch).
 
         ``prepare=True`` (before the batch's tasks): configure, validate, and for
         exactly-once take the sink over. ``prepare=False`` (to run the batch's
         ``commit`` / ``abort``): configure only, touching nothing, because the batch's
         transactions are prepared and waiting for that commit.
         """
+        started_ms, t0 = timeline.now_ms(), time.monotonic()
         config = self.configure(options, schema, guarantee)
+        t1 = t2 = t3 = time.monotonic()
         claim: Claim[Any] | None = None
         if prepare:
             config = self.validate(config, schema)
+            t2 = t3 = time.monotonic()
             if guarantee.transactional:
                 committer = self.new_committer(config)
                 if not isinstance(committer, TwoPhaseCommitter):
                     raise TypeError(f"{type(self).__name__}: exactly_once needs a TwoPhaseCommitter")
                 claim = committer.take_over()
+                t3 = time.monotonic()
+        times = PlanTimes(started_ms, (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000)
         new_committer = partial(self.new_committer, config) if guarantee.transactional else NoOpCommitter
-        return SinkPlan(guarantee, partial(self.new_writer, config, claim), new_committer, claim=claim)
+        return SinkPlan(guarantee, partial(self.new_writer, config, claim), new_committer, claim=claim,
+                        times=times, label=f"{self.name} sink ({guarantee.value})")

@@ -75,7 +75,8 @@ class HzSink(Shipped, DataSource):
         raise ConfigurationError("'hzsink' is a sink; to read a stream use format('hzsource')")
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Driver, twice per micro-batch, each time in a fresh Python worker.
+        """Driver, twice per micro-batch: in the planning worker, then in the commit
+        worker (each one Python process reused from batch to batch).
 
         Spark builds the writer before each batch's tasks (``prepare``: check options and
         the external system, resolve in-doubt transactions) and again to run that batch's

@@ -8,31 +8,62 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
+from pyspark.sql.datasource import WriterCommitMessage
 
-from spark_ext.commit import Claim, Committable
-from tests.support.fakes import RecordingTwoPhaseCommitter
+from spark_ext import timeline
+from spark_ext.commit import Claim, Committable, NoOpCommitter, ProtocolStreamWriter, SinkPlan, TaskReport
+from spark_ext.guarantees import Guarantee
+from spark_ext.timeline import PlanTimes, WriteTimes
+from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
 
 
 def _c(partition: int) -> Committable:
     return Committable(3, partition, 0, 10, query_id="q-9")
 
 
+def _writer(guarantee: Guarantee = Guarantee.EXACTLY_ONCE, **fake: Any) -> ProtocolStreamWriter:
+    committer = NoOpCommitter if not guarantee.transactional else (lambda: RecordingTwoPhaseCommitter(**fake))
+    return ProtocolStreamWriter(SinkPlan(guarantee, NullWriter, committer))
+
+
+def _info(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.INFO and r.name == "spark_ext.commit"]
+
+
 def test_each_committed_batch_logs_one_info_line_with_counts_and_timings(caplog):
     caplog.set_level(logging.DEBUG, logger="spark_ext")
-    RecordingTwoPhaseCommitter().commit([_c(0), _c(1)], 3, Claim(1))
-    lines = [r for r in caplog.records if r.levelno == logging.INFO]
-    assert len(lines) == 1 and lines[0].name == "spark_ext.commit"
-    msg = lines[0].getMessage()
-    assert msg.startswith("rec: committed batch=3 query=q-9 transactions=2 rows=20 decide_ms=")
-    assert " commit_ms=" in msg
+    plan = PlanTimes(started_ms=timeline.now_ms() - 500, configure_ms=1, validate_ms=12, take_over_ms=30)
+    took = ((0, 40.0), (1, 80.0), (2, 90.0))
+    reports: list[WriterCommitMessage | None] = [TaskReport(_c(p), Claim(1), plan, WriteTimes(ms))
+                                                 for p, ms in took]
+    _writer().commit(reports, 3)
+    lines = _info(caplog)
+    assert len(lines) == 1
+    msg = lines[0]
+    assert msg.startswith("rec: committed batch=3 query=q-9 transactions=3 rows=30 decide_ms=")
+    fields = dict(f.split("=", 1) for f in msg.split() if "=" in f)
+    assert fields["tasks"] == "3" and fields["write_ms_median"] == "80" and fields["write_ms_max"] == "90"
+    assert (fields["plan_ms"], fields["configure_ms"], fields["validate_ms"], fields["take_over_ms"]) == \
+        ("43", "1", "12", "30")
+    assert 500 <= int(fields["batch_ms"]) < 60_000  # from the plan's start to the commit's end, one clock
+
+
+def test_a_weaker_guarantee_logs_the_line_too(caplog):
+    caplog.set_level(logging.DEBUG, logger="spark_ext")
+    _writer(Guarantee.AT_LEAST_ONCE).commit([TaskReport(_c(0), None, None, WriteTimes(5.0))], 3)
+    (msg,) = _info(caplog)
+    assert msg.startswith("hzsink: committed batch=3 query=q-9 transactions=0 rows=10 ")
+    assert " tasks=1 " in msg
 
 
 def test_a_batch_finished_before_logs_no_second_line(caplog):
     caplog.set_level(logging.DEBUG, logger="spark_ext")
-    RecordingTwoPhaseCommitter(decided=(5,), done=True).commit([_c(0)], 3, Claim(1))
-    assert [r for r in caplog.records if r.levelno == logging.INFO] == []
+    _writer(decided=(5,), done=True).commit([TaskReport(_c(0), Claim(1))], 3)
+    assert _info(caplog) == []
 
 
 def test_the_commit_worker_writes_the_line_to_stderr_without_any_logging_set_up():

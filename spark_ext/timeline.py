@@ -1,0 +1,74 @@
+"""Where a batch's time went on the sink's side: one INFO line per batch, every guarantee.
+
+Three processes see parts of a batch, so no one of them can time it alone: the driver's
+planning worker (configure, validate, take-over: ``PlanTimes``), the executors (each
+task's write and prepare: ``WriteTimes``) and the driver's commit worker (decide,
+commit). The plan's times travel to the tasks inside the plan and come back with each
+task's own in its report; the commit worker, which receives every report, writes the
+line. Spark's own phases (``durationMs`` of the query's progress: planning, the tasks,
+the offset and commit logs) are beside it in the query's progress, not in here.
+
+Wall clocks: ``PlanTimes.started_ms`` and the commit's end are both read on the driver,
+so ``batch_ms`` (plan start to commit end) is one clock's difference. Executors' clocks
+may be off; their durations are measured on their own monotonic clocks.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def now_ms() -> float:
+    """This process's wall clock, epoch milliseconds."""
+    return time.time() * 1000
+
+
+@dataclass(frozen=True)
+class PlanTimes:
+    """Step 1 on the driver: when it began (wall clock) and each part's milliseconds."""
+
+    started_ms: float
+    configure_ms: float = 0.0
+    validate_ms: float = 0.0
+    take_over_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.configure_ms + self.validate_ms + self.take_over_ms
+
+
+@dataclass(frozen=True)
+class WriteTimes:
+    """Step 3, one task attempt: its writer's milliseconds (rows in, prepared or flushed)."""
+
+    write_ms: float
+
+
+@dataclass(frozen=True)
+class CommitTimes:
+    """Step 4 on the driver: transactions committed, and the milliseconds to the decision
+    (checks included) and from it to the end (winners, done, others rolled back)."""
+
+    transactions: int = 0
+    decide_ms: float = 0.0
+    commit_ms: float = 0.0
+
+
+def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
+         writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float) -> str:
+    """The batch's line: ``key=value`` for grep and log shippers, ids and counts only
+    (never a URL or a credential). Fields a guarantee does not have are left out."""
+    parts = [f"{label}: committed batch={batch_id}", f"query={query_id or '-'}",
+             f"transactions={commit.transactions}", f"rows={rows}",
+             f"decide_ms={commit.decide_ms:.0f}", f"commit_ms={commit.commit_ms:.0f}", f"tasks={len(writes)}"]
+    if writes:
+        ms = [w.write_ms for w in writes]
+        parts += [f"write_ms_median={statistics.median(ms):.0f}", f"write_ms_max={max(ms):.0f}"]
+    if plan is not None:
+        parts += [f"plan_ms={plan.total_ms:.0f}", f"configure_ms={plan.configure_ms:.0f}",
+                  f"validate_ms={plan.validate_ms:.0f}", f"take_over_ms={plan.take_over_ms:.0f}",
+                  f"batch_ms={max(ended_ms - plan.started_ms, 0.0):.0f}"]
+    return " ".join(parts)
