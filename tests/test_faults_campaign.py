@@ -53,6 +53,54 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
     assert sorted(v.decode() for _, _, v in consume(bootstrap, topic)) == sorted(rows)
 
 
+@pytest.mark.restarts_services
+def test_the_kafka_sinks_kept_connections_serve_the_batches_after_a_broker_restart(services, monkeypatch):
+    """Spark reuses the driver's planning and commit workers, so the sink keeps its Kafka
+    connections from batch to batch (a second batch opens none). The broker restarts
+    between two batches: the next take-over and commit find those connections dead and
+    reconnect instead of failing, and every record lands once."""
+    import subprocess
+    import sys
+
+    from spark_ext.connectors.kafka.client import connection
+
+    opened = []
+    real_init = connection.Conn.__init__
+
+    def counting_init(self, *args, **kwargs):
+        opened.append(args[:2])
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(connection.Conn, "__init__", counting_init)
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "kept")
+    o = Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                 "transactionalidprefix": f"kept-{topic}"}, "hzsink")
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    qid = new_query_id()
+
+    def batch(n: int) -> int:
+        """Write batch ``n``; the connections its driver side (plan, commit) opened."""
+        before = len(opened)
+        plan = KafkaSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+        driver = len(opened) - before
+        rows = pa.record_batch([pa.array([f"{n}-{i}" for i in range(100)])] * 2, names=["key", "value"])
+        task = TaskInfo(query_id=qid, batch_id=n, partition_id=0, attempt=0, task_attempt_id=n)
+        msg = plan.new_writer().write(iter([rows]), task)
+        before = len(opened)
+        plan.new_committer().commit([msg], n, plan.claim)
+        return driver + len(opened) - before
+
+    assert batch(0) > 0
+    assert batch(1) == 0, opened  # the first batch's connections, kept
+    for verb in ("down", "up"):
+        subprocess.run([sys.executable, "-m", "services", verb, "kafka"], check=True, capture_output=True)
+    assert batch(2) > 0  # the kept ones were dead: new ones
+    batch(3)
+    values = sorted(v.decode() for _, _, v in consume(bootstrap, topic))
+    assert values == sorted(f"{n}-{i}" for n in range(4) for i in range(100))
+
+
 # The sink conformance suite (every sink at every step) and the queue source tests crash
 # their points; the campaign adds the rest.
 SHORT = short_plan([PIPELINES[n] for n in SHORT_PIPELINES], covered=crashed_points())

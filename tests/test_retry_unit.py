@@ -209,9 +209,11 @@ def test_txn_client_retries_past_one_request_timeout_until_its_budget(clock: Fak
 def test_txn_client_drops_a_moved_coordinator_and_a_dead_connection(clock: FakeClock) -> None:
     client = KafkaTxnClient("127.0.0.1:1", timeout_s=5.0)
     coord, any_ = FakeConn(), FakeConn()
-    client._coords[(1, "tid")] = coord  # type: ignore[assignment]
+    client._coords[(1, "tid")] = 5
+    client._coords[(1, "other")] = 5  # one connection per broker, shared by the keys it coordinates
+    client._nodes[5] = coord  # type: ignore[assignment]
     client._any = any_  # type: ignore[assignment]
-    errors: list[BaseException] = [_Retriable(7, "x"), _Retriable(16, "x"), OSError("reset")]
+    errors: list[BaseException] = [_Retriable(7, "x"), _Retriable(16, "x")]
 
     def fn() -> str:
         if errors:
@@ -219,9 +221,14 @@ def test_txn_client_drops_a_moved_coordinator_and_a_dead_connection(clock: FakeC
         return "done"
 
     assert client._retry("x", fn, ("tid", 1)) == "done"
-    assert len(clock.sleeps) == 3
-    assert coord.closed and client._coords == {}  # NOT_COORDINATOR (16) dropped it
-    assert any_.closed and client._any is None    # the OSError dropped the bootstrap connection
+    assert len(clock.sleeps) == 2
+    # NOT_COORDINATOR (16): where "tid" is coordinated is asked again; the broker's
+    # connection is fine and still serves "other"
+    assert client._coords == {(1, "other"): 5} and not coord.closed
+    errors.append(OSError("reset"))
+    assert client._retry("x", fn, ("other", 1)) == "done"
+    assert coord.closed and client._coords == {} and client._nodes == {}  # the dead connection
+    assert any_.closed and client._any is None    # the OSError dropped the bootstrap connection too
 
 
 def _metadata(**opts: str) -> KafkaMetadata:

@@ -15,7 +15,10 @@ request and Kafka's error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,6 +38,7 @@ from kafka.protocol.consumer.group import (
     OffsetFetchResponse,
 )
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -49,7 +53,7 @@ from kafka.protocol.producer.transaction import (
 )
 
 from spark_ext.connectors.kafka.client import errors
-from spark_ext.connectors.kafka.client.connection import Conn, metadata
+from spark_ext.connectors.kafka.client.connection import METADATA_VERSION, Conn, metadata
 from spark_ext.connectors.kafka.client.errors import error_name
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity
 from spark_ext.errors import ConnectorError, FatalCommitError, FencedError, RetriableCommitError
@@ -94,7 +98,10 @@ class KafkaTxnClient:
         self.timeout_s = timeout_s
         self.budget_s = max(budget_s or timeout_s, timeout_s)
         self.security = security
-        self._coords: dict[tuple[int, str], Conn] = {}
+        # One connection per broker, shared by every key it coordinates: a batch's tasks'
+        # transactional ids mostly share a few coordinators.
+        self._nodes: dict[int, Conn] = {}
+        self._coords: dict[tuple[int, str], int] = {}  # (key type, key) -> its coordinator's node
         self._any: Conn | None = None
         self._any_node = -1
         self._failed_nodes: set[int] = set()  # brokers that just failed us: asked last
@@ -115,11 +122,19 @@ class KafkaTxnClient:
                 raise
         return self._any
 
+    def metadata(self, topics: Sequence[str]) -> Any:
+        """The cluster's metadata for ``topics``, asked over this client's open connection."""
+        def call() -> Any:
+            req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+                                  allow_auto_topic_creation=False)
+            return self.any_broker().request(req, METADATA_VERSION, MetadataResponse)
+        return self._retry("reading Kafka's metadata", call)
+
     def coordinator(self, key: str, key_type: int) -> Conn:
         """Connection to the coordinator of ``key`` (0 = group, 1 = transactional id)."""
-        conn = self._coords.get((key_type, key))
-        if conn is not None:
-            return conn
+        node = self._coords.get((key_type, key))
+        if node is not None and node in self._nodes:
+            return self._nodes[node]
 
         def find() -> Any:
             req = FindCoordinatorRequest(key=key, key_type=key_type)
@@ -128,19 +143,47 @@ class KafkaTxnClient:
             return r
 
         r = self._retry(f"finding the coordinator of {key!r}", find)
-        conn = Conn(r.host, r.port, self.timeout_s, self.security)
-        self._coords[(key_type, key)] = conn
+        conn = self._node(r.node_id, r.host, r.port)
+        self._coords[(key_type, key)] = r.node_id
         return conn
 
-    def _forget(self, key: str, key_type: int) -> None:
-        conn = self._coords.pop((key_type, key), None)
+    def _node(self, node_id: int, host: str, port: int) -> Conn:
+        conn = self._nodes.get(node_id)
+        if conn is None:
+            conn = self._nodes[node_id] = Conn(host, port, self.timeout_s, self.security)
+        return conn
+
+    def _drop_node(self, node_id: int | None) -> None:
+        conn = self._nodes.pop(node_id, None) if node_id is not None else None
         if conn is not None:
             conn.close()
 
+    def _forget(self, key: str, key_type: int, broken: bool = True) -> None:
+        """The coordinator of ``key`` moved (ask again) or its connection broke (close it)."""
+        node = self._coords.pop((key_type, key), None)
+        if broken:
+            self._drop_node(node)
+
+    def _each_broker(self, doing: str, req: Any, version: int, resp: Any) -> list[Any]:
+        """``req`` asked of every broker in the metadata, over connections kept open."""
+        def call() -> list[Any]:
+            out = []
+            for b in self.metadata([]).brokers:
+                try:
+                    r = self._node(b.node_id, b.host, b.port).request(req, version, resp)
+                except OSError:
+                    self._drop_node(b.node_id)
+                    raise
+                _check(r.error_code, doing)
+                out.append(r)
+            return out
+        return self._retry(doing, call)
+
     def close(self) -> None:
-        for c in self._coords.values():
+        for c in self._nodes.values():
             c.close()
         self._coords.clear()
+        self._nodes.clear()
         if self._any is not None:
             self._any.close()
             self._any = None
@@ -150,7 +193,7 @@ class KafkaTxnClient:
         def forget(e: BaseException) -> None:
             moved = errors.coordinator_moved(getattr(e, "code", 0))
             if key is not None and (isinstance(e, OSError) or moved):
-                self._forget(*key)
+                self._forget(*key, broken=isinstance(e, OSError))
             if isinstance(e, OSError) and self._any is not None:
                 self._any.close()
                 self._any = None
@@ -284,58 +327,56 @@ class KafkaTxnClient:
 
     def list_transactions(self, pattern: str, states: list[str]) -> list[tuple[str, int, str]]:
         """(transactional id, producer id, state) of every transaction matching ``pattern``."""
-        def call() -> list[tuple[str, int, str]]:
-            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
-            out: list[tuple[str, int, str]] = []
-            for b in md.brokers:  # each broker answers for the coordinators it hosts
-                c = Conn(b.host, b.port, self.timeout_s, self.security)
-                try:
-                    req = ListTransactionsRequest(state_filters=states, producer_id_filters=[],
-                                                  duration_filter=-1, transactional_id_pattern=pattern)
-                    r = c.request(req, 2, ListTransactionsResponse)
-                    _check(r.error_code, "listing transactions")
-                    out += [(s.transactional_id, s.producer_id, s.transaction_state)
-                            for s in r.transaction_states]
-                finally:
-                    c.close()
-            return out
-        return self._retry("listing transactions", call)
+        req = ListTransactionsRequest(state_filters=states, producer_id_filters=[],
+                                      duration_filter=-1, transactional_id_pattern=pattern)
+        # each broker answers for the coordinators it hosts
+        return [(s.transactional_id, s.producer_id, s.transaction_state)
+                for r in self._each_broker("listing transactions", req, 2, ListTransactionsResponse)
+                for s in r.transaction_states]
 
     def list_groups(self) -> list[str]:
         """Every consumer group's id (each broker answers for the groups it coordinates)."""
-        def call() -> list[str]:
-            md = metadata(self.bootstrap, [], self.timeout_s, self.security)
-            out: list[str] = []
-            for b in md.brokers:
-                c = Conn(b.host, b.port, self.timeout_s, self.security)
-                try:
-                    r = c.request(ListGroupsRequest(states_filter=[]), 4, ListGroupsResponse)
-                    _check(r.error_code, "listing consumer groups")
-                    out += [g.group_id for g in r.groups]
-                finally:
-                    c.close()
-            return out
-        return self._retry("listing consumer groups", call)
+        req = ListGroupsRequest(states_filter=[])
+        return [g.group_id for r in self._each_broker("listing consumer groups", req, 4, ListGroupsResponse)
+                for g in r.groups]
 
     def describe(self, tids: list[str]) -> dict[str, TxnState]:
-        """DescribeTransactions for ``tids`` (asked of each id's coordinator)."""
+        """DescribeTransactions for ``tids``: one request per coordinator, naming every id
+        it coordinates (a read, so a round that meets a moved coordinator asks again)."""
+        wanted = list(dict.fromkeys(tids))
+
+        def call() -> dict[str, Any]:
+            by_node: dict[int, list[str]] = {}
+            for tid in wanted:
+                self.coordinator(tid, 1)
+                by_node.setdefault(self._coords[(1, tid)], []).append(tid)
+            states: dict[str, Any] = {}
+            for node, group in by_node.items():
+                try:
+                    r = self._nodes[node].request(DescribeTransactionsRequest(transactional_ids=group), 0,
+                                                  DescribeTransactionsResponse)
+                except OSError:
+                    for tid in group:
+                        self._forget(tid, 1)
+                    raise
+                for st in r.transaction_states:
+                    if errors.coordinator_moved(st.error_code):
+                        self._forget(st.transactional_id, 1, broken=False)
+                    if not errors.matches(st.error_code, TransactionalIdNotFoundError):
+                        _check(st.error_code, f"describing transaction {st.transactional_id!r}")
+                    states[st.transactional_id] = st
+            return states
+
+        found = self._retry(f"describing {len(wanted)} transaction(s)", call)
         out: dict[str, TxnState] = {}
-        for tid in tids:
-            def call(tid: str = tid) -> Any:
-                r = self.coordinator(tid, 1).request(
-                    DescribeTransactionsRequest(transactional_ids=[tid]), 0, DescribeTransactionsResponse)
-                s = r.transaction_states[0]
-                if not errors.matches(s.error_code, TransactionalIdNotFoundError):
-                    _check(s.error_code, f"describing transaction {tid!r}")
-                return s
-            s = self._retry(f"describing transaction {tid!r}", call, (tid, 1))
-            # expired: transactional.id.expiration.ms
-            if errors.matches(s.error_code, TransactionalIdNotFoundError):
+        for tid in wanted:
+            st = found[tid]
+            if errors.matches(st.error_code, TransactionalIdNotFoundError):  # transactional.id.expiration.ms
                 out[tid] = TxnState(tid, "NotFound", -1, -1, 0, 0)
                 continue
-            parts = tuple(sorted((t.topic, p) for t in (s.topics or []) for p in t.partitions))
-            out[tid] = TxnState(tid, s.transaction_state, s.producer_id, s.producer_epoch,
-                                s.transaction_start_time_ms, s.transaction_timeout_ms, parts)
+            parts = tuple(sorted((t.topic, p) for t in (st.topics or []) for p in t.partitions))
+            out[tid] = TxnState(tid, st.transaction_state, st.producer_id, st.producer_epoch,
+                                st.transaction_start_time_ms, st.transaction_timeout_ms, parts)
         return out
 
     def broker_config(self, name: str, topic: str | None = None) -> str | None:
@@ -372,6 +413,43 @@ class KafkaTxnClient:
                     into[c.name] = str(c.value) if c.value is not None else None
             return out
         return self._retry("reading broker and topic settings", call)
+
+
+# Clients this process keeps between calls. Spark reuses the driver's planning and commit
+# workers (and executors' Python workers) from batch to batch, so a client kept here, with
+# its connections and the coordinators it found, serves the next batch instead of about a
+# dozen new connections (and TLS and SASL handshakes) every time. A connection that broke
+# meanwhile (a broker restarted, a coordinator moved, the broker's idle timeout) fails its
+# next request and is dropped and found anew by the client's retries; a client whose call
+# raised is closed, never kept, since a request cut off may have left a reply unread.
+_KEPT = 8
+_kept: OrderedDict[tuple[Any, ...], KafkaTxnClient] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+@contextmanager
+def kept_client(bootstrap: str, timeout_s: float = 30.0, security: KafkaSecurity = PLAINTEXT,
+                budget_s: float | None = None) -> Iterator[KafkaTxnClient]:
+    """A client of this process's keeping (or a new one), for one call: kept again after
+    it, closed if the call raised. The client's settings are its key (a changed password
+    or timeout gets a client of its own); one user at a time."""
+    key = (bootstrap, timeout_s, security, budget_s)
+    with _kept_lock:
+        client = _kept.pop(key, None)
+    if client is None:
+        client = KafkaTxnClient(bootstrap, timeout_s, security, budget_s)
+    try:
+        yield client
+    except BaseException:
+        client.close()
+        raise
+    with _kept_lock:
+        earlier = _kept.pop(key, None)
+        _kept[key] = client
+        while len(_kept) > _KEPT:
+            _kept.popitem(last=False)[1].close()
+    if earlier is not None:
+        earlier.close()  # another user's, given back while this one was out
 
 
 class _Retriable(Exception):

@@ -41,12 +41,12 @@ import re
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
 from spark_ext.connectors.kafka.client.connection import metadata
-from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.decision import Decision, TornDecisionError, join
 from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
@@ -80,13 +80,22 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
-        self.client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
+        self.client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)  # see _pooled
         self._latest: Decision | None = None  # the last decision ``recorded`` read
         self._oldest_start_ms = 0  # the winners' earliest start (broker clock), read by ``check``
 
     @property
     def label(self) -> str:
         return f"{self.name} sink {self.cfg.txn_prefix}"
+
+    @contextmanager
+    def _pooled(self) -> Iterator[None]:
+        """For one entry point (``take_over``, a ``commit`` or ``abort``, the doctor's): the
+        client this process kept from the last one, its connections open."""
+        cfg = self.cfg
+        with kept_client(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s) as client:
+            self.client = client
+            yield
 
     # --- before a batch (plan with prepare=True) ---------------------------------------------
 
@@ -104,7 +113,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     def _take_over(self, abandon_lost: bool) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
         cfg = self.cfg
-        try:
+        with self._pooled():
             # Refuse a second query before fencing anything of the first one. Read the last
             # *committed* decision: one pending in a crashed driver's open transaction would
             # block a stable read until the broker times it out; fencing below aborts it.
@@ -128,15 +137,11 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             claim = Claim(commit_producer, last, committed=committed, rolled_back=rolled_back,
                           planned_ms=time.time() * 1000)
             return claim, decision, lost
-        finally:
-            self.client.close()
 
     def last_decision(self) -> tuple[Decision | None, bool]:
         """The last recorded decision and whether it was finished (for the operator tool)."""
-        try:
+        with self._pooled():
             return self._recorded()
-        finally:
-            self.client.close()
 
     def _recorded(self, stable: bool = True) -> tuple[Decision | None, bool]:
         """The last decision and whether it was finished. From the transactional records
@@ -210,12 +215,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     # --- the primitives of steps 4 and 5 (spark_ext.commit.TwoPhaseCommitter orders them) ---
 
-    @contextmanager
-    def connected(self) -> Iterator[None]:
-        try:
-            yield
-        finally:
-            self.client.close()
+    def connected(self) -> AbstractContextManager[None]:
+        return self._pooled()
 
     def recorded(self, batch: Batch[KafkaCommittable]) -> Decision | None:
         decision = self._latest = self._decision()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from contextlib import AbstractContextManager
 
 from pyspark.sql.types import StructType
 
 from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
-from spark_ext.connectors.kafka.client.connection import metadata
-from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import check_schema
@@ -20,7 +20,7 @@ from spark_ext.connectors.kafka.sink.writer import (
     KafkaWriter,
     TransactionalKafkaWriter,
 )
-from spark_ext.errors import ConfigurationError, ConnectorError, UnknownTopicError
+from spark_ext.errors import ConfigurationError, ConnectorError, RetriableCommitError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 
@@ -67,19 +67,23 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         return KafkaCommitter(config)
 
 
+def _checking_client(cfg: KafkaSinkConfig) -> AbstractContextManager[KafkaTxnClient]:
+    """The client of the start checks: its retries end after one request's timeout, so a
+    broker that is down fails the query at start promptly."""
+    return kept_client(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.timeout_s)
+
+
 def _refuse_if_left_open(cfg: KafkaSinkConfig) -> None:
     """A weaker run never takes the sink over, so it would leave open what an exactly_once
     run of this sink left (read_committed consumers stall behind it until the broker's
     timeout; a decided batch would be written again): refuse, naming the ways out."""
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
     try:
-        left = client.list_transactions(cfg.txn_pattern, OPEN_STATES)
+        with kept_client(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s) as client:
+            left = client.list_transactions(cfg.txn_pattern, OPEN_STATES)
     except Exception as e:  # noqa: BLE001 - a check the broker or its ACLs may not allow
         log.warning("could not list the open transactions of prefix %r (%s); a weaker guarantee cannot "
                     "tell whether an exactly_once run of this sink left some", cfg.txn_prefix, e)
         return
-    finally:
-        client.close()
     if left:
         raise ConnectorError(
             f"{len(left)} transaction(s) of transactionalIdPrefix {cfg.txn_prefix!r} are still open "
@@ -98,8 +102,9 @@ def _check_topics(cfg: KafkaSinkConfig, exactly: bool) -> None:
             "which batches are committed"
         )
     try:
-        md = metadata(cfg.bootstrap, wanted, cfg.timeout_s, cfg.security)
-    except (ConnectionError, OSError) as e:
+        with _checking_client(cfg) as client:
+            md = client.metadata(wanted)
+    except (ConnectionError, OSError, RetriableCommitError) as e:
         raise ConnectorError(f"cannot reach Kafka at {cfg.bootstrap} ({e}); check "
                              "kafka.bootstrap.servers and that the brokers are up") from None
     for t in md.topics:
@@ -115,19 +120,17 @@ def _check_settings(cfg: KafkaSinkConfig, exactly: bool) -> KafkaSinkConfig:
     max.message.bytes (a broker someone else configured may take batches smaller than the
     sink's kafka.batch.size: they are cut to fit) and, for exactly-once, the broker's
     transaction.max.timeout.ms (a longer transaction timeout would be refused)."""
-    client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
     broker = ["transaction.max.timeout.ms"] if exactly else []
     topic_keys = ["max.message.bytes"] if cfg.topic is not None else []  # else: each refusal names its limit
     try:
-        ours, topic = client.configs(broker=broker, topic=cfg.topic, topic_keys=topic_keys)
+        with _checking_client(cfg) as client:
+            ours, topic = client.configs(broker=broker, topic=cfg.topic, topic_keys=topic_keys)
     except Exception as e:
         if exactly:
             raise
         log.warning("could not read max.message.bytes of topic %r (%s); record batches stay at "
                     "kafka.batch.size=%d", cfg.topic, e, cfg.batch_bytes)
         return cfg
-    finally:
-        client.close()
     limit = ours.get("transaction.max.timeout.ms")
     if limit is not None and cfg.txn_timeout_ms > int(limit):
         raise TransactionTimeoutTooLongError(

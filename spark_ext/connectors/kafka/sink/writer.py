@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
-from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, column_lists
 from spark_ext.connectors.kafka.sink.sender import Sender
@@ -71,21 +71,20 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
         """Executor, once per task attempt. Raising leaves the transaction to be aborted."""
         cfg = self.cfg
-        client = KafkaTxnClient(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s)
         tid = self._txn_id(task)
         sender = Sender(cfg, tid, self.acks)
         producer = Producer("", -1, -1)
-        try:
-            producer = self._producer(client, tid)
-            rows, touched = self._produce(batches, task, producer, sender, client)
-        except BaseException:
-            sender.close()
-            if self._began:
-                self._abort_quietly(client, producer)
-            client.close()
-            raise
+        # Executors' Python workers live on from task to task: their client is kept.
+        with kept_client(cfg.bootstrap, cfg.timeout_s, cfg.security, cfg.budget_s) as client:
+            try:
+                producer = self._producer(client, tid)
+                rows, touched = self._produce(batches, task, producer, sender, client)
+            except BaseException:
+                sender.close()
+                if self._began:
+                    self._abort_quietly(client, producer)
+                raise
         sender.close()
-        client.close()
         failpoints.hit("kafka.after_write", task.batch_id, rows)  # acknowledged, not yet reported
         opened = producer if self._transactional and touched else None
         return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, rows, opened,
