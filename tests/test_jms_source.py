@@ -217,6 +217,7 @@ def test_available_now_runs_acknowledge_what_they_committed_and_drain_the_queue(
         assert queue_counts(dest) == (0, 0), run_no  # every message it committed is acknowledged
 
 
+@pytest.mark.campaign  # two driver runs, about 50 s: make faults runs it, to keep make test in budget
 def test_replay_whose_messages_come_back_late_still_reads_the_whole_batch(services, tmp_path):
     """A replay must not depend on the first redelivery arriving within milliseconds: here
     the crashed batch's messages are held by another consumer (as a dead driver's

@@ -183,6 +183,7 @@ def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses
     assert open_transactions(bootstrap, prefix_of(ckpt)) == []
 
 
+@pytest.mark.campaign  # waits out a transaction timeout, about 60 s: make faults runs it (make test's budget)
 def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_doctor_resolves(
         services, tmp_path, capsys):
     """The driver dies right after deciding batch 1 and stays down longer than
