@@ -9,8 +9,11 @@ one warm-up record is sent and awaited on the output (start-up is not latency), 
 ``BENCH_PEER_LATENCY_S`` seconds (default 20), each value carrying its produce time. A
 ``read_committed`` consumer in this process (the same for every engine) notes when each
 record arrives; latency = arrival - produce time, same clock. Interval:
-``BENCH_PEER_INTERVAL_MS`` (default 1000). ``BENCH_PEER_SPLIT=1`` also runs our source with
-Spark's sink and Spark's source with our sink, to split our batch time between the two.
+``BENCH_PEER_INTERVAL_MS`` (default 1000). Then ours and Spark's native pipeline again
+with ``processingTime="0 seconds"`` (batches back to back: latency is then about one and a
+half batch durations, so it shows per-batch cost without the interval's wait).
+``BENCH_PEER_SPLIT=1`` also runs our source with Spark's sink and Spark's source with our
+sink, to split our batch time between the two.
 
 The ``BENCH`` line's figures for this case are p99 latencies in milliseconds (lower is
 better): ``ours`` = our exactly-once p99, ``baseline`` = the best exactly-once peer's p99,
@@ -210,8 +213,18 @@ def run() -> Result:
             print(f"[bench] peer_latency_eo {engine}: p50={p50:.0f} ms p99={p99:.0f} ms "
                   f"({rate} rec/s for {seconds} s, interval {interval} ms, once={str(once).lower()})",
                   file=sys.stderr)
+        back_to_back: dict[str, dict[str, float]] = {}
+        for engine in ("spark", "ours"):
+            p50, p99, once, profile = _measure(engine, spark, bootstrap, tmp, run_id + "b", rate, seconds, 0)
+            phases = {f"batch_{k}": v for k, v in profile.items()}
+            back_to_back[engine] = {"p50_ms": p50, "p99_ms": p99, **phases}
+            equal = equal and once
+            print(f"[bench] peer_latency_eo {engine} back to back (processingTime 0): p50={p50:.0f} ms "
+                  f"p99={p99:.0f} ms, batch phases (median ms): {json.dumps(profile)}, "
+                  f"once={str(once).lower()}",
+                  file=sys.stderr)
     extra = {"rate": rate, "seconds": seconds, "interval_ms": interval, "latency": figures,
-             "spark_batch_phases_ms": batches, "settings": SETTINGS}
+             "spark_batch_phases_ms": batches, "back_to_back": back_to_back, "settings": SETTINGS}
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "peer_latency_eo_extra.json").write_text(json.dumps(extra, indent=2))
     best_peer = min(figures[e]["p99_ms"] for e in ENGINES)

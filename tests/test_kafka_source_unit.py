@@ -12,6 +12,7 @@ import pytest
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.connectors.kafka.source.offsets import (
     KafkaRange,
+    KafkaRanges,
     StartingOffsets,
     from_json,
     parse_assign,
@@ -50,6 +51,45 @@ def test_plan_ranges_is_deterministic_and_covers_exactly() -> None:
     capped = plan_ranges(begin, end, max_records=300)
     assert max(r.size for r in capped) <= 300
     assert sum(r.size for r in capped) == 1000 + 1 + 50
+
+
+def _covered(planned: list[Any]) -> list[tuple[str, int, int, int]]:
+    flat = [r for p in planned for r in (p.ranges if isinstance(p, KafkaRanges) else (p,))]
+    return sorted((r.topic, r.partition, r.start, r.end) for r in flat)
+
+
+def test_small_batches_share_tasks_and_a_replay_plans_the_same_tasks() -> None:
+    begin = {("t", p): 100 * p for p in range(16)}
+    end = {("t", p): 100 * p + 125 for p in range(16)}  # 2,000 records over 16 partitions
+    one = plan_ranges(begin, end, min_records=10_000)
+    assert len(one) == 1 and isinstance(one[0], KafkaRanges) and one[0].size == 2000
+    assert [(r.topic, r.partition) for r in one[0].ranges] == sorted(end)  # read in partition order
+    assert one == plan_ranges(dict(reversed(begin.items())), dict(reversed(end.items())), min_records=10_000)
+    assert _covered(one) == _covered(plan_ranges(begin, end))  # the same records, fewer tasks
+    assert len(plan_ranges(begin, end)) == 16  # 0 (the default of plan_ranges): Spark's one per range
+    assert len(plan_ranges(begin, end, min_records=500)) == 4
+    assert len(plan_ranges(begin, end, min_partitions=6, min_records=10_000)) == 6  # never below it
+    big = {tp: o + 50_000 for tp, o in begin.items()}
+    assert len(plan_ranges(begin, big, min_records=10_000)) == 16  # every range is worth its task
+
+
+def test_merged_tasks_are_balanced_and_keep_max_records() -> None:
+    begin = {("t", p): 0 for p in range(6)}
+    end = {("t", 0): 9000, ("t", 1): 5000, ("t", 2): 4000, ("t", 3): 1000, ("t", 4): 500, ("t", 5): 500}
+    planned = plan_ranges(begin, end, min_records=10_000)  # 20,000 records: 2 tasks
+    assert sorted(p.size for p in planned) == [10_000, 10_000]
+    assert _covered(planned) == _covered(plan_ranges(begin, end))
+    capped = plan_ranges(begin, end, max_records=6000, min_records=10_000)
+    assert max(p.size for p in capped) <= 6000 and _covered(capped) == _covered(plan_ranges(begin, end,
+                                                                                             max_records=6000))
+    assert pickle.loads(pickle.dumps(planned)) == planned
+
+
+def test_min_records_per_partition_option() -> None:
+    assert parse().min_records_per_partition == 10_000
+    assert parse(minRecordsPerPartition="0").min_records_per_partition == 0
+    with pytest.raises(InvalidOptionError, match=r"minrecordsperpartition.*>= 0"):
+        parse(minRecordsPerPartition="-1")
 
 
 def test_plan_ranges_drops_empty() -> None:

@@ -37,6 +37,10 @@ SOURCE_OPTIONS = OptionSpec.of(
            default=False),
     Option("minPartitions", "Split offset ranges into at least this many Spark tasks (deterministically)."),
     Option("maxRecordsPerPartition", "Split offset ranges so no task reads more records than this."),
+    Option("minRecordsPerPartition", "Small batches in fewer tasks: ranges share a Spark task until each "
+           "task reads about this many records (never fewer tasks than `minPartitions`). A task costs tens "
+           "of milliseconds whatever it reads; `0`: one task per range, as Spark's own source.",
+           default=10_000),
     Option("kafkaConsumer.pollTimeoutMs", "How long a task or the planner waits through a broker outage "
            "(ms).",
            default=120_000),
@@ -170,6 +174,7 @@ class KafkaSourceConfig:
     include_headers: bool
     min_partitions: int | None
     max_records_per_partition: int | None
+    min_records_per_partition: int
     poll_timeout_ms: int
     metadata_timeout_s: float
     metadata_retries: int
@@ -231,6 +236,7 @@ class KafkaSourceConfig:
             include_headers=opts.get_bool("includeheaders", spec.default_bool("includeHeaders")),
             min_partitions=opts.get_int("minpartitions", minimum=1),
             max_records_per_partition=opts.get_int("maxrecordsperpartition", minimum=1),
+            min_records_per_partition=spec.int_of(opts, "minRecordsPerPartition", minimum=0),
             poll_timeout_ms=spec.int_of(opts, "kafkaConsumer.pollTimeoutMs", minimum=1),
             metadata_timeout_s=api_timeout / 1000.0,
             metadata_retries=spec.int_of(opts, "fetchOffset.numRetries", minimum=0),

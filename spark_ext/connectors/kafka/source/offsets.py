@@ -117,19 +117,33 @@ class KafkaRange(InputPartition):
         return self.end - self.start
 
 
+@dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """One Spark input partition reading several small ranges, one after another, each in
+    offset order."""
+
+    ranges: tuple[KafkaRange, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
 def plan_ranges(
     start: Mapping[TopicPartition, int],
     end: Mapping[TopicPartition, int],
     min_partitions: int | None = None,
     max_records: int | None = None,
-) -> list[KafkaRange]:
+    min_records: int = 0,
+) -> list[KafkaRange | KafkaRanges]:
     """Split each partition's ``[start, end)`` into input partitions, deterministically.
 
     One range per topic-partition by default; a range longer than ``max_records`` is cut
     into equal pieces, and when there are fewer ranges than ``min_partitions`` the large
     ones are cut further, in proportion to their size (Spark's rule). Partitions missing
     from ``start`` are new and read from ``end``'s view of their beginning, so callers
-    pass them explicitly. Empty ranges are dropped.
+    pass them explicitly. Empty ranges are dropped. Then small ranges share a task
+    (``merge_small``) when ``min_records`` is set.
     """
     sizes = {tp: end[tp] - start.get(tp, end[tp]) for tp in sorted(end)}
     sizes = {tp: n for tp, n in sizes.items() if n > 0}
@@ -145,6 +159,40 @@ def plan_ranges(
         for i in range(k):
             a, b = s + n * i // k, s + n * (i + 1) // k
             out.append(KafkaRange(tp[0], tp[1], a, b))
+    return merge_small(out, min_records, min_partitions, max_records)
+
+
+def merge_small(ranges: list[KafkaRange], min_records: int, min_partitions: int | None = None,
+                max_records: int | None = None) -> list[KafkaRange | KafkaRanges]:
+    """Put ranges into fewer tasks so each reads about ``min_records`` records or more.
+
+    A Spark task with a Python reader and writer costs tens of milliseconds whatever it
+    reads, so a batch of 2,000 records over 4 partitions spends more on its 4 tasks than
+    on its records. There are ``total // min_records`` tasks (at least 1, at least
+    ``min_partitions``, never more than the ranges); the largest range goes first into
+    the task holding the fewest records, and no task takes more than ``max_records`` when
+    set. Only sizes and offsets decide, so a replay of the batch plans the same tasks.
+    """
+    if min_records <= 0 or len(ranges) <= 1:
+        return list(ranges)
+    total = sum(r.size for r in ranges)
+    tasks = max(1, total // min_records, min_partitions or 1)
+    if tasks >= len(ranges):
+        return list(ranges)
+    groups: list[list[KafkaRange]] = [[] for _ in range(tasks)]
+    held = [0] * tasks
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        i = min(range(len(groups)), key=lambda k: (held[k], k))
+        if max_records and held[i] and held[i] + r.size > max_records:
+            groups.append([])
+            held.append(0)
+            i = len(groups) - 1
+        groups[i].append(r)
+        held[i] += r.size
+    out: list[KafkaRange | KafkaRanges] = []
+    for g in sorted((sorted(g, key=lambda r: (r.topic, r.partition, r.start)) for g in groups if g),
+                    key=lambda g: (g[0].topic, g[0].partition, g[0].start)):
+        out.append(g[0] if len(g) == 1 else KafkaRanges(tuple(g)))
     return out
 
 

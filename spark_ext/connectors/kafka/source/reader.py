@@ -11,7 +11,9 @@ Where each call runs (observed on PySpark 4.3 with a probe that logged each call
 
 - ``initialOffset``, ``latestOffset``, ``partitions``, ``commit``, ``stop``: the
   driver, on one long-lived reader object, which holds one admin client.
-- ``read``: executors, on an unpickled copy without that client; one consumer per range.
+- ``read``: executors, on an unpickled copy without that client; one consumer per range,
+  the ranges of a task one after another (small batches put several in one task:
+  ``offsets.merge_small``).
 
 Per-partition event-time progress (for watermark coalescing): every row carries
 ``topic`` and ``partition`` and the record's Kafka ``timestamp``, and within a range rows
@@ -22,6 +24,7 @@ this. ``reportLatestOffset`` shows the broker's latest offsets in the query prog
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -51,6 +54,7 @@ from spark_ext.connectors.kafka.source.offsets import (
     EARLIEST,
     LATEST,
     KafkaRange,
+    KafkaRanges,
     PartitionOffsets,
     describe,
     from_json,
@@ -71,6 +75,14 @@ def read_range(cfg: KafkaSourceConfig, rng: KafkaRange) -> Iterator[pa.RecordBat
     if cfg.fetcher == "wire":
         return iter(WireRangeReader(cfg, rng))
     return iter(RangeReader(cfg, rng))
+
+
+def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Executor: an input partition's ranges as Arrow batches, one range after another."""
+    if isinstance(partition, KafkaRanges):
+        return itertools.chain.from_iterable(read_range(cfg, r) for r in partition.ranges)
+    assert isinstance(partition, KafkaRange)
+    return read_range(cfg, partition)
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -131,7 +143,7 @@ class _Planner:
         return {tp: early[tp] if o == EARLIEST else late[tp] if o == LATEST else o
                 for tp, o in specific.items()}
 
-    def ranges(self, start: PartitionOffsets, end: PartitionOffsets) -> list[KafkaRange]:
+    def ranges(self, start: PartitionOffsets, end: PartitionOffsets) -> list[KafkaRange | KafkaRanges]:
         """Deterministic ranges; partitions new since ``start`` are read from offset 0."""
         begin: PartitionOffsets = {}
         for tp, e in end.items():
@@ -139,7 +151,9 @@ class _Planner:
             # end < start: the topic was recreated and failOnDataLoss=false let it through
             # (latestOffset raised otherwise); read the new log from its beginning.
             begin[tp] = 0 if e < s else s
-        return plan_ranges(begin, end, self.cfg.min_partitions, self.cfg.max_records_per_partition)
+        cfg = self.cfg
+        return plan_ranges(begin, end, cfg.min_partitions, cfg.max_records_per_partition,
+                           cfg.min_records_per_partition)
 
 
 class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -305,11 +319,11 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         return self._plan.ranges(begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: the range's records as Arrow batches."""
-        assert isinstance(partition, KafkaRange)
+        """Executor: the partition's records as Arrow batches."""
+        assert isinstance(partition, KafkaRange | KafkaRanges)
         ident = compat.task_identity()
-        failpoints.hit("kafka.read", ident.batch_id if ident else None, partition.end - partition.start)
-        return read_range(self._cfg, partition)
+        failpoints.hit("kafka.read", ident.batch_id if ident else None, partition.size)
+        return read_partition(self._cfg, partition)
 
     def commit(self, end: dict) -> None:
         """Driver, after batch ending at ``end`` committed: offsets already live in the checkpoint."""
@@ -342,9 +356,8 @@ class KafkaBatchReader(Shipped, DataSourceReader):
         return self._plan.ranges({tp: start.get(tp, 0) for tp in end}, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: the range's records as Arrow batches."""
-        assert isinstance(partition, KafkaRange)
-        return read_range(self._cfg, partition)
+        """Executor: the partition's records as Arrow batches."""
+        return read_partition(self._cfg, partition)
 
 
 class KafkaSource(SourceConnector):
