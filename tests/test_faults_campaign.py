@@ -54,15 +54,21 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
 
 
 @pytest.mark.restarts_services
-def test_the_kafka_sinks_kept_connections_serve_the_batches_after_a_broker_restart(services, monkeypatch):
-    """Spark reuses the driver's planning and commit workers, so the sink keeps its Kafka
-    connections from batch to batch (a second batch opens none). The broker restarts
-    between two batches: the next take-over and commit find those connections dead and
-    reconnect instead of failing, and every record lands once."""
+def test_kafka_kept_connections_serve_the_batches_after_a_broker_restart(services, monkeypatch):
+    """Spark reuses the driver's planning and commit workers and the executors' Python
+    workers, so the sink and the source's readers keep their Kafka connections from batch
+    to batch (a second batch, a second read, opens none). The broker restarts between two
+    batches: the next take-over, commit and read find those connections dead and reconnect
+    instead of failing, and every record lands once and is read once."""
     import subprocess
     import sys
 
+    from kafka import KafkaConsumer, TopicPartition
+
     from spark_ext.connectors.kafka.client import connection
+    from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
+    from spark_ext.connectors.kafka.source.offsets import KafkaRange, KafkaRanges
+    from spark_ext.connectors.kafka.source.reader import read_partition
 
     opened = []
     real_init = connection.Conn.__init__
@@ -91,14 +97,36 @@ def test_the_kafka_sinks_kept_connections_serve_the_batches_after_a_broker_resta
         plan.new_committer().commit([msg], n, plan.claim)
         return driver + len(opened) - before
 
+    source = KafkaSourceConfig.parse(Options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic},
+                                             "hzsource"))
+
+    def read() -> tuple[list[str], int]:
+        """The topic as one task reads it (both partitions' ranges in one input partition,
+        the wire fetcher); and the connections that opened."""
+        c = KafkaConsumer(bootstrap_servers=bootstrap)
+        ends = c.end_offsets([TopicPartition(topic, p) for p in (0, 1)])
+        c.close()
+        before = len(opened)
+        part = KafkaRanges(tuple(KafkaRange(topic, tp.partition, 0, end) for tp, end in sorted(ends.items())))
+        got = [v.decode() for b in read_partition(source, part) for v in b.column("value").to_pylist()]
+        return sorted(got), len(opened) - before
+
+    def written(batches: int) -> list[str]:
+        return sorted(f"{n}-{i}" for n in range(batches) for i in range(100))
+
+    assert source.fetcher == "wire"
     assert batch(0) > 0
     assert batch(1) == 0, opened  # the first batch's connections, kept
+    assert read()[0] == written(2)
+    assert read() == (written(2), 0)  # the reader's connections, kept
     for verb in ("down", "up"):
         subprocess.run([sys.executable, "-m", "services", verb, "kafka"], check=True, capture_output=True)
     assert batch(2) > 0  # the kept ones were dead: new ones
+    got, opened_now = read()
+    assert got == written(3) and opened_now > 0
     batch(3)
     values = sorted(v.decode() for _, _, v in consume(bootstrap, topic))
-    assert values == sorted(f"{n}-{i}" for n in range(4) for i in range(100))
+    assert values == written(4)
 
 
 # The sink conformance suite (every sink at every step) and the queue source tests crash

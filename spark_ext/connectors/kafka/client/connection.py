@@ -43,6 +43,7 @@ class Conn:
     """
 
     def __init__(self, host: str, port: int, timeout_s: float, security: KafkaSecurity = PLAINTEXT) -> None:
+        self.host, self.port = host, port
         sock = socket.create_connection((host, port), timeout=timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._cid = 0

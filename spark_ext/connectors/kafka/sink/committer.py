@@ -45,7 +45,6 @@ from contextlib import AbstractContextManager, contextmanager
 
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
-from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.decision import Decision, TornDecisionError, join
@@ -192,7 +191,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         if len(parts) == 1:
             return
         anchor = self._anchor()
-        md = metadata(self.cfg.bootstrap, [anchor], self.cfg.timeout_s, self.cfg.security)
+        md = self.client.metadata([anchor])  # over the kept connection
         have = max((len(t.partitions) for t in md.topics if t.name == anchor), default=0)
         if have < len(parts):
             raise FatalCommitError(
@@ -351,12 +350,14 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     def _check_open(self, winners: Sequence[KafkaCommittable], batch_id: int, fence: Producer,
                     planned_ms: float) -> None:
-        if not self._owns_sink(fence):
+        producers = [_producer(c) for c in winners]
+        # One request per coordinator for the fence and every winner.
+        states = self.client.describe([fence.transactional_id, *(p.transactional_id for p in producers)])
+        now = states[fence.transactional_id]
+        if (now.producer_id, now.epoch) != (fence.producer_id, fence.epoch):
             raise FencedError(f"batch {batch_id}: another run of this sink ({self.cfg.txn_prefix!r}) took "
                               "over after this batch began; this run stops without committing "
                               "(zombie fencing)")
-        producers = [_producer(c) for c in winners]
-        states = self.client.describe([fence.transactional_id, *(p.transactional_id for p in producers)])
         if states[fence.transactional_id].state == "Ongoing":
             # An earlier try of this commit began its decision and failed before ending it:
             # nothing is decided, and a fresh decision transaction dates the check below.

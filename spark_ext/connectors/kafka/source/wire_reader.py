@@ -1,6 +1,7 @@
 """The fast read path: raw Fetch requests, record batches decoded by aiokafka's C decoder.
 
-Executor side, one blocking connection per range to the partition's leader. Measured
+Executor side, one blocking connection per range to the partition's leader, kept by the
+worker process for later tasks (``_Kept``). Measured
 here (one core, 100-byte values): librdkafka via confluent-kafka hands Python about
 370k records/s, because it builds one Python ``Message`` per record; kafka-python's
 pure-Python decoder about 220k/s; raw Fetch responses (kafka-python's protocol classes
@@ -20,6 +21,7 @@ import logging
 import struct
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn as _Conn
 from spark_ext.connectors.kafka.client.connection import metadata
+from spark_ext.connectors.kafka.client.security import KafkaSecurity
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.connectors.kafka.source.librdkafka_reader import RangeReaderBase, watermarks
 from spark_ext.connectors.kafka.source.offsets import KafkaRange
@@ -58,6 +61,23 @@ class _Behind(ConnectionError):
         self.high = high
 
 
+@dataclass
+class _Kept:
+    """What an executor's Python worker keeps between tasks (Spark reuses it): who leads
+    each partition, and idle connections per broker. A task takes a connection out while
+    it reads, so two readers never share one."""
+
+    leaders: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    idle: dict[tuple[str, int], list[_Conn]] = field(default_factory=dict)
+
+
+_KEPT: dict[tuple[str, KafkaSecurity], _Kept] = {}
+
+
+def _kept(cfg: KafkaSourceConfig) -> _Kept:
+    return _KEPT.setdefault((cfg.bootstrap, cfg.security), _Kept())
+
+
 class WireRangeReader(RangeReaderBase):
     """Reads ``[start, end)`` of one partition with raw fetches; yields Arrow batches."""
 
@@ -66,20 +86,42 @@ class WireRangeReader(RangeReaderBase):
         self._committed = cfg.consumer_conf()["isolation.level"] == "read_committed"
         self._timeout = cfg.metadata_timeout_s
         self._max_bytes = int(str(cfg.consumer_conf()["max.partition.fetch.bytes"]))
+        self._reused = False  # the connection in use was kept from an earlier read
 
     def _where(self) -> str:
         return f"{self._rng.topic}-{self._rng.partition} at offset {self._pos}"
 
     def _leader(self) -> _Conn:
-        """Ask a bootstrap server who leads the partition; connect there."""
-        r = self._rng
+        """A connection to the partition's leader: one this process kept, else ask a
+        bootstrap server who leads it (and every partition of its topic) and connect."""
+        r, kept = self._rng, _kept(self._cfg)
+        where = kept.leaders.get((r.topic, r.partition))
+        if where is not None and kept.idle.get(where):
+            self._reused = True
+            return kept.idle[where].pop()
+        self._reused = False
         md = metadata(self._cfg.bootstrap, [r.topic], self._timeout, self._cfg.security)
         brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
         for t in md.topics:
             for p in t.partitions:
-                if t.name == r.topic and p.partition_index == r.partition and p.leader_id in brokers:
-                    return _Conn(*brokers[p.leader_id], self._timeout, self._cfg.security)
-        raise ConnectionError(f"no leader for {r.topic}-{r.partition} yet")
+                if p.leader_id in brokers:
+                    kept.leaders[(t.name, p.partition_index)] = brokers[p.leader_id]
+        where = kept.leaders.get((r.topic, r.partition))
+        if where is None:
+            raise ConnectionError(f"no leader for {r.topic}-{r.partition} yet")
+        return _Conn(*where, self._timeout, self._cfg.security)
+
+    def _release(self, conn: _Conn, healthy: bool) -> None:
+        """Keep a connection that answered its last request whole (no response is left
+        half-read, so the next task can use it); close any other, forgetting the leader."""
+        r, kept = self._rng, _kept(self._cfg)
+        where = kept.leaders.get((r.topic, r.partition))
+        if healthy and where is not None and (conn.host, conn.port) == where:
+            kept.idle.setdefault(where, []).append(conn)
+            return
+        conn.close()
+        if not healthy:
+            kept.leaders.pop((r.topic, r.partition), None)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         if self._rng.start >= self._rng.end:
@@ -95,9 +137,13 @@ class WireRangeReader(RangeReaderBase):
                     out = self._handle(part)  # raises ConnectionError when leadership moved
                 except (OSError, ConnectionError) as e:
                     # Broker restarting or leadership moving: reconnect until the poll timeout.
+                    stale = conn is not None and self._reused and not isinstance(e, _Behind)
                     if conn is not None:
-                        conn.close()
+                        self._release(conn, healthy=False)
                         conn = None
+                    if stale:  # a kept connection the broker closed while idle: connect anew now
+                        self._reused = False
+                        continue
                     if isinstance(e, _Behind) and deadline.expired:
                         self._truncated(e.high)  # still short after the whole wait: the log was cut
                         continue
@@ -119,9 +165,12 @@ class WireRangeReader(RangeReaderBase):
                         f"no progress reading {self._where()} for {self._cfg.poll_timeout_ms} ms "
                         f"(high watermark {part.high_watermark}, last stable {part.last_stable_offset})"
                     )
-        finally:
             if conn is not None:
-                conn.close()
+                self._release(conn, healthy=True)
+                conn = None
+        finally:
+            if conn is not None:  # a failure or the task ended reading early: not kept
+                self._release(conn, healthy=False)
 
     def _fetch(self, conn: _Conn) -> Any:
         r = self._rng
