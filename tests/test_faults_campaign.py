@@ -129,6 +129,68 @@ def test_kafka_kept_connections_serve_the_batches_after_a_broker_restart(service
     assert values == written(4)
 
 
+@pytest.mark.restarts_services
+def test_the_postgresql_sinks_kept_connections_serve_the_batches_after_a_restart(services, monkeypatch):
+    """The PostgreSQL sink's take-over and commit keep their connection in the reused
+    driver workers (a second batch opens none). PostgreSQL restarts between two batches:
+    the next take-over and commit find the kept connection dead, connect anew, and every
+    row lands once. Once the query is gone, the server ends the idle kept connection."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    import sqlalchemy as sa
+
+    from spark_ext.connectors.jdbc import JdbcSink, transactions
+
+    opened = []
+    real_init = transactions.Db.__init__
+
+    def counting_init(self, cfg):
+        opened.append(cfg.sink_id)
+        real_init(self, cfg)
+
+    monkeypatch.setattr(transactions.Db, "__init__", counting_init)
+    monkeypatch.setattr(transactions, "KEPT_IDLE_S", 2)
+    table = f"kept_{uuid.uuid4().hex[:10]}"
+    o = Options({"url": services.postgres_url, "dbtable": table, "createtable": "true",
+                 "sinkid": f"kept-{table}"}, "hzsink")
+    schema = StructType([StructField("k", StringType()), StructField("v", StringType())])
+    qid = new_query_id()
+
+    def batch(n: int) -> int:
+        """Write and commit batch ``n``; the coordinator connections it opened."""
+        before = len(opened)
+        plan = JdbcSink().plan(o, schema, Guarantee.EXACTLY_ONCE)
+        rows = pa.record_batch([pa.array([f"{n}-{i}" for i in range(100)])] * 2, names=["k", "v"])
+        task = TaskInfo(query_id=qid, batch_id=n, partition_id=0, attempt=0, task_attempt_id=n)
+        msg = plan.new_writer().write(iter([rows]), task)
+        plan.new_committer().commit([msg], n, plan.claim)
+        return len(opened) - before
+
+    assert batch(0) > 0
+    assert batch(1) == 0, opened  # the first batch's connections, kept
+    for verb in ("down", "up"):
+        subprocess.run([sys.executable, "-m", "services", verb, "postgres"], check=True, capture_output=True)
+    assert batch(2) > 0  # the kept one was dead: a new one
+    batch(3)
+    with sa.create_engine(services.postgres_url).connect() as c:
+        got = sorted(r[0] for r in c.execute(sa.text(f"SELECT k FROM {table}")))
+        assert got == sorted(f"{n}-{i}" for n in range(4) for i in range(100))
+
+        def parked() -> int:
+            c.rollback()  # pg_stat_activity is a snapshot per transaction
+            return int(c.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"),
+                                 {"n": transactions._parked_name(f"kept-{table}")}).scalar_one())
+
+        assert parked() == 1  # kept, and not counted as a running query's session
+        deadline = time.monotonic() + 30
+        while parked() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert parked() == 0  # ended by the server after KEPT_IDLE_S
+
+
 # The sink conformance suite (every sink at every step) and the queue source tests crash
 # their points; the campaign adds the rest.
 SHORT = short_plan([PIPELINES[n] for n in SHORT_PIPELINES], covered=crashed_points())

@@ -39,10 +39,10 @@ from spark_ext.commit import Batch, Claim, TwoPhaseCommitter
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import (
     LOCK_SPACE,
-    Db,
     JdbcCommittable,
     decisions,
     finish,
+    kept_db,
     parse_gid,
     prepared_gids,
     resolve_in_doubt,
@@ -96,7 +96,7 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         """
         cfg = self.cfg
         try:
-            with Db(cfg) as conn:
+            with kept_db(cfg) as conn:
                 self._check_target(conn)
                 with self._exclusive(conn):
                     committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
@@ -199,7 +199,7 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     @contextmanager
     def connected(self) -> Iterator[None]:
         try:
-            with Db(self.cfg) as conn:
+            with kept_db(self.cfg) as conn:
                 self._conn = conn
                 yield
         except psycopg2.OperationalError as e:

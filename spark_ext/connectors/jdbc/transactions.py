@@ -13,11 +13,13 @@ written before it was added end in ``:<attempt>`` and parse the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
+import psycopg2.extensions
 from psycopg2 import errorcodes
 from sqlalchemy.engine import URL
 
@@ -168,6 +170,70 @@ class Db:
 
     def __exit__(self, *exc: object) -> None:
         self.conn.close()
+
+
+# Idle coordinator connections this process keeps, per URL (credentials included, so a
+# changed password connects anew) and sink.
+_IDLE: dict[tuple[str, str], list[Any]] = {}
+# The server ends a kept connection idle this long (PostgreSQL 14 or later; on older ones
+# nothing is kept), so a stopped query's worker holds none for long and a smart shutdown
+# is not kept waiting.
+KEPT_IDLE_S = 10
+
+
+def _parked_name(sink_id: str) -> str:
+    """A kept idle connection's ``application_name``: never one ``sink_sessions`` counts
+    (an idle connection holds no lock and no transaction, so it is not a running query)."""
+    return f"spark-ext-idle {sink_id}"[:63]
+
+
+@contextmanager
+def kept_db(cfg: JdbcSinkConfig) -> Iterator[Any]:
+    """``Db``'s autocommit connection, kept by this process for its next call: Spark reuses
+    the driver's planning and commit workers from batch to batch, and a new connection
+    (with its authentication) costs more than the statements of a take-over or a commit.
+
+    A kept connection is named as the sink's session again with one round trip, which
+    also checks it (the server may have restarted or ended it meanwhile); it is replaced
+    if that fails. One whose block raised, or that is left inside a transaction, is
+    closed: nothing of a failed step (a session lock, an open transaction) reaches the
+    next call.
+    """
+    idle = _IDLE.setdefault((cfg.url.render_as_string(hide_password=False), cfg.sink_id), [])
+    conn: Any = None
+    while idle and conn is None:
+        candidate = idle.pop()
+        try:
+            with candidate.cursor() as cur:
+                cur.execute("SET application_name = %s", (session_name(cfg.sink_id),))
+            conn = candidate
+        except psycopg2.Error:
+            candidate.close()
+    keep = conn is not None
+    if conn is None:
+        conn = Db(cfg).conn
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SET idle_session_timeout = '{KEPT_IDLE_S}s'")
+            keep = True
+        except psycopg2.Error:  # before PostgreSQL 14: used once, as before
+            keep = False
+    reusable = False
+    try:
+        yield conn
+        if (keep and not conn.closed and conn.autocommit
+                and conn.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE):
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SET application_name = %s", (_parked_name(cfg.sink_id),))
+                reusable = True
+            except psycopg2.Error:  # the block's work is done; this connection is just not kept
+                pass
+    finally:
+        if reusable:
+            idle.append(conn)
+        else:
+            conn.close()
 
 
 def prepared_gids(conn: Any, sink_id: str) -> list[str]:
