@@ -157,7 +157,7 @@ def _measure(engine: str, spark: Any, bootstrap: str, tmp: str, run_id: str, rat
         prefix = f"peer-lat-{run_id}-{engine}"
         proc = start_peer(engine, bootstrap, source, sink, n + 1, interval, prefix, log)
     else:
-        query = spark_copy(spark, engine, bootstrap, source, sink, f"{tmp}/ck-{engine}", interval)
+        query = spark_copy(spark, engine, bootstrap, source, sink, f"{tmp}/ck-{engine}-{run_id}", interval)
     try:
         warm = producer(bootstrap, 0)
         key, value = record(WARMUP, time.time_ns())
