@@ -43,8 +43,10 @@ def test_plan_ranges_is_deterministic_and_covers_exactly() -> None:
     begin = {**start, ("t", 2): 0}
     a = plan_ranges(begin, end, min_partitions=6)
     assert a == plan_ranges(begin, end, min_partitions=6)
+    ranges = [r for r in a if isinstance(r, KafkaRange)]
+    assert len(ranges) == len(a)  # without min_records no range shares a task
     for tp in end:
-        pieces = sorted((r.start, r.end) for r in a if (r.topic, r.partition) == tp)
+        pieces = sorted((r.start, r.end) for r in ranges if (r.topic, r.partition) == tp)
         assert pieces[0][0] == begin[tp] and pieces[-1][1] == end[tp]
         assert all(x[1] == y[0] for x, y in itertools.pairwise(pieces))
     assert len(a) >= 6
