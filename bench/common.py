@@ -161,4 +161,6 @@ def drain_queue(env: dict[str, str], queue: str, timeout_s: float = 120) -> list
             raise BenchError(f"{queue} not drained within {timeout_s:.0f} s")
         return got
     finally:
-        conn.disconnect()
+        # With a receipt id stomp.py waits for it: what the broker delivered (and so
+        # acknowledged) after the sentinel is in ``got`` too.
+        conn.disconnect(receipt="bye")

@@ -41,7 +41,7 @@ def _fill(env: dict[str, str], dest: str, n: int) -> None:
         for i in range(n):
             c.send(dest, f"{pad}{i:012d}", headers={"persistent": "true"})
     finally:
-        c.disconnect()  # waits for the receipt: the broker holds every message
+        c.disconnect(receipt="bye")  # waits for the receipt: the broker holds every message
 
 
 def _baseline(env: dict[str, str], dest: str, n: int) -> tuple[float, bool]:
@@ -62,7 +62,7 @@ def _baseline(env: dict[str, str], dest: str, n: int) -> tuple[float, bool]:
     if not done.wait(600):
         raise BenchError(f"jms_read baseline received {len(seen)} of {n} messages in 600 s")
     dt = time.monotonic() - t0
-    c.disconnect()
+    c.disconnect(receipt="bye")
     return n / dt, len(seen) == n
 
 
@@ -81,7 +81,7 @@ def _left(env: dict[str, str], dest: str) -> int:
     c.set_listener("left", L())
     c.subscribe(dest, id="left", ack="auto")
     done.wait(60)
-    c.disconnect()
+    c.disconnect(receipt="bye")
     return len(got)
 
 

@@ -210,7 +210,7 @@ def test_stomp_send_receive_with_client_ack(services):
         assert got and got[0][0] == token
         conn.ack(got[0][1])
     finally:
-        conn.disconnect()
+        conn.disconnect(receipt="bye")  # waits for it: the ACK was handled
 
 
 def test_an_adopted_service_with_other_settings_is_refused():

@@ -139,7 +139,7 @@ class PipelineRun:
             conn.connect(self.env["STOMP_USER"], self.env["STOMP_PASSWORD"], wait=True)
             for i in ids:
                 conn.send(f"/queue/{self.input}", i, headers={"persistent": "true"})
-            conn.disconnect()  # the DISCONNECT receipt: the broker has every message
+            conn.disconnect(receipt="bye")  # waits for the receipt: the broker has every message
         if self.p.windows:
             # Over the whole input: a window may hold events from before and after an extension.
             self._input_ids += [int(i) for i in ids]

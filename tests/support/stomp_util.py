@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import uuid
+from collections.abc import Callable
 
 import stomp
 
@@ -19,6 +20,12 @@ def _conn(services) -> stomp.Connection12:
     return c
 
 
+def _disconnect(c: stomp.Connection12) -> None:
+    """DISCONNECT and wait for its receipt: every frame the broker sent before it has been
+    handed to the listeners. stomp.py waits only when given a receipt id."""
+    c.disconnect(receipt=f"bye-{uuid.uuid4().hex}")
+
+
 def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str, str] | None = None,
          each: list[dict[str, str]] | None = None) -> None:
     """``headers`` on every message; ``each``: one more dict of headers per message."""
@@ -27,7 +34,7 @@ def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str
         for i, b in enumerate(bodies):
             c.send(dest, b, headers={"persistent": "true", **(headers or {}), **(each[i] if each else {})})
     finally:
-        c.disconnect()  # waits for the DISCONNECT receipt: the broker has every frame before it
+        _disconnect(c)  # the broker has every frame before it
 
 
 def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
@@ -35,8 +42,12 @@ def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
     return [body for _, body in drain_messages(services, dest, timeout)]
 
 
-def drain_messages(services, dest: str, timeout: float = 30.0) -> list[tuple[dict[str, str], str]]:
-    """``drain``, each message as (headers, body)."""
+def drain_messages(services, dest: str, timeout: float = 30.0,
+                   on_sentinel: Callable[[threading.Event], None] | None = None,
+                   ) -> list[tuple[dict[str, str], str]]:
+    """``drain``, each message as (headers, body). ``on_sentinel``, if given, runs on the
+    receiving thread when the sentinel arrives, in place of setting the event that ends the
+    wait: it must set it (a test of this helper delivers a message around it)."""
     sentinel = f"sentinel-{uuid.uuid4().hex}"
     send(services, dest, [sentinel])
     got: list[tuple[dict[str, str], str]] = []
@@ -45,7 +56,7 @@ def drain_messages(services, dest: str, timeout: float = 30.0) -> list[tuple[dic
     class L(stomp.ConnectionListener):
         def on_message(self, frame: stomp.utils.Frame) -> None:
             if frame.body == sentinel:
-                done.set()
+                (on_sentinel or threading.Event.set)(done)
             else:
                 got.append((dict(frame.headers), frame.body))
 
@@ -54,9 +65,11 @@ def drain_messages(services, dest: str, timeout: float = 30.0) -> list[tuple[dic
     c.subscribe(dest, id="drain", ack="auto")
     try:
         assert done.wait(timeout), f"sentinel not received from {dest} in {timeout} s"
-        return got
     finally:
-        c.disconnect()
+        # Messages handed back late (a dead connection's) can follow the sentinel: the
+        # broker acknowledges them on delivery, so they must be read before returning.
+        _disconnect(c)
+    return got
 
 
 def queue_counts(dest: str) -> tuple[int, int]:
@@ -95,7 +108,7 @@ class Holder:
             return self.held
 
     def release(self) -> None:
-        self._c.disconnect()
+        _disconnect(self._c)
 
 
 def _queue_stat(dest: str) -> tuple[int, int, int]:
