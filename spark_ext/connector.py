@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from functools import partial
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -20,6 +20,9 @@ from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
 from spark_ext.timeline import PlanTimes
+
+if TYPE_CHECKING:
+    from spark_ext.routing.decision import DecisionLog
 
 ConfigT = TypeVar("ConfigT")
 
@@ -61,6 +64,9 @@ class SinkConnector(ABC, Generic[ConfigT]):
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
     default_guarantee: ClassVar[Guarantee] = Guarantee.EXACTLY_ONCE
 
+    #: The option naming the sink's stable id (a routing sink sets it for its sub-sinks).
+    id_option: ClassVar[str] = "sinkId"
+
     def check(self, options: Options, guarantee: Guarantee) -> None:
         """Reject unknown and missing options and unsupported guarantees. Driver, at start."""
         self.option_spec.check(options.raw(), f"hzsink connector {self.name!r}")
@@ -86,6 +92,16 @@ class SinkConnector(ABC, Generic[ConfigT]):
         before any row of the batch is written. Default: nothing to check.
         """
         return config
+
+    def target(self, config: ConfigT) -> str | None:
+        """What the sink writes, as one string (system and table, topic or queue), so a
+        routing sink can refuse two sub-sinks writing the same. None: not known."""
+        return None
+
+    def decision_log(self, config: ConfigT, log_id: str) -> DecisionLog | None:
+        """Where a routing sink holding this sink may keep its decisions (None: this
+        connector cannot hold them). Driver; ``config`` has been validated."""
+        return None
 
     @abstractmethod
     def new_writer(self, config: ConfigT, claim: Claim[Any] | None) -> SinkWriter[Any]:

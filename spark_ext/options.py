@@ -81,6 +81,20 @@ def stable_sink_id(opts: Options, connector: str, exactly_once: bool, what_for: 
             "set .option('checkpointLocation', ...) on writeStream, or .option('sinkId', ...)")
     return None
 
+#: Joins a routing sink's id and a sub-sink's name into the sub-sink's id.
+SEPARATOR = "--"
+
+
+def is_sibling(own: str, other: str) -> bool:
+    """Whether sink id ``other`` belongs to the same routing sink as ``own`` (a sub-sink's
+    id, or the routing sink's own): sub-sinks of one query decide the same batches, which a
+    check for a predecessor of this sink must not take for a copied checkpoint."""
+    if SEPARATOR not in own:
+        return False
+    family = own.rsplit(SEPARATOR, 1)[0]
+    return other == family or other.startswith(family + SEPARATOR)
+
+
 Default = str | int | float | bool
 
 

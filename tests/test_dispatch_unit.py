@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from pyspark.sql.types import StructType
@@ -60,7 +60,7 @@ class _Calls:
 
 
 class TxnCommitter(RecordingTwoPhaseCommitter):
-    def take_over(self) -> Claim[int]:
+    def take_over(self, adopt: Any = None) -> Claim[int]:
         _Calls.log.append("take_over")
         return Claim(7)
 

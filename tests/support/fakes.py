@@ -29,7 +29,7 @@ class RecordingTwoPhaseCommitter(TwoPhaseCommitter[Committable, tuple[int, ...]]
         self.calls: list[str] = []
         self.decided, self.lose, self.fenced, self.done = decided, lose, fenced, done
 
-    def take_over(self) -> Claim[Any]:
+    def take_over(self, adopt: Any = None) -> Claim[Any]:
         return Claim(1)
 
     def connected(self) -> Any:

@@ -18,6 +18,7 @@ from spark_ext.commit import Claim
 from spark_ext.connector import SinkConnector
 from spark_ext.connectors.jdbc.committer import JdbcCommitter
 from spark_ext.connectors.jdbc.config import SINK_OPTIONS, JdbcSinkConfig
+from spark_ext.connectors.jdbc.routing_log import PgDecisionLog
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup, prepare_tables, staging_name, statements
 from spark_ext.connectors.jdbc.writer import (
     JdbcWriter,
@@ -59,3 +60,10 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
 
     def new_committer(self, config: JdbcSinkSetup) -> JdbcCommitter:
         return JdbcCommitter(config)
+
+    def target(self, config: JdbcSinkSetup) -> str:
+        url = config.cfg.url
+        return f"postgresql://{url.host}:{url.port or 5432}/{url.database} {config.cfg.qualified}"
+
+    def decision_log(self, config: JdbcSinkSetup, log_id: str) -> PgDecisionLog:
+        return PgDecisionLog(config, log_id)

@@ -57,6 +57,7 @@ from spark_ext.errors import (
     PredecessorSinkError,
     RetriableCommitError,
 )
+from spark_ext.options import is_sibling
 from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
@@ -86,19 +87,23 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     def label(self) -> str:
         return f"{self.name} sink {self.cfg.sink_id}"
 
-    def take_over(self) -> Claim[int]:
+    def take_over(self, adopt: Batch[JdbcCommittable] | None = None) -> Claim[int]:
         """Step 1: claim the sink (new epoch) and resolve what earlier runs left in doubt.
 
         Serialised with every decision by the sink's advisory lock (exclusive here,
         shared in ``record``): no older run can record a decision between the rollback
         of its transactions and the epoch bump that fences it. The claim's fence is the
-        new epoch: transactions of older epochs can no longer prepare or decide.
+        new epoch: transactions of older epochs can no longer prepare or decide. A batch
+        to ``adopt`` is recorded under that lock at the current epoch, before the
+        resolution, which then commits its winners.
         """
         cfg = self.cfg
         try:
             with kept_db(cfg) as conn:
                 self._check_target(conn)
                 with self._exclusive(conn):
+                    if adopt is not None:
+                        self._adopt_at_take_over(conn, adopt)
                     committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
                 if committed or rolled_back:
                     log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
@@ -107,6 +112,18 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         except psycopg2.Error as e:
             raise ConnectorError(f"recovering sink {cfg.sink_id!r} at {cfg.safe_url} failed: "
                                  f"{str(e).strip()}") from None
+
+    def _adopt_at_take_over(self, conn: Any, batch: Batch[JdbcCommittable]) -> None:
+        self._conn = conn
+        try:
+            if self.recorded(batch) is None:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT epoch FROM {self.sql.sinks_table} WHERE sink_id = %s",
+                                (self.cfg.sink_id,))
+                    row = cur.fetchone()
+                self.adopt(Batch(batch.batch_id, batch.committables, Claim(row[0] if row else 0)))
+        finally:
+            self._conn = None
 
     def _check_target(self, conn: Any) -> None:
         """Refuse a sink id that belongs to another table before touching its transactions."""
@@ -247,6 +264,8 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                         (batch.query_id, self.cfg.sink_id))
             others = cur.fetchall()
         for other, last in others:
+            if is_sibling(self.cfg.sink_id, other):
+                continue  # another sub-sink of the same routing sink: the same batches, decided once
             in_doubt = prepared_gids(self.conn, other)
             if last < batch.batch_id and not in_doubt:
                 continue  # an earlier spelling whose every batch is done: nothing at stake

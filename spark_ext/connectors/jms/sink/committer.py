@@ -55,6 +55,7 @@ from spark_ext.errors import (
     PredecessorSinkError,
     RetriableCommitError,
 )
+from spark_ext.options import is_sibling
 from spark_ext.retry import Backoff, Deadline, retry
 
 log = logging.getLogger(__name__)
@@ -221,11 +222,13 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
     # --- step 1 ------------------------------------------------------------------------------------
 
-    def take_over(self) -> Claim[int]:
+    def take_over(self, adopt: Batch[JmsCommittable] | None = None) -> Claim[int]:
         """Fence older runs (a new epoch), finish a decided batch, remove what is left staged.
-        Every step is idempotent, so a broker lost on the way is waited for and it starts again."""
+        Every step is idempotent, so a broker lost on the way is waited for and it starts again.
+        A batch to ``adopt`` is appended as decided under the new epoch, unless it is already."""
         try:
-            return retry(self._take_over, what="taking over the queue sink", retry_on=SessionError,
+            return retry(lambda: self._take_over(adopt), what="taking over the queue sink",
+                         retry_on=SessionError,
                          timeout_s=max(self.cfg.reconnect_timeout_s, 0.001), on_retry=lambda e: self.close(),
                          backoff=Backoff(initial_s=0.5, max_s=2.0))
         except SessionError as e:
@@ -233,9 +236,16 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         finally:
             self.close()
 
-    def _take_over(self) -> Claim[int]:
+    def _take_over(self, adopt: Batch[JmsCommittable] | None) -> Claim[int]:
         self.ensure_queues()
         ours = self._until_appended(self._new_epoch, "taking the sink over")
+        mine = ours.decision
+        if adopt is not None and not (mine is not None
+                                      and (mine.batch_id, mine.query_id) == (adopt.batch_id, adopt.query_id)):
+            self.adopt(Batch(adopt.batch_id, adopt.committables, Claim(ours.epoch)))
+            now = self.state()
+            assert now is not None
+            ours = now
         committed = 0
         if ours.decision is not None and not ours.done:
             log.warning("finishing batch %s, decided before a crash", ours.decision.batch_id)
@@ -324,6 +334,8 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
             if old.decision.batch_id < batch.batch_id and old.done:
                 continue  # an earlier name whose every batch is done: nothing at stake
             other = name[len(QUEUE_PREFIX):-len(".log")]
+            if is_sibling(self.cfg.sink_id, other):
+                continue  # another sub-sink of the same routing sink: the same batches, decided once
             self._roll_back(batch, keep=[])
             what = f"decided batch {old.decision.batch_id}" + ("" if old.done else " without finishing it")
             raise PredecessorSinkError(

@@ -77,6 +77,9 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
     def new_committer(self, config: JmsSinkConfig) -> JmsCommitter:
         return JmsCommitter(config)
 
+    def target(self, config: JmsSinkConfig) -> str:
+        return f"stomp://{config.host}:{config.port}{config.destination}"
+
 
 def _refuse_if_left_staged(session: BrokerAttributes, cfg: JmsSinkConfig) -> None:
     """A weaker run never takes the sink over, so what an exactly_once run of this sink left

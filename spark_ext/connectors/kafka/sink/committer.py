@@ -57,6 +57,7 @@ from spark_ext.errors import (
     PredecessorSinkError,
     SparkExtError,
 )
+from spark_ext.options import is_sibling
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +99,11 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     # --- before a batch (plan with prepare=True) ---------------------------------------------
 
-    def take_over(self) -> Claim[Producer]:
+    def take_over(self, adopt: Batch[KafkaCommittable] | None = None) -> Claim[Producer]:
         """Step 1: fence older drivers, finish a decided batch, abort every other open
-        transaction. The claim's fence is the commit id's producer (id and epoch)."""
-        return self._take_over(abandon_lost=False)[0]
+        transaction. The claim's fence is the commit id's producer (id and epoch). A batch
+        to ``adopt`` is recorded right after the fence, unless it is already."""
+        return self._take_over(abandon_lost=False, adopt=adopt)[0]
 
     def resolve(self) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
         """The operator's way out (``spark-ext doctor kafka resolve``): what ``take_over``
@@ -110,7 +112,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         decision and the lost winners."""
         return self._take_over(abandon_lost=True)
 
-    def _take_over(self, abandon_lost: bool) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
+    def _take_over(self, abandon_lost: bool, adopt: Batch[KafkaCommittable] | None = None,
+                   ) -> tuple[Claim[Producer], Decision | None, list[Producer]]:
         cfg = self.cfg
         with self._pooled():
             # Refuse a second query before fencing anything of the first one. Read the last
@@ -125,6 +128,9 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                 )
             commit_producer = self.client.init_producer(cfg.commit_txn_id, cfg.txn_timeout_ms)  # fence
             decision, done = self._recorded()  # again, now that no older driver can write one
+            if adopt is not None and not _decides(decision, adopt.batch_id, str(adopt.query_id)):
+                decision = self.adopt(Batch(adopt.batch_id, adopt.committables, Claim(commit_producer)))
+                done = False
             committed, lost = 0, []
             if decision is not None and not done:
                 log.warning("finishing batch %s, decided before a crash", decision.batch_id)
@@ -253,6 +259,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             if old.query_id != query:
                 continue
             prefix = group[: -len(".batches.kept")]
+            if is_sibling(self.cfg.txn_prefix, prefix):
+                continue  # another sub-sink of the same routing sink: the same batches, decided once
             pattern = re.escape(prefix) + r"-(p[0-9]+-a[0-9]+(-b[01])?|commit)"
             open_ = self.client.list_transactions(pattern, OPEN_STATES)
             if old.batch_id < batch.batch_id and state == "done" and not open_:
@@ -272,6 +280,14 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     def record(self, batch: Batch[KafkaCommittable]) -> Decision:
         """The decision, as group offsets in the commit id's transaction: its epoch is the
         claim's, so a zombie driver whose plan is older is fenced here and decides nothing."""
+        return self._write_decision(batch, vet=True)
+
+    def adopt(self, batch: Batch[KafkaCommittable]) -> Decision:
+        """``record`` without the age check: the batch is decided elsewhere, and a winner
+        the broker aborted meanwhile is reported as lost when it commits."""
+        return self._write_decision(batch, vet=False)
+
+    def _write_decision(self, batch: Batch[KafkaCommittable], vet: bool) -> Decision:
         fence = _fence(batch)
         decision = Decision(batch.batch_id, str(batch.query_id), self.cfg.checkpoint,
                             tuple(_producer(c) for c in batch.prepared))
@@ -279,7 +295,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         self._check_room(decision, parts)
         self.client.write_offsets(fence, self.cfg.group, self._offsets(decision, parts))
         assert batch.claim is not None  # _fence checked it
-        self._check_age(batch.prepared, batch.batch_id, fence, batch.claim.planned_ms)
+        if vet:
+            self._check_age(batch.prepared, batch.batch_id, fence, batch.claim.planned_ms)
         failpoints.hit("kafka.mid_decision", batch.batch_id)  # decision pending in its transaction
         self.client.end_txn(fence, commit=True)
         return decision

@@ -39,6 +39,7 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
 
     name = "kafka"
     option_spec = SINK_OPTIONS
+    id_option = "transactionalIdPrefix"
 
     def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> KafkaSinkConfig:
         cfg = KafkaSinkConfig.parse(options, guarantee)
@@ -65,6 +66,9 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
 
     def new_committer(self, config: KafkaSinkConfig) -> KafkaCommitter:
         return KafkaCommitter(config)
+
+    def target(self, config: KafkaSinkConfig) -> str | None:
+        return f"kafka://{config.bootstrap}/{config.topic}" if config.topic else None
 
 
 def _checking_client(cfg: KafkaSinkConfig) -> AbstractContextManager[KafkaTxnClient]:

@@ -1,0 +1,180 @@
+"""Driver side of the routing sink: one decision for every sub-sink (steps 1, 4, 5).
+
+``TwoPhaseCommitter.commit`` orders the steps as for any sink; the primitives here compose
+the sub-sinks' own:
+
+- ``check`` (4a): the decision log's epoch is this run's, then every sub-sink's ``check``;
+- ``record`` (4b): **the one decision**, in the decider's ``DecisionLog``;
+- ``before_winners``: every sub-sink records its copy of its part (``adopt``) and runs its
+  own ``before_winners``; a crash from here on leaves the decision to the next take-over;
+- ``commit_winner`` (4c): the sub-sinks' winners, sub-sink after sub-sink;
+- ``finish``: every sub-sink's, then the log marks the decision carried out;
+- ``roll_back_others`` (4d) / ``roll_back`` (5): every sub-sink's.
+
+``take_over`` (1) fences the log first (no older run can decide after that), then takes
+every sub-sink over handing it the last decision's part when that decision was not
+carried out: the sub-sink records it as its own before it resolves what is in doubt, so
+it is finished there, never rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import Any
+
+from spark_ext import failpoints
+from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.errors import CommitError, FatalCommitError, FencedError
+from spark_ext.routing.decision import DecisionLog, RoutingDecision
+from spark_ext.routing.writer import RoutingCommittable, RoutingFence
+
+log = logging.getLogger(__name__)
+
+
+class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
+    name = "routing"
+
+    def __init__(self, routing_id: str, subs: Mapping[str, TwoPhaseCommitter[Any, Any]],
+                 decisions: DecisionLog) -> None:
+        self.routing_id = routing_id
+        self.subs = dict(subs)
+        self.log = decisions
+        self._batch: Batch[RoutingCommittable] | None = None
+        self._decided: dict[str, Any] = {}  # each sub-sink's own copy of the decision being carried out
+        self._last_sub: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"routing sink {self.routing_id}"
+
+    # --- step 1 -------------------------------------------------------------------------------
+
+    def take_over(self, adopt: Batch[Any] | None = None) -> Claim[RoutingFence]:
+        assert adopt is None, "a routing sink is never a sub-sink"
+        epoch, last, done = self.log.take_over()
+        pending = last if last is not None and not done else None
+        if pending is not None:
+            log.warning("%s: finishing batch %s, decided before a crash, in every sub-sink", self.label,
+                        pending.batch_id)
+        claims = {}
+        for name, sub in self.subs.items():
+            part = pending.of(name) if pending is not None else ()
+            share = Batch(pending.batch_id, part, None) if pending is not None and part else None
+            claims[name] = sub.take_over(adopt=share)
+        if pending is not None:
+            with self.log.connected():
+                self.log.mark_finished(pending)
+        decided = DecidedBatch(last.batch_id, last.query_id) if last is not None else None
+        # Every sub-sink's writers skip a replay of the routing sink's last decided batch,
+        # also a sub-sink that had no rows in it (and so no decision of its own).
+        subs = tuple((n, replace(c, last_decided=_later(c.last_decided, decided))) for n, c in claims.items())
+        return Claim(RoutingFence(epoch, subs), decided,
+                     committed=sum(c.committed for c in claims.values()),
+                     rolled_back=sum(c.rolled_back for c in claims.values()), planned_ms=time.time() * 1000)
+
+    # --- the primitives of steps 4 and 5 ------------------------------------------------------------
+
+    @contextmanager
+    def connected(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            stack.enter_context(self.log.connected())
+            for sub in self.subs.values():
+                stack.enter_context(sub.connected())
+            yield
+
+    def _share(self, batch: Batch[RoutingCommittable], name: str) -> Batch[Any]:
+        """Sub-sink ``name``'s part of the batch: its committables, under its own claim."""
+        fence = _fence(batch)
+        part = tuple(c for rc in batch.committables for n, c in rc.parts if n == name)
+        return Batch(batch.batch_id, part, fence.claim(name))
+
+    def recorded(self, batch: Batch[RoutingCommittable]) -> RoutingDecision | None:
+        self._batch = batch
+        return self.log.recorded(str(batch.query_id), batch.batch_id)
+
+    def check(self, batch: Batch[RoutingCommittable]) -> None:
+        fence = _fence(batch)
+        now = self.log.epoch()
+        if now != fence.epoch:
+            # The newer run took every sub-sink over too: it resolves what this one prepared.
+            raise FencedError(f"{self.label} was taken over by a newer run (epoch {now}, this run "
+                              f"{fence.epoch}); this run commits nothing of batch {batch.batch_id}")
+        for name, sub in self.subs.items():
+            share = self._share(batch, name)
+            if share.prepared:
+                sub.check(share)
+
+    def record(self, batch: Batch[RoutingCommittable]) -> RoutingDecision:
+        parts = []
+        for name in self.subs:
+            prepared = tuple(c for c in self._share(batch, name).prepared)
+            if prepared:
+                parts.append((name, prepared))
+        decision = RoutingDecision(batch.batch_id, str(batch.query_id), tuple(parts))
+        return self.log.record(decision, _fence(batch).epoch)
+
+    def finished(self, decision: RoutingDecision) -> bool:
+        return self.log.finished(decision)
+
+    def before_winners(self, decision: RoutingDecision) -> None:
+        """Every sub-sink's own copy of its part, before any winner commits (also on a retry)."""
+        batch = self._batch
+        assert batch is not None, "recorded() runs first"
+        self._decided = {}
+        for name, part in decision.parts:
+            sub = self.subs[name]
+            share = Batch(decision.batch_id, part, _fence(batch).claim(name))
+            own = sub.recorded(share) or sub.adopt(share)
+            sub.before_winners(own)
+            self._decided[name] = own
+
+    def winners(self, decision: RoutingDecision) -> Sequence[tuple[str, Any]]:
+        return [(name, w) for name, own in self._decided.items() for w in self.subs[name].winners(own)]
+
+    def commit_winner(self, decision: RoutingDecision, winner: tuple[str, Any]) -> bool:
+        name, w = winner
+        if self._last_sub is not None and name != self._last_sub:
+            failpoints.hit("routing.between_sinks", decision.batch_id)
+        self._last_sub = name
+        return self.subs[name].commit_winner(self._decided[name], w)
+
+    def lost(self, decision: RoutingDecision, lost: Sequence[tuple[str, Any]]) -> CommitError:
+        texts = []
+        for name in self._decided:
+            mine = [w for n, w in lost if n == name]
+            if mine:
+                texts.append(f"sub-sink {name!r}: {self.subs[name].lost(self._decided[name], mine)}")
+        return FatalCommitError(f"{self.label}, batch {decision.batch_id}: " + "; ".join(texts))
+
+    def finish(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> None:
+        for name, own in self._decided.items():
+            self.subs[name].finish(self._share(batch, name), own)
+        self.log.mark_finished(decision)
+
+    def roll_back_others(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> None:
+        for name, own in self._decided.items():
+            self.subs[name].roll_back_others(self._share(batch, name), own)
+
+    def roll_back(self, batch: Batch[RoutingCommittable]) -> None:
+        for name, sub in self.subs.items():
+            sub.roll_back(self._share(batch, name))
+
+
+def _fence(batch: Batch[Any]) -> RoutingFence:
+    if batch.claim is None or not isinstance(batch.claim.fence, RoutingFence):
+        raise FatalCommitError(f"batch {batch.batch_id}: its tasks reported no routing claim; exactly_once "
+                               "plans take the sink over before the tasks run, so this is a bug")
+    return batch.claim.fence
+
+
+def _later(a: DecidedBatch | None, b: DecidedBatch | None) -> DecidedBatch | None:
+    if a is None or b is None:
+        return a or b
+    if a.query_id != b.query_id:
+        return b  # the routing sink's own record names the query running now
+    return a if a.batch_id >= b.batch_id else b
+

@@ -1,0 +1,123 @@
+"""The routing sink's options: named sub-sinks, each configured as it would be alone.
+
+    .option("connector", "routing")
+    .option("routeColumn", "sink")                 # which sub-sink a row goes to
+    .option("sinks.ledger.connector", "jdbc")      # then every option of that connector
+    .option("sinks.ledger.columns", "id,amount")   # the columns it gets (default: all but the route)
+    .option("sinks.ledger.url", ...)
+
+Driver only, pure: no connections. Each sub-sink's id (``sinkId``, or the Kafka sink's
+``transactionalIdPrefix``) is derived from the routing sink's: ``<routing id>--<name>``, so
+sub-sinks of one query know each other (``spark_ext.options.is_sibling``) and never clash.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyspark.sql.types import StructType
+
+from spark_ext.errors import InvalidOptionError, MissingOptionError
+from spark_ext.options import SEPARATOR, Option, Options, OptionSpec, stable_sink_id
+
+_NAME = re.compile(r"^[a-z0-9_]{1,40}$")
+_SUB = re.compile(r"^sinks\.([^.]+)\.(.+)$")
+
+ROUTING_OPTIONS = OptionSpec.of(
+    Option("routeColumn", "A string column naming each row's sub-sink; a row naming none of them fails "
+           "its batch, naming the value.", default="sink"),
+    Option("sinkId", "Stable name of the routing sink (1-64 letters, digits, `_`, `-`, `.`); the sub-sinks' "
+           "ids are derived from it. `exactly_once` needs it or a `checkpointLocation`.",
+           shown="derived from `checkpointLocation`"),
+    Option("decider", "The sub-sink whose system holds the routing decisions (a `jdbc` sub-sink).",
+           shown="the first `jdbc` sub-sink by name"),
+    Option("sinks.*", "`sinks.<name>.connector` names a sub-sink's connector; `sinks.<name>.columns` the "
+           "columns it receives (comma-separated; default every column but the route column); every "
+           "other `sinks.<name>.<option>` is that connector's own option."),
+    prefixes=("sinks.",),
+)
+
+
+@dataclass(frozen=True)
+class SubSinkSpec:
+    """One named sub-sink: its connector, its own options, the columns it receives."""
+
+    name: str
+    connector: str
+    options: tuple[tuple[str, str], ...]
+    columns: tuple[str, ...]
+
+    def schema(self, full: StructType) -> StructType:
+        return StructType([full[c] for c in self.columns])
+
+
+@dataclass(frozen=True)
+class RoutingSpec:
+    routing_id: str | None
+    route_column: str
+    decider: str | None
+    subs: tuple[SubSinkSpec, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.subs)
+
+    def sub_id(self, name: str) -> str | None:
+        return f"{self.routing_id}{SEPARATOR}{name}" if self.routing_id else None
+
+
+def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
+    ROUTING_OPTIONS.check(opts.raw(), "hzsink connector 'routing'")
+    route = opts.get_str("routecolumn", ROUTING_OPTIONS.default_str("routeColumn"))
+    assert route is not None
+    if route not in schema.names:
+        raise InvalidOptionError(f"routeColumn {route!r} is not a column of the DataFrame (columns: "
+                                 f"{', '.join(schema.names)}); add it, or set option routeColumn")
+    grouped: dict[str, dict[str, str]] = {}
+    for key, value in opts.raw().items():
+        m = _SUB.match(key)
+        if key.startswith("sinks.") and not m:
+            raise InvalidOptionError(f"option {key!r}: sub-sink options are spelled sinks.<name>.<option>")
+        if m:
+            grouped.setdefault(m.group(1), {})[m.group(2)] = value
+    if not grouped:
+        raise MissingOptionError("hzsink connector 'routing' needs at least one sub-sink: .option("
+                                 "'sinks.<name>.connector', 'jdbc' | 'kafka' | 'jms') and its options")
+    rid = stable_sink_id(opts, "routing", exactly_once, "(the sub-sinks' ids derive from it)")
+    if rid is not None and opts.get_str("sinkid") is None:
+        rid = "rt-" + rid.removeprefix("ck-")
+    subs = []
+    for name in sorted(grouped):
+        own = dict(grouped[name])
+        if not _NAME.match(name):
+            raise InvalidOptionError(f"sub-sink name {name!r}: use 1-40 lower-case letters, digits or '_'")
+        connector = own.pop("connector", None)
+        if not connector:
+            raise MissingOptionError(f"sub-sink {name!r} needs option 'sinks.{name}.connector'")
+        if connector.strip().lower() == "routing":
+            raise InvalidOptionError(f"sub-sink {name!r}: a routing sink cannot hold another routing sink")
+        for taken in ("guarantee", "sinkid", "transactionalidprefix", "checkpointlocation"):
+            if taken in own:
+                raise InvalidOptionError(
+                    f"option 'sinks.{name}.{taken}': set it on the routing sink itself (every sub-sink "
+                    "writes under the routing sink's guarantee, and its id derives from the routing sink's)")
+        cols_text = own.pop("columns", None)
+        cols = tuple(c.strip() for c in cols_text.split(",") if c.strip()) if cols_text else \
+            tuple(c for c in schema.names if c != route)
+        missing = [c for c in cols if c not in schema.names]
+        if missing or not cols:
+            named = ", ".join(missing) or "no column"
+            raise InvalidOptionError(f"option 'sinks.{name}.columns' names {named}, "
+                                     f"not among the DataFrame's columns: {', '.join(schema.names)}")
+        subs.append(SubSinkSpec(name, connector.strip().lower(), tuple(sorted(own.items())), cols))
+    decider = opts.get_str("decider")
+    if decider is not None and decider.lower() not in grouped:
+        raise InvalidOptionError(f"option 'decider' is {decider!r}, not a sub-sink: "
+                                 f"{', '.join(sorted(grouped))}")
+    if rid is not None and len(rid) + len(SEPARATOR) + max(len(s.name) for s in subs) > 64:
+        raise InvalidOptionError(f"sinkId {rid!r} with sub-sink names makes ids over 64 characters; use a "
+                                 "shorter sinkId or shorter names")
+    return RoutingSpec(rid, route, decider.lower() if decider else None, tuple(subs))
+
+

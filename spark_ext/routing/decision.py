@@ -1,0 +1,111 @@
+"""The routing sink's decision and the log that holds it.
+
+A routing batch is decided once: one row (or record) in one system, the *decider*,
+names every sub-sink's winning task attempts. Each sub-sink then records its own copy of
+that decision (its own primitive, fenced by its own claim) before any of its winners
+commits, so a sub-sink's own take-over can finish its part; a take-over of the routing
+sink hands every sub-sink the last routing decision not yet finished, which it records
+as its own before it resolves what is in doubt (``TwoPhaseCommitter.take_over(adopt=)``).
+
+``DecisionLog`` is what a connector offers to be a decider (the PostgreSQL sink does:
+``spark_ext.connectors.jdbc.routing_log``). Committables travel in it as JSON naming their
+class; only spark-ext's own frozen dataclasses are read back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from spark_ext.commit import Committable
+from spark_ext.errors import FatalCommitError
+
+
+@dataclass(frozen=True)
+class RoutingDecision:
+    """Batch ``batch_id`` of query ``query_id`` commits, in each named sub-sink, the
+    transactions its committables name (the prepared ones of the tasks Spark took)."""
+
+    batch_id: int
+    query_id: str
+    parts: tuple[tuple[str, tuple[Committable, ...]], ...]
+
+    def of(self, name: str) -> tuple[Committable, ...]:
+        return dict(self.parts).get(name, ())
+
+    def to_json(self) -> str:
+        return json.dumps({"b": self.batch_id, "q": self.query_id,
+                           "p": [[n, [_encode(c) for c in cs]] for n, cs in self.parts]},
+                          separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> RoutingDecision:
+        d = json.loads(text)
+        return RoutingDecision(int(d["b"]), str(d["q"]),
+                               tuple((str(n), tuple(_decode(c) for c in cs)) for n, cs in d["p"]))
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        return {"@": f"{cls.__module__}:{cls.__qualname__}",
+                **{f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, (tuple, list)):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, Mapping) and "@" in value:
+        module, _, name = str(value["@"]).partition(":")
+        if not module.startswith("spark_ext."):
+            raise FatalCommitError(f"a routing decision names class {value['@']!r}, not one of spark-ext's: "
+                                   "the decision log was edited by hand")
+        cls: Any = importlib.import_module(module)
+        for part in name.split("."):
+            cls = getattr(cls, part)
+        return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    return value
+
+
+class DecisionLog(ABC):
+    """Where a routing sink's decisions live: durable, fenced by an epoch, one decision
+    per (query, batch). Driver only; every call but ``take_over`` runs inside ``connected``."""
+
+    @abstractmethod
+    def connected(self) -> AbstractContextManager[Any]:
+        """The connection the calls below share, for one take-over, commit or abort."""
+
+    @abstractmethod
+    def take_over(self) -> tuple[int, RoutingDecision | None, bool]:
+        """A new epoch (no older run can record after this returns), the last decision and
+        whether it was finished."""
+
+    @abstractmethod
+    def recorded(self, query_id: str, batch_id: int) -> RoutingDecision | None:
+        """The decision of this batch of this query, if one was recorded."""
+
+    @abstractmethod
+    def epoch(self) -> int | None:
+        """The current epoch (None: the log was never taken over)."""
+
+    @abstractmethod
+    def record(self, decision: RoutingDecision, epoch: int) -> RoutingDecision:
+        """Record ``decision`` if ``epoch`` is still current (else ``FencedError``);
+        an earlier decision of the same batch wins over this one and is returned."""
+
+    @abstractmethod
+    def finished(self, decision: RoutingDecision) -> bool:
+        """Was ``decision`` carried out in every sub-sink?"""
+
+    @abstractmethod
+    def mark_finished(self, decision: RoutingDecision) -> None:
+        """Note that ``decision`` was carried out in every sub-sink; prune old entries."""
