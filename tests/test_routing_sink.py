@@ -52,7 +52,8 @@ class Targets:
     def committed(self) -> dict[str, list[int]]:
         self._read.extend(int(b) for b in stomp_util.drain(self.s, self.queue))
         return {
-            "ledger": sorted(r[0] for r in pg_util.query(self.s.postgres_url, f"SELECT id FROM {self.table}")),
+            "ledger": sorted(r[0] for r in pg_util.query(self.s.postgres_url,
+                                                         f"SELECT id FROM {self.table}")),
             "alerts": sorted(int(v) for _, _, v in kafka_sink.consume(self.s.kafka_bootstrap, self.topic)),
             "notes": sorted(self._read),
         }
@@ -76,7 +77,8 @@ def _run(tmp: Path, options: dict[str, str], failpoint: str = "-", tasks: int = 
     argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"), str(tmp / "ckpt"),
             "|".join(_SELECT), failpoint, *(f"{k}={v}" for k, v in options.items())]
     env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": str(tasks)}
-    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600,
+                          env=env)
 
 
 @pytest.mark.parametrize("points", [
