@@ -83,8 +83,8 @@ def _run(tmp: Path, options: dict[str, str], failpoint: str = "-", tasks: int = 
 
 @pytest.mark.parametrize("points", [
     pytest.param(("routing.after_decision", "routing.between_sinks"), id="decided-and-between-sinks"),
-    pytest.param(("routing.before_decision", "kafka.mid_decision", "routing.mid_commit", "routing.after_done"),
-                 id="every-other-step", marks=pytest.mark.campaign),
+    pytest.param(("routing.before_decision", "kafka.mid_decision", "routing.mid_commit",
+                  "routing.after_done"), id="every-other-step", marks=pytest.mark.campaign),
 ])
 def test_kill_9_at_the_routing_steps_leaves_every_system_exactly_once(services, tmp_path, points):
     """Point k strikes in batch k, after batches 0..k-1 committed; after each crash every
