@@ -43,16 +43,12 @@ reports naming two claims are refused.
 
 The crash points (``spark_ext.failpoints``) at the step boundaries are hit here, named
 ``<committer name>.<point>``, so every sink has the same ones: ``before_decision``,
-``after_decision``, ``mid_commit`` (after the first winner), ``after_done``.
-
-Several sinks, one decision: the routing sink (``spark_ext.routing``) is a committer like
-any other, whose primitives compose its sub-sinks' in this same order. Its step 4b is
-the one decision, in one system; each sub-sink then records its own copy of its part
-(``adopt``) before any of its winners commits, and a routing take-over hands each
-sub-sink the last decision not carried out (``take_over(adopt=...)``).
-
-Weaker guarantees plug in the same way: at-least-once and none writers flush before
-returning, the plan skips ``take_over`` and uses ``NoOpCommitter``.
+``after_decision``, ``mid_commit`` (after the first winner), ``after_done``. Weaker
+guarantees plug in the same way: their writers flush before returning, the plan skips
+``take_over`` and uses ``NoOpCommitter``. The routing sink (``spark_ext.routing``)
+composes its sub-sinks' primitives in this same order: its 4b is the one decision; each
+sub-sink records its part as its own (``adopt``) before any winner commits, and its
+take-over hands each sub-sink an unfinished one.
 
 Where each object lives: ``SinkPlan`` is built on the driver and pickled to executors
 and to the driver's commit worker; it holds only plain configuration and the claim,
@@ -273,10 +269,9 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         """Step 1: fence older runs, resolve what is in doubt, return this run's claim.
 
         Driver, before every batch of an exactly-once query; raising stops the query
-        before the batch starts. ``adopt``: a batch decided elsewhere (a routing sink's
-        one decision) whose own record this sink may lack; once older runs are fenced and
-        before anything is resolved, it is recorded here (``adopt``) unless it is already,
-        so its transactions are finished, never rolled back.
+        before the batch starts. ``adopt``: a batch decided elsewhere (a routing sink's),
+        recorded here once older runs are fenced and before anything is resolved, unless
+        it is already, so its transactions are finished, never rolled back.
         """
 
     def connected(self) -> AbstractContextManager[Any]:
@@ -300,16 +295,13 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         by the claim. Returns the decision (an earlier one, if a race recorded it first)."""
 
     def adopt(self, batch: Batch[C]) -> D:
-        """Record, as this sink's own, the decision another committer made for ``batch``
-        (a routing sink's, already durable): like ``record``, fenced by ``batch.claim``,
-        but never refusing the batch on its own account, since it is decided. Default:
-        ``record``, for sinks whose ``record`` refuses nothing but a stale claim."""
+        """``record`` a decision made elsewhere (a routing sink's, durable already): fenced
+        by ``batch.claim``, never refusing the batch on its own account. Default: ``record``."""
         return self.record(batch)
 
     def finished(self, decision: D) -> bool:
         """Was ``decision`` carried out to its end (every winner committed, marked done)?
-        Then a retry or a replay has nothing left to commit. Default: not known, so the
-        winners are committed again (``commit_winner`` is idempotent)."""
+        Default: not known, so the winners are committed again (idempotently)."""
         return False
 
     def before_winners(self, decision: D) -> None:

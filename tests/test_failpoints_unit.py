@@ -41,7 +41,7 @@ def test_the_suite_and_the_short_campaign_crash_at_every_failpoint_in_the_code()
                                  (root / "spark_ext" / "commit.py").read_text()))
     sinks = {m for text in code.values() if "TwoPhaseCommitter[" in text
              for m in re.findall(r"""^    name = ["'](\w+)["']""", text, re.M)}
-    assert core_points and sinks == {"jdbc", "jms", "kafka"}
+    assert core_points and sinks == {"jdbc", "jms", "kafka", "routing"}
     in_code |= {f"{sink}.{point}" for sink in sinks for point in core_points}
     elsewhere = crashed_points()
     campaign = {f.target if f.kind == "failpoint" else f"task:{f.target}"

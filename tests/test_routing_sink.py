@@ -17,6 +17,7 @@ import pytest
 from spark_ext import failpoints
 from tests.support import kafka_sink, kafka_util, pg_util, stomp_util
 from tests.support.jms_sink import staged_tokens
+from tests.support.sinks import ROUTING_POINTS
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -81,10 +82,17 @@ def _run(tmp: Path, options: dict[str, str], failpoint: str = "-", tasks: int = 
                           env=env)
 
 
+_FIRST = ("routing.after_decision", "routing.between_sinks")  # make test
+_OTHERS = ("routing.before_decision", "kafka.mid_decision", "routing.mid_commit", "routing.after_done")
+
+
+def test_the_routing_points_the_suite_claims_are_the_ones_struck_here():
+    assert set(_FIRST) | set(_OTHERS) >= set(ROUTING_POINTS)
+
+
 @pytest.mark.parametrize("points", [
-    pytest.param(("routing.after_decision", "routing.between_sinks"), id="decided-and-between-sinks"),
-    pytest.param(("routing.before_decision", "kafka.mid_decision", "routing.mid_commit",
-                  "routing.after_done"), id="every-other-step", marks=pytest.mark.campaign),
+    pytest.param(_FIRST, id="decided-and-between-sinks"),
+    pytest.param(_OTHERS, id="every-other-step", marks=pytest.mark.campaign),
 ])
 def test_kill_9_at_the_routing_steps_leaves_every_system_exactly_once(services, tmp_path, points):
     """Point k strikes in batch k, after batches 0..k-1 committed; after each crash every

@@ -25,6 +25,9 @@ _NAME = re.compile(r"^[a-z0-9_]{1,40}$")
 _SUB = re.compile(r"^sinks\.([^.]+)\.(.+)$")
 
 ROUTING_OPTIONS = OptionSpec.of(
+    Option("guarantee", "Every sub-sink's: `exactly_once` decides each batch once for all of them (every "
+           "sub-sink must support it, and one must be a `jdbc` sink to hold the decisions); `at_least_once` "
+           "and `none`: each sub-sink writes as it does alone.", default="exactly_once"),
     Option("routeColumn", "A string column naming each row's sub-sink; a row naming none of them fails "
            "its batch, naming the value.", default="sink"),
     Option("sinkId", "Stable name of the routing sink (1-64 letters, digits, `_`, `-`, `.`); the sub-sinks' "

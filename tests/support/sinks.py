@@ -262,10 +262,15 @@ SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "j
 QUEUE_SOURCE_POINTS = ("jms.before_ack", "jms.mid_ack")
 
 
+#: The routing sink's points (tests/test_routing_sink.py strikes each).
+ROUTING_POINTS = ("routing.before_decision", "routing.after_decision", "routing.between_sinks",
+                  "routing.mid_commit", "routing.after_done")
+
+
 def crashed_points() -> frozenset[str]:
     """Every crash point the suite strikes outside the short campaign: the conformance
-    suite's (``task:`` for a killed task) and the queue source's."""
-    out: set[str] = set(QUEUE_SOURCE_POINTS)
+    suite's (``task:`` for a killed task), the routing sink's and the queue source's."""
+    out: set[str] = set(QUEUE_SOURCE_POINTS) | set(ROUTING_POINTS)
     for case in SINKS.values():
         out.update(f"{case.name}.{p}" for p in PROTOCOL_POINTS)
         out.update((*case.extra_points, case.written_point, f"task:{case.task_point}"))
