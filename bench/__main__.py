@@ -34,6 +34,7 @@ CASES: dict[str, str] = {
     "window_session": "bench.windows:session",
     "peer_kafka_eo": "bench.peer_kafka:run",
     "peer_latency_eo": "bench.peer_latency:run",
+    "routing_write": "bench.routing_write:run",
 }
 
 
