@@ -57,6 +57,7 @@ def test_a_kafka_restart_while_a_task_writes_is_ridden_out(services, guarantee):
 
 
 @pytest.mark.restarts_services
+@pytest.mark.campaign  # make faults: 36 s of make test's serial part, over its budget
 def test_kafka_kept_connections_serve_the_batches_after_a_broker_restart(services, monkeypatch):
     """Spark reuses the driver's planning and commit workers and the executors' Python
     workers, so the sink and the source's readers keep their Kafka connections from batch

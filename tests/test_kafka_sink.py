@@ -121,6 +121,7 @@ def test_task_failure_commits_nothing_of_the_batch_then_restart_writes_it_once(s
     assert open_transactions(listener, prefix_of(tmp_path / "ckpt")) == []
 
 
+@pytest.mark.campaign  # make faults; make test's conformance suite crashes every point on plain text
 @pytest.mark.parametrize("point,listener", [("kafka.after_decision", "sasl_ssl")], indirect=["listener"])
 def test_kill_9_of_the_driver_then_restart_is_exactly_once_over_sasl_ssl(services, tmp_path, point, listener):
     """The conformance suite crashes every point on plain text; this one crashes over

@@ -16,7 +16,7 @@ from spark_ext.errors import ConfigurationError, ConnectorError, FencedError, Un
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.routing import RoutingSink
-from tests.test_routing_sink import Targets
+from tests.support.routing import Targets
 
 pytestmark = [pytest.mark.services]
 
@@ -143,3 +143,35 @@ def test_two_tables_of_one_database_are_two_sub_sinks_of_one_query(services, tmp
     assert t.committed()["ledger"] == [0, 3, 12, 15]
     audited = pg_util.query(services.postgres_url, f"SELECT id FROM {audit}")
     assert sorted(r[0] for r in audited) == [1, 4, 10, 13]
+
+
+def test_a_copied_checkpoint_is_refused_naming_the_routing_sink_the_query_ran_as(services, tmp_path):
+    """Batch 0 was decided under the checkpoint at ``ck`` and the driver died before carrying
+    it out; the checkpoint copied to ``copy`` is a new routing sink (new sub-sink ids) whose
+    replay of batch 0 would write it again in every system. Refused, naming the old routing
+    sink, nothing committed; the way out the message names (the old location) finishes the
+    batch once, and the copy left nothing in doubt."""
+    from spark_ext.commit import Batch
+    from spark_ext.errors import PredecessorSinkError
+    from spark_ext.options import checkpoint_sink_id
+
+    t = Targets(services)
+    opts, qid = t.options(), str(uuid.uuid4())
+    old = _plan(opts, tmp_path / "ck")
+    wrote = old.new_writer().write(iter([_rows([0, 1, 2])]), TaskInfo(qid, 0, 0, 0, 1))
+    committer, batch = old.new_committer(), Batch(0, (wrote,), old.claim)
+    with committer.connected():  # steps 4a and 4b, then the driver dies
+        assert committer.recorded(batch) is None
+        committer.check(batch)
+        committer.record(batch)
+    old_id = "rt-" + checkpoint_sink_id(str(tmp_path / "ck")).removeprefix("ck-")
+    copy = _plan(opts, tmp_path / "copy")
+    again = copy.new_writer().write(iter([_rows([0, 1, 2])]), TaskInfo(qid, 0, 0, 0, 2))
+    with pytest.raises(PredecessorSinkError, match=f"ran before as routing sink '{old_id}', which decided "
+                                                   "batch 0 without finishing it"):
+        copy.new_committer().commit([again], 0, copy.claim)
+    assert t.committed() == {"ledger": [], "alerts": [], "notes": []}
+    _plan(opts, tmp_path / "ck")  # the old location: its take-over finishes batch 0
+    assert t.committed() == {"ledger": [0], "alerts": [1], "notes": [2]}
+    copy_id = "rt-" + checkpoint_sink_id(str(tmp_path / "copy")).removeprefix("ck-")
+    assert t.in_doubt(copy_id) == [] and t.in_doubt(old_id) == []

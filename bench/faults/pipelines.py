@@ -20,6 +20,8 @@ KAFKA_SINK_POINTS = ("kafka.before_decision", "kafka.mid_decision", "kafka.after
 JDBC_SINK_POINTS = ("jdbc.before_prepare", "jdbc.after_prepare", "jdbc.before_decision",
                     "jdbc.after_decision", "jdbc.mid_commit", "jdbc.after_done")
 JMS_SINK_POINTS = ("jms.before_decision", "jms.after_decision", "jms.mid_commit", "jms.after_done")
+ROUTING_SINK_POINTS = ("routing.before_decision", "routing.after_decision", "routing.between_sinks",
+                       "routing.mid_commit", "routing.after_done", "kafka.mid_decision")
 OPEN_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
 
 
@@ -29,7 +31,7 @@ class Pipeline:
 
     name: str
     source: str  # kafka | jms
-    sink: str  # kafka | jdbc | jms
+    sink: str  # kafka | jdbc | jms | routing (ids % 3 to PostgreSQL, Kafka and the queue)
     guarantee: str
     points: tuple[str, ...]  # driver crash points of its source and sink, each crashed once
     task_point: str  # where a task dies after preparing (Spark retries it): a failpoint name
@@ -69,6 +71,9 @@ PIPELINES = {p.name: p for p in [
     # management-listed property holds (the queue sink's log is read back that way).
     Pipeline("kafka_to_jms_16tasks", "kafka", "jms", "exactly_once", ("kafka.read", *JMS_SINK_POINTS),
              "jms.after_stage", ("kafka", "artemis"), tasks=16),
+    # One query, three systems, one decision a batch (the routing sink).
+    Pipeline("kafka_to_routing", "kafka", "routing", "exactly_once", ("kafka.read", *ROUTING_SINK_POINTS),
+             "jdbc.after_prepare", ("kafka", "postgres", "artemis"), resets=True),
 ]}
 
 # The pipelines the short campaign runs (make faults, first). kafka_to_kafka_alo and
@@ -81,9 +86,11 @@ PIPELINES = {p.name: p for p in [
 # another PostgreSQL pipeline, and the queue source's own suite kills Artemis ->
 # PostgreSQL at each of its points in turn. kafka_to_jms_16tasks as well: the conformance
 # suite kills each sink after a decision at 16 tasks a batch (and at 200 in make faults).
+# kafka_to_routing: the suite kills the routing sink at each of its points
+# (tests/test_routing_sink.py); its seeded campaign runs with the others.
 SHORT_PIPELINES = [name for name in PIPELINES
                    if name not in ("kafka_to_kafka_alo", "kafka_to_jms", "kafka_to_jdbc", "jms_to_jdbc",
-                                   "kafka_to_jms_16tasks")]
+                                   "kafka_to_jms_16tasks", "kafka_to_routing")]
 
 
 class PipelineRun:
@@ -102,7 +109,7 @@ class PipelineRun:
         self.read_before: set[str] = set()  # what inputs before a checkpoint reset held (all read)
         self.sink_id: str | None = None  # option sinkId, once a moved checkpoint carries the old sink on
         self.former: list[tuple[Path, str | None]] = []  # checkpoints moved away from, with their sinkId
-        if p.sink == "kafka":
+        if p.sink in ("kafka", "routing"):
             self._create_topic(self.out, 3)
         self.new_input()
 
@@ -172,10 +179,11 @@ class PipelineRun:
         shutil.copytree(self.checkpoint, copy)
         self.checkpoint = copy
 
-    @staticmethod
-    def sink_of(checkpoint: Path, sink_id: str | None) -> str:
-        """The PostgreSQL / queue sink's id: option sinkId, else derived from the checkpoint."""
-        return sink_id or checkpoint_sink_id(str(checkpoint))
+    def sink_of(self, checkpoint: Path, sink_id: str | None) -> str:
+        """The PostgreSQL / queue / routing sink's id: option sinkId, else derived from the
+        checkpoint."""
+        derived = checkpoint_sink_id(str(checkpoint))
+        return sink_id or ("rt-" + derived.removeprefix("ck-") if self.p.sink == "routing" else derived)
 
     def _create_topic(self, name: str, partitions: int) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic
@@ -265,30 +273,45 @@ class PipelineRun:
                            f"extract(epoch FROM window_end)::bigint, n, total, top FROM {self.out} "
                            "WHERE account <> '~flush'")
             return ["|".join(map(str, r)) for r in rows]
+        if self.p.sink == "routing":  # every id in the system its id % 3 names, nowhere else
+            held = {0: self._table_ids(), 1: _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out),
+                    2: drain_queue(self.env, f"/queue/{self.out}")}
+            return [i for where, ids in held.items() for i in ids if int(i) % 3 == where]
         if self.p.sink == "jdbc":
-            rows = run_sql(self.env["POSTGRES_URL"], f"SELECT id, v FROM {self.out}")
-            return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
+            return self._table_ids()
         if self.p.sink == "jms":
             return drain_queue(self.env, f"/queue/{self.out}")
         return _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out)
+
+    def _table_ids(self) -> list[str]:
+        rows = run_sql(self.env["POSTGRES_URL"], f"SELECT id, v FROM {self.out}")
+        return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
 
     def in_doubt(self) -> int:
         """Prepared PostgreSQL transactions, open Kafka transactions, or messages left in the
         queue sink's staging queue, of the sink and of every identity a moved checkpoint had."""
         identities = [*self.former, (self.checkpoint, self.sink_id)]
         sinks = {self.sink_of(c, s) for c, s in identities}
-        if self.p.sink == "jms":
-            return sum(_staged(self.env, sink) for sink in sinks)
-        if self.p.sink == "jdbc":
-            return sum(int(run_sql(self.env["POSTGRES_URL"], "SELECT count(*) FROM pg_prepared_xacts "
-                                   f"WHERE gid LIKE 'sx:{sink}:%'")[0][0]) for sink in sinks)
+        if self.p.sink == "routing":  # its sub-sinks' ids: <routing id>--<name>
+            return sum(self._in_doubt_of(kind, f"{rid}--{name}") for rid in sinks
+                       for kind, name in (("jdbc", "ledger"), ("kafka", "alerts"), ("jms", "notes")))
+        if self.p.sink == "kafka":
+            prefixes = {kafka_sink_prefix(c) for c, _ in identities}
+            return sum(self._in_doubt_of("kafka", prefix) for prefix in prefixes)
+        return sum(self._in_doubt_of(self.p.sink, sink) for sink in sinks)
+
+    def _in_doubt_of(self, kind: str, sink: str) -> int:
+        """What sink ``sink`` (for Kafka: its prefix) of connector ``kind`` left in doubt."""
+        if kind == "jms":
+            return _staged(self.env, sink)
+        if kind == "jdbc":
+            return int(run_sql(self.env["POSTGRES_URL"], "SELECT count(*) FROM pg_prepared_xacts "
+                               f"WHERE gid LIKE 'sx:{sink}:%'")[0][0])
         from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 
-        prefixes = {kafka_sink_prefix(c) for c, _ in identities}
         client = KafkaTxnClient(self.env["KAFKA_BOOTSTRAP_SERVERS"])
         try:
-            return sum(len(client.list_transactions(prefix.replace(".", r"\.") + "-.*", OPEN_STATES))
-                       for prefix in prefixes)
+            return len(client.list_transactions(sink.replace(".", r"\.") + "-.*", OPEN_STATES))
         finally:
             client.close()
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
-from spark_ext.errors import CommitError, FatalCommitError, FencedError
+from spark_ext.errors import CommitError, FatalCommitError, FencedError, PredecessorSinkError
 from spark_ext.routing.decision import DecisionLog, RoutingDecision
 from spark_ext.routing.writer import RoutingCommittable, RoutingFence
 
@@ -103,10 +103,29 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             # The newer run took every sub-sink over too: it resolves what this one prepared.
             raise FencedError(f"{self.label} was taken over by a newer run (epoch {now}, this run "
                               f"{fence.epoch}); this run commits nothing of batch {batch.batch_id}")
+        self._check_predecessors(batch)
         for name, sub in self.subs.items():
             share = self._share(batch, name)
             if share.prepared:
                 sub.check(share)
+
+    def _check_predecessors(self, batch: Batch[RoutingCommittable]) -> None:
+        """Refuse to decide a batch that this query already decided as another routing sink:
+        the checkpoint was copied to a new path, or spelled differently (a new routing id,
+        and new sub-sink ids), so each sub-sink would write the batch again, and the old
+        routing sink's unfinished decision would wait for ever."""
+        query = str(batch.query_id)
+        for other, last, finished in self.log.predecessors(query):
+            if last < batch.batch_id and finished:
+                continue  # an earlier name whose every batch is done: nothing at stake
+            self.roll_back(batch)
+            raise PredecessorSinkError(
+                f"query {query} ran before as routing sink {other!r}, which decided batch {last}"
+                f"{'' if finished else ' without finishing it'}; this run is routing sink "
+                f"{self.routing_id!r} (the checkpoint was copied or spelled differently, or sinkId changed) "
+                f"and would write batch {batch.batch_id} again in every sub-sink. Restart the query from its "
+                "old checkpoint location until it has committed a batch, stop it, then move the checkpoint; "
+                "nothing of this batch was committed")
 
     def record(self, batch: Batch[RoutingCommittable]) -> RoutingDecision:
         parts = []

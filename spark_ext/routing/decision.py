@@ -103,6 +103,11 @@ class DecisionLog(ABC):
         an earlier decision of the same batch wins over this one and is returned."""
 
     @abstractmethod
+    def predecessors(self, query_id: str) -> list[tuple[str, int, bool]]:
+        """Other routing sinks that decided batches of this query (a checkpoint copied or
+        spelled differently): (their id, their last decided batch, finished or not)."""
+
+    @abstractmethod
     def finished(self, decision: RoutingDecision) -> bool:
         """Was ``decision`` carried out in every sub-sink?"""
 

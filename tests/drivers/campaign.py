@@ -54,7 +54,29 @@ def _windows(df: Any, state_location: str | None) -> Any:
                            partition_column="partition", state_location=state_location)
 
 
+def _routed(df: Any, spec: dict[str, Any]) -> Any:
+    """The routing sink: each id to PostgreSQL, Kafka or the queue by ``id % 3``."""
+    df = df.selectExpr("CASE CAST(id AS BIGINT) % 3 WHEN 0 THEN 'ledger' WHEN 1 THEN 'alerts' "
+                       "ELSE 'notes' END AS sink", "id", "v", "id AS key", "id AS value", "id AS body")
+    out = spec["out"]
+    w = df.writeStream.format("hzsink").option("checkpointLocation", spec["checkpoint"])
+    opts = {"connector": "routing",
+            "sinks.ledger.connector": "jdbc", "sinks.ledger.url": spec["url"], "sinks.ledger.dbtable": out,
+            "sinks.ledger.createTable": "true", "sinks.ledger.columns": "id,v",
+            "sinks.alerts.connector": "kafka", "sinks.alerts.kafka.bootstrap.servers": spec["bootstrap"],
+            "sinks.alerts.topic": out, "sinks.alerts.columns": "key,value",
+            "sinks.notes.connector": "jms", "sinks.notes.host": spec["stomp_host"],
+            "sinks.notes.port": spec["stomp_port"], "sinks.notes.user": spec["stomp_user"],
+            "sinks.notes.password": spec["stomp_password"], "sinks.notes.destination": f"/queue/{out}",
+            "sinks.notes.columns": "body", **spec.get("options", {})}
+    for k, v in opts.items():
+        w = w.option(k, v)
+    return w
+
+
 def _sink(df: Any, spec: dict[str, Any]) -> Any:
+    if spec["sink"] == "routing":
+        return _routed(df, spec)
     if spec["sink"] == "kafka":
         df = df.selectExpr("id AS key", "id AS value")
     elif spec["sink"] == "jms":

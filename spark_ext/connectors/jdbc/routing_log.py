@@ -130,6 +130,20 @@ class PgDecisionLog(DecisionLog):
         assert earlier is not None
         return earlier
 
+    def predecessors(self, query_id: str) -> list[tuple[str, int, bool]]:
+        batches, sinks = self.sql.batches_table, self.sql.sinks_table
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT d.sink_id, d.batch_id, EXISTS (SELECT 1 FROM {batches} f "
+                "WHERE f.sink_id = d.sink_id AND f.query_id = d.query_id AND f.batch_id = d.batch_id "
+                "AND f.partition_id = %s) "
+                f"FROM {batches} d JOIN {sinks} s ON s.sink_id = d.sink_id AND s.target = 'routing' "
+                "WHERE d.query_id = %s AND d.sink_id <> %s AND d.partition_id = %s "
+                f"AND d.batch_id = (SELECT max(batch_id) FROM {batches} m WHERE m.sink_id = d.sink_id "
+                "AND m.query_id = d.query_id AND m.partition_id = %s) ORDER BY d.sink_id",
+                (_FINISHED, query_id, self.log_id, _DECISION, _DECISION))
+            return [(str(s), int(b), bool(f)) for s, b, f in cur.fetchall()]
+
     def finished(self, decision: RoutingDecision) -> bool:
         with self.conn.cursor() as cur:
             cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
