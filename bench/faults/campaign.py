@@ -250,7 +250,8 @@ class Episodes:
         leaves the old decision in doubt, which the count shows); then the way out the
         message names: the copy under the old ``sinkId`` (PostgreSQL, queue), or the old
         location run to a clean stop (the end of its input, more input added after) and a
-        fresh copy (Kafka, whose prefix belongs to one checkpoint). Every identity's leftovers
+        fresh copy (Kafka, whose prefix belongs to one checkpoint, and the routing sink, whose
+        Kafka sub-sink's does). Every identity's leftovers
         count as in doubt."""
         p = self.start(f"{self.run.p.sink}.after_decision@{self.run.last_batch() + 1 + f.after}")
         self.end([p], kill=False)
@@ -266,7 +267,7 @@ class Episodes:
         if not refused:
             self.failures.append(f"the moved checkpoint was not refused (exit {copy.returncode}; {log.name})")
         self.say(f"moved checkpoint {'refused' if refused else 'NOT refused'}; taking the way out")
-        if self.run.p.sink != "kafka":
+        if self.run.p.sink not in ("kafka", "routing"):
             self.run.sink_id = self.run.sink_of(old, old_id)  # the copy carries the old sink on
             return
         self.run.former.append((self.run.checkpoint, None))
