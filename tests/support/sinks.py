@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_ext import failpoints
 from spark_ext.connector import SinkConnector
@@ -27,6 +27,7 @@ from spark_ext.connectors.jms import JmsSink
 from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, checkpoint_sink_id
+from spark_ext.routing import RoutingSink
 from tests.support import jms_sink, kafka_sink, kafka_util, pg_util, stomp_util
 
 # The protocol's crash points, hit by the core for every transactional sink.
@@ -253,7 +254,86 @@ class QueueCase(SinkCase):
                       for h, b in stomp_util.drain_messages(self.services, target))
 
 
-SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "jms": QueueCase}
+class RoutingCase(SinkCase):
+    """The routing sink over a table, a topic and a queue: each id goes to one of them
+    (``id % 3``), and what a reader sees as committed is all three together. A target is
+    ``table|topic|queue``."""
+
+    name = "routing"
+    connector = RoutingSink()
+    task_point = "jdbc.after_prepare"  # the ledger sub-sink's writer
+    written_point = "jdbc.after_write"
+    select = ("CASE id % 3 WHEN 0 THEN 'ledger' WHEN 1 THEN 'alerts' ELSE 'notes' END AS sink", "id",
+              "CAST(id AS STRING) AS v", "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value",
+              "CAST(id AS STRING) AS body", "CAST(id AS STRING) AS correlation_id")
+    id_length = 64 - len("--ledger")  # the sub-sinks' ids: <routing sink id>--<name>
+
+    def __init__(self, services: Any) -> None:
+        super().__init__(services)
+        self.table, self.topic, self.queue = PostgresCase(services), KafkaCase(services), QueueCase(services)
+
+    def new_target(self, longest: bool = False) -> str:
+        return "|".join(c.new_target(longest) for c in (self.table, self.topic, self.queue))
+
+    def options(self, target: str) -> dict[str, str]:
+        table, topic, queue = target.split("|")
+        out = {"connector": "routing", "sinks.ledger.columns": "id,v", "sinks.alerts.columns": "key,value",
+               "sinks.notes.columns": "body,correlation_id"}
+        for name, case, where in (("ledger", self.table, table), ("alerts", self.topic, topic),
+                                  ("notes", self.queue, queue)):
+            out.update({f"sinks.{name}.{k}": v for k, v in case.options(where).items()})
+        return out
+
+    def committed(self, target: str) -> list[int]:
+        table, topic, queue = target.split("|")
+        held = {0: self.table.committed(table), 1: self.topic.committed(topic),
+                2: self.queue.committed(queue)}
+        assert all(i % 3 == where for where, ids in held.items() for i in ids), held  # each in its own
+        return sorted(i for ids in held.values() for i in ids)
+
+    def routing_id(self, checkpoint: Path) -> str:
+        return "rt-" + checkpoint_sink_id(str(checkpoint)).removeprefix("ck-")
+
+    def predecessor(self, checkpoint: Path) -> str:
+        return f"ran before as routing sink '{self.routing_id(checkpoint)}'"
+
+    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
+        return old, {}  # its Kafka sub-sink's prefix belongs to one checkpoint, as the Kafka sink's
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        return self.in_doubt_of(self.routing_id(checkpoint), target)
+
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        table, topic, queue = target.split("|")
+        return (self.table.in_doubt_of(f"{sink_id}--ledger", table)
+                + self.topic.in_doubt_of(f"{sink_id}--alerts", topic)
+                + self.queue.in_doubt_of(f"{sink_id}--notes", queue))
+
+    def schema(self) -> StructType:
+        return StructType([StructField(n, LongType() if n == "id" else StringType())
+                           for n in ("sink", "id", "v", "key", "value", "body", "correlation_id")])
+
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        return self.sized_rows(ids, None)
+
+    def sized_schema(self) -> StructType:
+        return self.schema()
+
+    def sized_rows(self, ids: list[int], sizes: list[int] | None) -> pa.RecordBatch:
+        text = pa.array([str(i) for i in ids])
+        payload = text if sizes is None else pa.array(["x" * n for n in sizes])
+        return pa.record_batch({"sink": pa.array([("ledger", "alerts", "notes")[i % 3] for i in ids]),
+                                "id": pa.array(ids, pa.int64()), "v": payload, "key": text, "value": payload,
+                                "body": payload, "correlation_id": text})
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        table, topic, queue = target.split("|")
+        return sorted(self.table.committed_sizes(table) + self.topic.committed_sizes(topic)
+                      + self.queue.committed_sizes(queue))
+
+
+SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "jms": QueueCase,
+                                    "routing": RoutingCase}
 
 
 # The queue source's ack points, each crashed after a committed batch, with the restart

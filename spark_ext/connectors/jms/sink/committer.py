@@ -242,10 +242,14 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         mine = ours.decision
         if adopt is not None and not (mine is not None
                                       and (mine.batch_id, mine.query_id) == (adopt.batch_id, adopt.query_id)):
-            self.adopt(Batch(adopt.batch_id, adopt.committables, Claim(ours.epoch)))
-            now = self.state()
-            assert now is not None
-            ours = now
+            # Appended right after the entry this take-over appended, not after a state read
+            # back: a listing made a moment after a commit's receipt may not show it yet, and
+            # one without the adopted decision would have its winners removed below (seen).
+            with self._locked():
+                adopted = self._append(ours, ours.epoch, _decision_of(adopt), False)
+            if adopted is None:
+                raise FencedError(f"another run took sink {self.cfg.sink_id!r} over while this one did")
+            ours = adopted
         committed = 0
         if ours.decision is not None and not ours.done:
             log.warning("finishing batch %s, decided before a crash", ours.decision.batch_id)
@@ -348,8 +352,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
     def record(self, batch: Batch[JmsCommittable]) -> JmsDecision:
         fence = _fence(batch)
-        decision = JmsDecision(batch.batch_id, str(batch.query_id),
-                               tuple(Winner(str(c.token), c.rows) for c in batch.prepared))
+        decision = _decision_of(batch)
 
         def step(now: SinkState | None) -> JmsDecision | None:
             if now is not None and now.decision is not None and \
@@ -444,6 +447,11 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                 return
             where = token_filter(tokens)
         self._remove(where)
+
+
+def _decision_of(batch: Batch[JmsCommittable]) -> JmsDecision:
+    return JmsDecision(batch.batch_id, str(batch.query_id),
+                       tuple(Winner(str(c.token), c.rows) for c in batch.prepared))
 
 
 def _fence(batch: Batch[JmsCommittable]) -> int:
