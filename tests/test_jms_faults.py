@@ -116,6 +116,7 @@ def test_a_reconnect_while_a_batch_is_in_flight_reads_nothing_twice(spark, servi
     assert drain(services, dest) == []
 
 
+@pytest.mark.campaign  # make faults: make test's budget
 def test_at_least_once_replay_reads_the_recorded_messages_when_redelivery_order_differs(services, tmp_path):
     """The driver dies after the sink committed batch 2, before Spark recorded it. While it is
     down, high-priority messages arrive: the broker redelivers them first. The replayed

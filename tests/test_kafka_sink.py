@@ -153,6 +153,7 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once_over_sasl_ssl(service
     assert open_transactions(listener, prefix) == []  # recovery resolved every open transaction
 
 
+@pytest.mark.campaign  # make faults, whose pipelines reset checkpoints under crashes too: budget
 def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses_nothing(services, tmp_path):
     """Query 1 writes and stops; its checkpoint is deleted and query 2 starts at the same
     path (same derived prefix) on new input; its driver dies right after batch 0's
