@@ -40,6 +40,7 @@ from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import (
     LOCK_SPACE,
     JdbcCommittable,
+    KeptDb,
     decisions,
     finish,
     kept_db,
@@ -74,7 +75,7 @@ class JdbcDecision:
     winners: frozenset[str]
 
 
-class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
+class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     """Recovers, commits and aborts one sink's batches. Driver."""
 
     name = "jdbc"
@@ -212,22 +213,6 @@ class JdbcCommitter(TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                         ", ".join(str(p) for p, _ in stale))
 
     # --- the primitives of steps 4 and 5 (spark_ext.commit.TwoPhaseCommitter orders them) ---
-
-    @contextmanager
-    def connected(self) -> Iterator[None]:
-        try:
-            with kept_db(self.cfg) as conn:
-                self._conn = conn
-                yield
-        except psycopg2.OperationalError as e:
-            raise RetriableCommitError(f"sink {self.cfg.sink_id!r}: {str(e).strip()}") from None
-        finally:
-            self._conn = None
-
-    @property
-    def conn(self) -> Any:
-        assert self._conn is not None, "a primitive ran outside connected()"
-        return self._conn
 
     def recorded(self, batch: Batch[JdbcCommittable]) -> JdbcDecision | None:
         with self.conn.cursor() as cur:

@@ -12,23 +12,21 @@ one recorded before it is seen by the take-over's read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg2
 import psycopg2.extensions
 
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
-from spark_ext.connectors.jdbc.transactions import kept_db
-from spark_ext.errors import ConnectorError, FencedError, RetriableCommitError
+from spark_ext.connectors.jdbc.transactions import KeptDb
+from spark_ext.errors import ConnectorError, FencedError
 from spark_ext.routing.decision import DecisionLog, RoutingDecision
 
 KEEP_BATCHES = 100  # decisions kept per query (older ones are pruned)
 _DECISION, _FINISHED = -1, -2
 
 
-class PgDecisionLog(DecisionLog):
+class PgDecisionLog(KeptDb, DecisionLog):
     """The decisions of routing sink ``log_id``, in the database of ``decider``. Driver only."""
 
     def __init__(self, decider: JdbcSinkSetup, log_id: str) -> None:
@@ -37,21 +35,9 @@ class PgDecisionLog(DecisionLog):
         self.log_id = log_id
         self._conn: Any = None
 
-    @contextmanager
-    def connected(self) -> Iterator[None]:
-        try:
-            with kept_db(self.cfg) as conn:
-                self._conn = conn
-                yield
-        except psycopg2.OperationalError as e:
-            raise RetriableCommitError(f"routing sink {self.log_id!r}: {str(e).strip()}") from None
-        finally:
-            self._conn = None
-
     @property
-    def conn(self) -> Any:
-        assert self._conn is not None, "a decision log call ran outside connected()"
-        return self._conn
+    def kept_label(self) -> str:
+        return f"routing sink {self.log_id!r}"
 
     def take_over(self) -> tuple[int, RoutingDecision | None, bool]:
         try:

@@ -236,6 +236,35 @@ def kept_db(cfg: JdbcSinkConfig) -> Iterator[Any]:
             conn.close()
 
 
+class KeptDb:
+    """A driver-side user of ``kept_db`` (a committer, a decision log): ``connected`` holds
+    the connection its calls share, ``conn`` is that connection inside it. A dropped
+    connection is retriable: the commit is retried whole, idempotently."""
+
+    cfg: JdbcSinkConfig
+    _conn: Any = None
+
+    @property
+    def kept_label(self) -> str:
+        return f"sink {self.cfg.sink_id!r}"
+
+    @contextmanager
+    def connected(self) -> Iterator[None]:
+        try:
+            with kept_db(self.cfg) as conn:
+                self._conn = conn
+                yield
+        except psycopg2.OperationalError as e:
+            raise RetriableCommitError(f"{self.kept_label}: {str(e).strip()}") from None
+        finally:
+            self._conn = None
+
+    @property
+    def conn(self) -> Any:
+        assert self._conn is not None, "a call that needs the connection ran outside connected()"
+        return self._conn
+
+
 def prepared_gids(conn: Any, sink_id: str) -> list[str]:
     """This sink's in-doubt transactions in the current database."""
     with conn.cursor() as cur:
