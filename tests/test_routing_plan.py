@@ -165,6 +165,7 @@ def test_a_copied_checkpoint_is_refused_naming_the_routing_sink_the_query_ran_as
         committer.check(batch)
         committer.record(batch)
     old_id = "rt-" + checkpoint_sink_id(str(tmp_path / "ck")).removeprefix("ck-")
+    assert _status(services, old_id) == (0, False)  # decided, not carried out
     copy = _plan(opts, tmp_path / "copy")
     again = copy.new_writer().write(iter([_rows([0, 1, 2])]), TaskInfo(qid, 0, 0, 0, 2))
     with pytest.raises(PredecessorSinkError, match=f"ran before as routing sink '{old_id}', which decided "
@@ -173,5 +174,16 @@ def test_a_copied_checkpoint_is_refused_naming_the_routing_sink_the_query_ran_as
     assert t.committed() == {"ledger": [], "alerts": [], "notes": []}
     _plan(opts, tmp_path / "ck")  # the old location: its take-over finishes batch 0
     assert t.committed() == {"ledger": [0], "alerts": [1], "notes": [2]}
+    assert _status(services, old_id) == (0, True)
     copy_id = "rt-" + checkpoint_sink_id(str(tmp_path / "copy")).removeprefix("ck-")
     assert t.in_doubt(copy_id) == [] and t.in_doubt(old_id) == []
+
+
+def _status(services, routing_id: str) -> tuple[int | None, bool | None]:
+    """The routing sink's last decision and whether it was carried out, as ``spark-ext
+    status jdbc`` shows it (the decisions live in the decider's database)."""
+    from spark_ext.connectors.jdbc.doctor import sink_status
+
+    [row] = sink_status(services.postgres_url, "public", routing_id)
+    assert row.target == "routing"
+    return row.batch, row.finished

@@ -79,6 +79,13 @@ def _in_doubt(conn: Any, schema: str, sink: str | None) -> list[dict[str, object
     return out
 
 
+def _winners(text: str | None) -> set[str]:
+    """A decision row's winners: a list of global ids (a routing sink's row holds its
+    decision, whose winners live in its sub-sinks)."""
+    value = json.loads(text or "[]")
+    return set(value) if isinstance(value, list) else set()
+
+
 def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
     """Per sink of ``schema`` (or ``sink`` only): its table, epoch, last decision and
     whether every winner of it committed, and its in-doubt transactions (``list``'s)."""
@@ -90,6 +97,7 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
             doubt.setdefault(str(r["sink"]), []).append(str(r["gid"]))
         sinks: dict[str, tuple[str, int]] = {}
         last: dict[str, tuple[str, int, set[str]]] = {}
+        carried: set[tuple[str, str, int]] = set()
         with conn.cursor() as cur:
             cur.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
                         (_table(schema, SINKS_TABLE), _table(schema, BATCHES_TABLE)))
@@ -105,7 +113,12 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
                 cur.execute(f"SELECT DISTINCT ON (sink_id) sink_id, query_id, batch_id, winners FROM "
                             f"{_table(schema, BATCHES_TABLE)} WHERE partition_id = -1 {one} "
                             "ORDER BY sink_id, at DESC, batch_id DESC", params)
-                last = {s: (q, int(b), set(json.loads(w or "[]"))) for s, q, b, w in cur.fetchall()}
+                last = {s: (q, int(b), _winners(w)) for s, q, b, w in cur.fetchall()}
+                # A routing sink's log (target 'routing') marks a decision carried out in
+                # every sub-sink with a row of its own; it has no transactions of its own.
+                cur.execute(f"SELECT sink_id, query_id, batch_id FROM {_table(schema, BATCHES_TABLE)} "
+                            f"WHERE partition_id = -2 {one}", params)
+                carried = {(s, q, int(b)) for s, q, b in cur.fetchall()}
     finally:
         conn.close()
     out = []
@@ -113,8 +126,9 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
         target, epoch = sinks.get(s, (None, None))
         query, batch, winners = last.get(s, (None, None, set()))
         gids = doubt.get(s, [])
+        done = (s, query, batch) in carried if target == "routing" else not winners & set(gids)
         out.append(SinkStatus(sink=s, target=target, batch=batch, query=query,
-                              finished=None if batch is None else not winners & set(gids),
+                              finished=None if batch is None else done,
                               in_doubt=len(gids), epoch=epoch, in_doubt_ids=tuple(gids)))
     return out
 
