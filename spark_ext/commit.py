@@ -294,6 +294,10 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         """Step 4b: durably record "this batch commits its prepared transactions", fenced
         by the claim. Returns the decision (an earlier one, if a race recorded it first)."""
 
+    def vet(self, batch: Batch[C]) -> None:
+        """4a for a decision another committer makes (a routing sink's): raise, rolling back,
+        what ``record`` would refuse on this sink's own account. Default: nothing."""
+
     def adopt(self, batch: Batch[C]) -> D:
         """``record`` a decision made elsewhere (a routing sink's, durable already): fenced
         by ``batch.claim``, never refusing the batch on its own account. Default: ``record``."""
@@ -422,13 +426,8 @@ LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"
 
 def log_to_stderr() -> None:
     """Send spark-ext's log records to stderr at ``$SPARK_EXT_LOG_LEVEL`` (default INFO),
-    unless this process configured logging itself.
-
-    ``commit`` and ``abort`` run in a Python worker Spark starts on the driver, which no
-    logging set-up of the job's own process reaches; without a handler Python would drop
-    the per-batch INFO line and show warnings bare. Spark forwards the worker's stderr to
-    the driver's.
-    """
+    unless this process configured logging itself: ``commit`` and ``abort`` run in a worker
+    no logging set-up of the job reaches (Spark forwards its stderr to the driver's)."""
     pkg = logging.getLogger("spark_ext")
     if logging.getLogger().handlers or pkg.handlers:
         return

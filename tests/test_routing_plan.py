@@ -187,3 +187,30 @@ def _status(services, routing_id: str) -> tuple[int | None, bool | None]:
     [row] = sink_status(services.postgres_url, "public", routing_id)
     assert row.target == "routing"
     return row.batch, row.finished
+
+
+def test_a_kafka_share_too_old_for_its_transaction_timeout_is_refused_before_the_decision(services, tmp_path):
+    """The Kafka sink alone refuses to decide transactions the broker may abort before they
+    commit (within a margin of kafka.transaction.timeout.ms). Under a routing sink the
+    decision is the routing sink's, so the same check runs before it: a batch 50 s past its
+    plan under a 60 s timeout commits nowhere, and the next take-over leaves nothing in doubt."""
+    from dataclasses import replace
+
+    from spark_ext.connectors.kafka.sink.committer import TransactionTimedOutError
+    from spark_ext.routing.writer import RoutingFence
+
+    t = Targets(services)
+    routing_id = f"rt-{uuid.uuid4().hex[:12]}"
+    opts = t.options(sinkId=routing_id, **{"sinks.alerts.kafka.transaction.timeout.ms": "60000"})
+    plan = _plan(opts, tmp_path / "ck")
+    wrote = plan.new_writer().write(iter([_rows([0, 1, 2])]), TaskInfo(str(uuid.uuid4()), 0, 0, 0, 1))
+    fence = plan.claim.fence
+    # As if planned 50 s ago (the driver's clock is what bounds the age here): within the
+    # margin (15 s) of the 60 s timeout.
+    aged = RoutingFence(fence.epoch, tuple((n, replace(c, planned_ms=c.planned_ms - 50_000))
+                                           for n, c in fence.claims))
+    with pytest.raises(TransactionTimedOutError, match=r"kafka\.transaction\.timeout\.ms"):
+        plan.new_committer().commit([wrote], 0, replace(plan.claim, fence=aged))
+    assert t.committed() == {"ledger": [], "alerts": [], "notes": []}
+    _plan(opts, tmp_path / "ck")
+    assert t.in_doubt(routing_id) == []

@@ -3,7 +3,8 @@
 ``TwoPhaseCommitter.commit`` orders the steps as for any sink; the primitives here compose
 the sub-sinks' own:
 
-- ``check`` (4a): the decision log's epoch is this run's, then every sub-sink's ``check``;
+- ``check`` (4a): the decision log's epoch is this run's, then every sub-sink's ``check``
+  and ``vet`` (what its own ``record`` would refuse, such as Kafka's age check);
 - ``record`` (4b): **the one decision**, in the decider's ``DecisionLog``;
 - ``before_winners``: every sub-sink records its copy of its part (``adopt``) and runs its
   own ``before_winners``; a crash from here on leaves the decision to the next take-over;
@@ -108,6 +109,7 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             share = self._share(batch, name)
             if share.prepared:
                 sub.check(share)
+                sub.vet(share)
 
     def _check_predecessors(self, batch: Batch[RoutingCommittable]) -> None:
         """Refuse to decide a batch that this query already decided as another routing sink:

@@ -407,11 +407,27 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             age_s = (now_ms - self._oldest_start_ms) / 1000
         else:  # a broker that gave no start time: the time since planning bounds the age
             age_s = (time.time() * 1000 - planned_ms) / 1000
+        if self._too_old(age_s):
+            self.client.end_txn(fence, commit=False)  # the decision, not yet recorded
+        self._refuse_if_old(age_s, winners, batch_id)
+
+    def vet(self, batch: Batch[KafkaCommittable]) -> None:
+        """Under a routing sink, which decides for this sink: the age check ``record`` makes,
+        bounded by the time since this run's plan on the driver's clock (every winner began
+        after it), since no decision transaction of this sink dates it on the broker's."""
+        assert batch.claim is not None  # the routing sink's check found the fence
+        self._refuse_if_old((time.time() * 1000 - batch.claim.planned_ms) / 1000, batch.prepared,
+                            batch.batch_id)
+
+    def _too_old(self, age_s: float) -> bool:
+        limit_s = self.cfg.txn_timeout_ms / 1000
+        return age_s > limit_s - min(2 * self.cfg.timeout_s, limit_s / 4)
+
+    def _refuse_if_old(self, age_s: float, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
         limit_s = self.cfg.txn_timeout_ms / 1000
         margin_s = min(2 * self.cfg.timeout_s, limit_s / 4)
-        if age_s > limit_s - margin_s:
+        if self._too_old(age_s):
             # Deciding now could let the broker abort a winner after the decision: refuse.
-            self.client.end_txn(fence, commit=False)  # the decision, not yet recorded
             self._abort_own(winners)
             raise TransactionTimedOutError(
                 f"batch {batch_id}: its transactions are {age_s:.1f} s old, within {margin_s:.0f} s of "
