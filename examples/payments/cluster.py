@@ -54,7 +54,7 @@ def _run(cmd: list[str], what: str, **kw: object) -> None:
         raise ClusterError(f"{what} failed ({' '.join(cmd[:4])} ...):\n{out}")
 
 
-EXTRAS = ("kafka", "postgres")  # the job's connectors: the Kafka source and sink, the PostgreSQL sink
+EXTRAS = ("kafka", "postgres", "jms")  # the job's connectors: Kafka source and sink, PostgreSQL, queue
 
 
 def _pins() -> list[str]:

@@ -1,7 +1,7 @@
 """``make demo``: the payments job under a real crash, then a check of every output.
 
 Steps: start the job with ``spark-submit`` (the services must be up: ``make services``);
-send payments to Kafka while it runs; once the ledger has committed part of them,
+send payments to Kafka while it runs; once the ledger and the windows hold committed rows,
 ``kill -9`` the job's whole process group; start it again from its checkpoint; when every
 query has read the whole topic, stop it with SIGTERM; verify (``verify.py``). Progress is
 a live table on a terminal (``Progress``), a plain line every 5 s otherwise; Spark's log
@@ -38,8 +38,8 @@ from rich.live import Live
 from rich.table import Table
 
 from examples.payments import generator
-from examples.payments.job import LEDGER, WINDOWS
-from examples.payments.verify import verify
+from examples.payments.job import LEDGER, QUERY, WINDOWS
+from examples.payments.verify import Queue, verify
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -108,7 +108,7 @@ def _read(offsets: dict[str, Any] | None) -> int:
     return sum(int(v) for parts in (offsets or {}).values() for v in parts.values())
 
 
-QUERIES = ("ledger", "windows", "alerts")
+QUERIES = (QUERY,)
 
 
 class Progress:
@@ -141,7 +141,7 @@ class Progress:
     def _table(self, runs: int, queries: dict[str, dict[str, Any]], read: dict[str, int], end: int,
                rate: float, now: float) -> Table:
         t = Table(title=f"payments demo, run {runs}", title_justify="left",
-                  caption=f"sent {end:,} | ledger {rate:,.0f} rows/s", caption_justify="left")
+                  caption=f"sent {end:,} | read {rate:,.0f} rows/s", caption_justify="left")
         for col in ("query", "batch", "rows/s", "lag", "last commit"):
             t.add_column(col, justify="left" if col == "query" else "right")
         for name in QUERIES:
@@ -171,7 +171,7 @@ def plain_line(runs: int, queries: dict[str, dict[str, Any]], read: dict[str, in
                rate: float) -> str:
     """The progress line printed when stdout is not a terminal (its format is relied on)."""
     batches = "/".join(str(queries.get(n, {}).get("batch", "-")) for n in QUERIES)
-    return (f"run {runs} | batches ledger/windows/alerts {batches} | {rate:,.0f} rows/s | "
+    return (f"run {runs} | batch {batches} | {rate:,.0f} rows/s | "
             f"lag {end - min(read.values(), default=0):,} | sent {end:,}")
 
 
@@ -192,13 +192,17 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
         # data sources run the driver's interpreter path on the executors as well.
         (work / "environment").symlink_to(environment)
     topic, alerts = f"payments-{run_id}", f"payment-alerts-{run_id}"
+    notices = Queue(args.stomp_host, args.stomp_port, args.stomp_user, env.get("STOMP_PASSWORD", ""),
+                    f"/queue/payment-notices-{run_id}")
     engine = sa.create_engine(args.postgres_url)  # one pool for the whole run
     _reset_tables(engine)
     generator.ensure_topic(args.bootstrap, topic, PARTITIONS)
     generator.ensure_topic(args.bootstrap, alerts, 1)
     job_args = ["--bootstrap", args.bootstrap, "--topic", topic, "--alerts-topic", alerts,
                 "--postgres-url", args.postgres_url, "--checkpoint", str(work / "checkpoint"),
-                "--limit", str(args.limit), "--status", str(work / "status.json")]
+                "--limit", str(args.limit), "--status", str(work / "status.json"),
+                "--stomp-host", notices.host, "--stomp-port", str(notices.port), "--stomp-user", notices.user,
+                "--notices-queue", notices.destination]
     packages = ["--packages", native.coordinate()]
     cmd = [spark_submit(), "--master", args.master, *packages, *submit_args, str(job_file), *job_args]
     print(f"payments demo {run_id}: {args.count} payments to Kafka topic {topic}; job: "
@@ -216,7 +220,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     try:
         while job.status() is None:
             job.check_alive()
-            _wait(deadline, "the job to start its queries")
+            _wait(deadline, "the job to start its query")
         gen.start()
         rate, prev = 0.0, (time.monotonic(), 0)
         while True:
@@ -228,23 +232,23 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
             read = {n: _read(q.get("end_offset")) for n, q in qs.items()}
             now = time.monotonic()
             if now - prev[0] >= 1:
-                rate = 0.7 * rate + 0.3 * max(0, read.get("ledger", 0) - prev[1]) / (now - prev[0])
-                prev = (now, read.get("ledger", 0))
+                rate = 0.7 * rate + 0.3 * max(0, read.get(QUERY, 0) - prev[1]) / (now - prev[0])
+                prev = (now, read.get(QUERY, 0))
             progress.show(runs, qs, read, end, rate)
-            if runs == 1 and read.get("ledger", 0) >= args.kill_fraction * args.count and (
+            if runs == 1 and read.get(QUERY, 0) >= args.kill_fraction * args.count and (
                     committed := _committed(engine))[1] > 0:
                 # Killed after both tables hold committed rows: a replay that wrote them
                 # again would show as duplicates, not only a gap as loss.
                 job.kill9()
                 killed_at = (f"killed with {committed[0]:,} ledger rows and {committed[1]:,} windows "
-                             f"committed, {read['ledger']:,} events read")
+                             f"committed, {read[QUERY]:,} events read")
                 progress.done(f"kill -9 of the job's process group ({killed_at}); restarting it")
                 runs += 1
                 job = Job(cmd, env, work / "status.json", work / f"job-{runs}.log", work)
                 continue
-            if sent and runs > 1 and len(read) == 3 and all(r == end for r in read.values()):
+            if sent and runs > 1 and read.get(QUERY) == end:
                 break
-        progress.done(f"every query has read all {end:,} events; stopping the job (SIGTERM)")
+        progress.done(f"the query has read all {end:,} events; stopping the job (SIGTERM)")
         job.stop()
     except BaseException:
         if job.proc.poll() is None:
@@ -254,7 +258,8 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
         progress.close()
         consumer.close()
         engine.dispose()
-    rep = verify(args.bootstrap, topic, alerts, args.postgres_url, args.limit, str(work / "checkpoint"))
+    rep = verify(args.bootstrap, topic, alerts, args.postgres_url, args.limit, str(work / "checkpoint"),
+                 notices)
     rep.add(f"kill -9 and restart: {runs - 1} ({killed_at})", runs > 1)
     print("\n".join(rep.lines))
     print("verification: " + ("passed" if rep.ok else "FAILED"))
@@ -316,7 +321,10 @@ def main(argv: list[str] | None = None, *, submit_args: Sequence[str] = (),
         print(f"payments demo: {e}", file=sys.stderr)
         return 2
     args.bootstrap, args.postgres_url = svc["KAFKA_BOOTSTRAP_SERVERS"], svc["POSTGRES_URL"]
+    args.stomp_host, args.stomp_user = svc["STOMP_HOST"], svc["STOMP_USER"]
+    args.stomp_port = int(svc["STOMP_PORT"])
     env = dict(os.environ)
+    env["STOMP_PASSWORD"] = svc["STOMP_PASSWORD"]  # to the job by its environment, not its arguments
     env.setdefault("SPARK_EXT_WINDOWS_FOLD", "jvm")  # the jar of --packages folds, or the job fails
     if args.master.startswith("local"):
         # Local mode: the driver's Python workers must run this interpreter.

@@ -1,20 +1,36 @@
 """What the payments demo checks at the end: every payment once, every output once.
 
 All counts come from the real systems: the input topic read back, the PostgreSQL tables,
-the alerts topic read with ``read_committed``, ``pg_prepared_xacts`` and the broker's list
-of open transactions. Expected windows are recomputed from the input with pandas.
+the alerts topic read with ``read_committed``, the notices queue read to its end,
+``pg_prepared_xacts``, the Kafka broker's list of open transactions and the queue sink's
+staged messages. Expected windows are recomputed from the input with pandas.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import uuid
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from examples.payments.job import LATENESS_S, LEDGER, SIZE_S, SLIDE_S, WINDOWS
+from spark_ext.options import SEPARATOR
+from spark_ext.routing.config import routing_id
 
 TOL = 1e-6  # frame sums add and subtract floats: compare to a micro-unit
+
+
+@dataclass(frozen=True)
+class Queue:
+    """Where the notices go: a STOMP broker and a queue on it."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    destination: str
 
 
 @dataclass
@@ -47,6 +63,35 @@ def read_topic(bootstrap: str, topic: str, *, committed_only: bool) -> list[tupl
         consumer.close()
 
 
+def read_queue(q: Queue, timeout_s: float = 60.0) -> list[str]:
+    """Every message on the queue (consumed), up to a marker sent now: the queue is first
+    in, first out, so once the marker arrives nothing older is left."""
+    import stomp
+
+    marker = f"end-of-verification-{uuid.uuid4().hex}"
+    conn = stomp.Connection12([(q.host, q.port)], heartbeats=(0, 0))
+    conn.connect(q.user, q.password, wait=True)
+    got: list[str] = []
+    done = threading.Event()
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            if frame.body == marker:
+                done.set()
+            else:
+                got.append(frame.body)
+
+    try:
+        conn.send(q.destination, marker, headers={"persistent": "true"})
+        conn.set_listener("verify", Listener())
+        conn.subscribe(q.destination, id="verify", ack="auto")
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"the end of {q.destination} not reached in {timeout_s:.0f} s")
+    finally:
+        conn.disconnect(receipt=f"bye-{uuid.uuid4().hex}")  # every frame before it delivered
+    return got
+
+
 def expected_windows(payments: pd.DataFrame) -> pd.DataFrame:
     """Per account, every non-empty 30 s window sliding by 10 s, as a batch computes it."""
     slide = pd.Timedelta(seconds=SLIDE_S)
@@ -64,7 +109,7 @@ def _close(a: pd.Series, b: pd.Series) -> pd.Series:
 
 
 def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float,
-           checkpoint: str) -> Report:
+           checkpoint: str, notices: Queue) -> Report:
     """Compare the job's outputs with its input; one report line per item."""
     import sqlalchemy as sa
 
@@ -108,15 +153,24 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
     dup_alerts = len(got) - len(set(got))
     missing_alerts, extra_alerts = len(want - set(got)), len(set(got) - want)
 
-    duplicates = dup_windows + dup_alerts
-    rep.add(f"duplicates: {duplicates} (window rows {dup_windows}, alerts {dup_alerts}; the ledger is "
-            "upserted by payment id)", duplicates == 0)
-    rep.add(f"lost: {lost + missing + missing_alerts} (payments {lost}, closed windows {missing}, "
-            f"alerts {missing_alerts})", lost + missing + missing_alerts == 0)
-    prepared = _prepared(url, checkpoint)
-    open_txns = _open_kafka_transactions(bootstrap, alerts_topic, f"{checkpoint}/alerts")
-    rep.add(f"in doubt: {prepared + open_txns} (prepared PostgreSQL transactions {prepared}, open Kafka "
-            f"transactions {open_txns})", prepared + open_txns == 0)
+    noticed = pd.Series([json.loads(b)["payment_id"] for b in read_queue(notices)], dtype=object)
+    dup_notices = int(noticed.duplicated().sum())
+    lost_notices, extra_notices = len(ids - set(noticed)), len(set(noticed) - ids)
+
+    duplicates = dup_windows + dup_alerts + dup_notices
+    rep.add(f"duplicates: {duplicates} (window rows {dup_windows}, alerts {dup_alerts}, notices "
+            f"{dup_notices}; the ledger is upserted by payment id)", duplicates == 0)
+    lost_all = lost + missing + missing_alerts + lost_notices
+    rep.add(f"lost: {lost_all} (payments {lost}, closed windows {missing}, alerts {missing_alerts}, "
+            f"notices {lost_notices})", lost_all == 0)
+    rep.add(f"notices: {len(noticed)} (for payments not in the input: {extra_notices})", extra_notices == 0)
+    rid = routing_id(checkpoint)
+    prepared = _prepared(url, rid)
+    open_txns = _open_kafka_transactions(bootstrap, alerts_topic, f"{rid}{SEPARATOR}alerts")
+    staged = _staged(notices, f"{rid}{SEPARATOR}notices")
+    in_doubt = prepared + open_txns + staged
+    rep.add(f"in doubt: {in_doubt} (prepared PostgreSQL transactions {prepared}, open Kafka "
+            f"transactions {open_txns}, staged queue messages {staged})", in_doubt == 0)
     rep.add(f"windows written: {len(wins)} (equal to a batch computation: {len(wins) - wrong}, different: "
             f"{wrong}; {len(exp) - len(written & set(zip(exp['account'], exp['window_start'], strict=True)))}"
             " still open behind the watermark)", wrong == 0)
@@ -125,25 +179,33 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
     return rep
 
 
-def _prepared(url: str, checkpoint: str) -> int:
-    """Prepared PostgreSQL transactions of the job's two jdbc sinks (ids from their checkpoints)."""
+def _prepared(url: str, rid: str) -> int:
+    """Prepared PostgreSQL transactions of the routing sink's two jdbc sub-sinks."""
     from spark_ext.connectors.jdbc.doctor import list_in_doubt
-    from spark_ext.options import checkpoint_sink_id
 
-    return sum(len(list_in_doubt(url, "public", checkpoint_sink_id(f"{checkpoint}/{q}")))
-               for q in ("ledger", "windows"))
+    return sum(len(list_in_doubt(url, "public", f"{rid}{SEPARATOR}{name}")) for name in ("ledger", "windows"))
 
 
-def _open_kafka_transactions(bootstrap: str, topic: str, checkpoint: str) -> int:
-    from spark_ext import compat
+def _open_kafka_transactions(bootstrap: str, topic: str, prefix: str) -> int:
     from spark_ext.connectors.kafka.doctor import open_transactions
     from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
     from spark_ext.guarantees import Guarantee
     from spark_ext.options import Options
 
     cfg = KafkaSinkConfig.parse(Options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
-                                         compat.CHECKPOINT_OPTION: checkpoint}, "payments demo"),
+                                         "transactionalIdPrefix": prefix}, "payments demo"),
                                 Guarantee.EXACTLY_ONCE)
     return len(open_transactions(cfg))
 
 
+def _staged(q: Queue, sink_id: str) -> int:
+    """Messages the queue sub-sink staged and never moved to the queue (nor dropped)."""
+    from spark_ext.connectors.jms.doctor import sink_state
+    from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    cfg = JmsSinkConfig.parse(Options({"host": q.host, "port": str(q.port), "user": q.user,
+                                       "password": q.password, "destination": q.destination,
+                                       "sinkId": sink_id}, "payments demo"), Guarantee.EXACTLY_ONCE)
+    return sum(sink_state(cfg)[1].values())

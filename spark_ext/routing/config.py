@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pyspark.sql.types import StructType
 
 from spark_ext.errors import InvalidOptionError, MissingOptionError
-from spark_ext.options import SEPARATOR, Option, Options, OptionSpec, stable_sink_id
+from spark_ext.options import SEPARATOR, Option, Options, OptionSpec, checkpoint_sink_id, stable_sink_id
 
 _NAME = re.compile(r"^[a-z0-9_]{1,40}$")
 _SUB = re.compile(r"^sinks\.([^.]+)\.(.+)$")
@@ -70,6 +70,12 @@ class RoutingSpec:
         return f"{self.routing_id}{SEPARATOR}{name}" if self.routing_id else None
 
 
+def routing_id(checkpoint_location: str) -> str:
+    """The id of a routing sink without ``sinkId``, from its query's checkpoint location
+    (its sub-sinks' ids are ``<this>--<name>``)."""
+    return "rt-" + checkpoint_sink_id(checkpoint_location).removeprefix("ck-")
+
+
 def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
     ROUTING_OPTIONS.check(opts.raw(), "hzsink connector 'routing'")
     route = opts.get_str("routecolumn", ROUTING_OPTIONS.default_str("routeColumn"))
@@ -89,7 +95,7 @@ def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
                                  "'sinks.<name>.connector', 'jdbc' | 'kafka' | 'jms') and its options")
     rid = stable_sink_id(opts, "routing", exactly_once, "(the sub-sinks' ids derive from it)")
     if rid is not None and opts.get_str("sinkid") is None:
-        rid = "rt-" + rid.removeprefix("ck-")
+        rid = routing_id(opts.checkpoint() or "")
     subs = []
     for name in sorted(grouped):
         own = dict(grouped[name])
