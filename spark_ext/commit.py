@@ -450,8 +450,12 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor, step 3: one task attempt's rows -> a ``Committable``, with the claim."""
+        return self.write_as(iterator, TaskInfo.current())
+
+    def write_as(self, iterator: Iterator[pa.RecordBatch], task: TaskInfo) -> WriterCommitMessage:
+        """``write`` as ``task`` (a ``foreachBatch`` write's tasks: ``spark_ext.batch``)."""
         started = time.monotonic()
-        committable = self.plan.new_writer().write(iterator, TaskInfo.current())
+        committable = self.plan.new_writer().write(iterator, task)
         took = WriteTimes((time.monotonic() - started) * 1000)
         return TaskReport(committable, self.plan.claim, self.plan.times, took)
 

@@ -93,7 +93,21 @@ class HzSink(Shipped, DataSource):
         return ProtocolStreamWriter(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        raise ConfigurationError(
-            "'hzsink' writes streaming queries (its guarantees are per micro-batch): "
-            "use df.writeStream.format('hzsink')"
-        )
+        """Driver, once per ``save()`` (in the planning worker): a batch write, meant for
+        ``foreachBatch`` (``spark_ext.batch``). Exactly-once is per micro-batch, so it needs
+        the sink's own id; the batch and query ids come from the tasks or the options."""
+        from spark_ext import batch
+
+        if overwrite:
+            raise ConfigurationError("hzsink appends (or upserts) each micro-batch: use mode('append')")
+        given = Options(self.options, "hzsink")
+        identity = batch.BatchIdentity.parse(given)
+        opts = batch.without_batch_options(given)
+        cls = registry.load(registry.SINKS, opts.get_str("connector"), "hzsink")
+        conn = cls()  # type: ignore[operator]
+        assert isinstance(conn, SinkConnector)
+        guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
+        conn.check(opts, guarantee)
+        sink_id = batch.require_sink_id(opts, conn.id_option, conn.name) if guarantee.transactional else None
+        plan = conn.plan(opts, schema, guarantee, prepare=True)
+        return batch.ProtocolBatchWriter(plan, identity, sink_id)
