@@ -17,9 +17,11 @@ one function land once each even when the job dies between them.
 
 The batch and query ids come from the tasks: Spark gives every task a streaming batch
 runs, those of ``foreachBatch`` included, the query's id and the batch's id as local
-properties. Options ``batchId`` / ``queryId`` name them where the tasks cannot know them
-(Spark Connect); given beside Spark's, they must agree. The query id is what tells a
-replay from a new query that starts its batch ids again at 0 (a deleted checkpoint).
+properties. Spark Connect runs the function in a process of its own, and its tasks get
+neither: there option ``batchId`` names the batch (given beside Spark's, they must agree)
+and option ``queryId`` the query (it wins over Spark's, as Delta's ``txnAppId`` does).
+The query id is what tells a replay from a new query that starts its batch ids again at 0
+(a deleted checkpoint): Spark's changes then, a ``queryId`` must be changed by hand.
 """
 
 from __future__ import annotations
@@ -77,14 +79,13 @@ class BatchIdentity:
         if running is None:
             raise BatchIdentityError("TaskInfo asked outside a Spark task")
         batch, query = running.batch_id, running.query_id or None
-        for what, given, spark in (("batchId", self.batch_id, batch), ("queryId", self.query_id, query)):
-            if given is not None and spark is not None and given != spark:
-                raise BatchIdentityError(
-                    f"option {what} is {given!r}, but Spark runs this write for {what} {spark!r} (a "
-                    f"foreachBatch function's DataFrame): pass the {what} foreachBatch is running, or drop "
-                    "the option")
+        if self.batch_id is not None and batch is not None and self.batch_id != batch:
+            raise BatchIdentityError(
+                f"option batchId is {self.batch_id!r}, but Spark runs this write for batchId {batch!r} (a "
+                "foreachBatch function's DataFrame): pass the batch id foreachBatch gives, or drop "
+                "the option")
         batch = batch if batch is not None else self.batch_id
-        query = query or self.query_id
+        query = self.query_id or query
         if batch is None or query is None:
             missing = " and ".join(n for n, v in (("batchId", batch), ("queryId", query)) if v is None)
             raise BatchIdentityError(

@@ -90,6 +90,30 @@ def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, servi
     assert pg_util.prepared(services.postgres_url, checkpoint_sink_id(str(tmp_path / "ck"))) == []
 
 
+def test_exactly_once_writes_inside_foreach_batch_through_spark_connect(connect_url, services,
+                                                                       tmp_path: Path) -> None:
+    """Connect runs a foreachBatch function in a Python process of the server's, whose
+    tasks Spark gives no batch or query id: the write names both (options batchId,
+    queryId), and every record lands once."""
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "connect-fb")
+    kafka_util.produce(services.kafka_bootstrap, topic, kafka_util.numbered(2, 600))
+    table = pg_util.table_name("connect_fb")
+    client = tmp_path / "client.py"
+    shutil.copy(kafka_to_jdbc_app.__file__, client)
+    sink_id = f"fb-{table}"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    res = subprocess.run([sys.executable, str(client), services.kafka_bootstrap, topic, services.postgres_url,
+                          table, str(tmp_path / "ck"), connect_url], cwd=tmp_path,
+                         env={**env, "FOREACH_BATCH_SINK_ID": sink_id}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
+    rows = pg_util.query(services.postgres_url,
+                         f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
+    assert rows == [(600, 600)]
+    assert pg_util.prepared(services.postgres_url, sink_id) == []
+
+
 def test_windows_with_their_state_in_files_through_spark_connect(connect_url, tmp_path: Path) -> None:
     """A Connect client has no JVM: the windows fold in Python, and stage 2 keeps its state
     in files (``state_location``) on the server's executors. The windows are those of the

@@ -2,7 +2,10 @@
 Kafka to PostgreSQL ``exactly_once`` with ``hzsource`` / ``hzsink``, until the topic is read.
 
 Usage: ``spark-submit kafka_to_jdbc_app.py BOOTSTRAP TOPIC URL TABLE CHECKPOINT [CONNECT_URL]``
-(with CONNECT_URL, run it with ``python``: it connects with ``builder.remote``). Prints
+(with CONNECT_URL, run it with ``python``: it connects with ``builder.remote``). With
+``FOREACH_BATCH_SINK_ID`` set, a ``foreachBatch`` function writes each batch with
+``hzsink`` under that sink id (``batchId`` and ``queryId`` given: Connect's tasks know
+neither). Prints
 ``BATCHES <n>`` (micro-batches with rows); exit status 0 when the query ended cleanly.
 It imports nothing of this repository, so tests can run a copy from any directory.
 """
@@ -27,11 +30,20 @@ def main(argv: list[str]) -> int:
     cap = os.environ.get("MAX_OFFSETS_PER_TRIGGER", "200")  # "": none (PySpark 4.1 has no caps)
     if cap:
         r = r.option("maxOffsetsPerTrigger", cap)
-    q = (r.load()
-         .selectExpr("partition", "offset", "CAST(value AS STRING) AS v")
-         .writeStream.format("hzsink").option("connector", "jdbc").option("url", url)
-         .option("dbtable", table).option("createTable", "true")
-         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    rows = r.load().selectExpr("partition", "offset", "CAST(value AS STRING) AS v")
+    sink_id = os.environ.get("FOREACH_BATCH_SINK_ID")
+    if sink_id:
+        # The same write from a foreachBatch function: one hzsink batch write per micro-batch.
+        def each_batch(df, batch_id):  # type: ignore[no-untyped-def]
+            (df.write.format("hzsink").option("connector", "jdbc").option("url", url)
+             .option("dbtable", table).option("createTable", "true").option("sinkId", sink_id)
+             .option("batchId", batch_id).option("queryId", sink_id).mode("append").save())
+
+        w = rows.writeStream.foreachBatch(each_batch)
+    else:
+        w = (rows.writeStream.format("hzsink").option("connector", "jdbc").option("url", url)
+             .option("dbtable", table).option("createTable", "true"))
+    q = w.option("checkpointLocation", ckpt).trigger(availableNow=True).start()
     q.awaitTermination(240)
     if q.isActive:
         print("the query did not finish within 240 s", file=sys.stderr)
