@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     sink_id = os.environ.get("FOREACH_BATCH_SINK_ID")
     if sink_id:
         # The same write from a foreachBatch function: one hzsink batch write per micro-batch.
-        def each_batch(df, batch_id):  # type: ignore[no-untyped-def]
+        def each_batch(df, batch_id):
             (df.write.format("hzsink").option("connector", "jdbc").option("url", url)
              .option("dbtable", table).option("createTable", "true").option("sinkId", sink_id)
              .option("batchId", batch_id).option("queryId", sink_id).mode("append").save())
