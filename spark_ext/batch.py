@@ -134,7 +134,7 @@ class ProtocolBatchWriter(Shipped, DataSourceArrowWriter):
         else:  # nothing is decided: the ids only label the rows' log lines
             task = replace(TaskInfo.current(), batch_id=(running.batch_id if running and running.batch_id
                                                          is not None else self.identity.batch_id or 0))
-        return self.stream.write_as(iterator, task)
+        return self.stream.write(iterator, task)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver (commit worker), step 4."""

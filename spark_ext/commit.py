@@ -448,14 +448,11 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     def __init__(self, plan: SinkPlan) -> None:
         self.plan = plan
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        """Executor, step 3: one task attempt's rows -> a ``Committable``, with the claim."""
-        return self.write_as(iterator, TaskInfo.current())
-
-    def write_as(self, iterator: Iterator[pa.RecordBatch], task: TaskInfo) -> WriterCommitMessage:
-        """``write`` as ``task`` (a ``foreachBatch`` write's tasks: ``spark_ext.batch``)."""
+    def write(self, iterator: Iterator[pa.RecordBatch], task: TaskInfo | None = None) -> WriterCommitMessage:
+        """Executor, step 3: one task attempt's rows -> a ``Committable``, with the claim.
+        ``task``: who writes, if not the running task as Spark names it (``spark_ext.batch``)."""
         started = time.monotonic()
-        committable = self.plan.new_writer().write(iterator, task)
+        committable = self.plan.new_writer().write(iterator, task or TaskInfo.current())
         took = WriteTimes((time.monotonic() - started) * 1000)
         return TaskReport(committable, self.plan.claim, self.plan.times, took)
 
