@@ -37,6 +37,9 @@ def send(services, dest: str, bodies: list[str] | list[bytes], headers: dict[str
         _disconnect(c)  # the broker has every frame before it
 
 
+SENTINEL = "sentinel-"  # no test message starts so
+
+
 def drain(services, dest: str, timeout: float = 30.0) -> list[str]:
     """Everything left on the queue, up to a sentinel sent now (FIFO proves nothing else is left)."""
     return [body for _, body in drain_messages(services, dest, timeout)]
@@ -48,7 +51,7 @@ def drain_messages(services, dest: str, timeout: float = 30.0,
     """``drain``, each message as (headers, body). ``on_sentinel``, if given, runs on the
     receiving thread when the sentinel arrives, in place of setting the event that ends the
     wait: it must set it (a test of this helper delivers a message around it)."""
-    sentinel = f"sentinel-{uuid.uuid4().hex}"
+    sentinel = f"{SENTINEL}{uuid.uuid4().hex}"
     send(services, dest, [sentinel])
     got: list[tuple[dict[str, str], str]] = []
     done = threading.Event()
@@ -57,8 +60,11 @@ def drain_messages(services, dest: str, timeout: float = 30.0,
         def on_message(self, frame: stomp.utils.Frame) -> None:
             if frame.body == sentinel:
                 (on_sentinel or threading.Event.set)(done)
-            else:
+            elif not frame.body.startswith(SENTINEL):
                 got.append((dict(frame.headers), frame.body))
+            # else an earlier drain's sentinel, handed back: the broker had not yet taken
+            # its auto-acknowledgement when that drain disconnected (seen once in 20 runs of a
+            # test that drains one queue five times).
 
     c = _conn(services)
     c.set_listener("drain", L())
