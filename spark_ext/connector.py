@@ -103,6 +103,11 @@ class SinkConnector(ABC, Generic[ConfigT]):
         connector cannot hold them). Driver; ``config`` has been validated."""
         return None
 
+    def sets_aside(self, config: ConfigT) -> str | None:
+        """Why this sink's writers cannot set refused rows aside as dead letters (None:
+        they can, being ``spark_ext.deadletters.SetsAside``). Driver, at start."""
+        return f"connector {self.name!r} cannot set refused rows aside yet; only 'jdbc' can"
+
     @abstractmethod
     def new_writer(self, config: ConfigT, claim: Claim[Any] | None) -> SinkWriter[Any]:
         """The executor-side writer (step 3). ``claim`` is None without exactly-once."""

@@ -83,10 +83,7 @@ class HzSink(Shipped, DataSource):
         ``commit`` / ``abort`` (only the committer is needed; no side effects allowed,
         since the batch's transactions are prepared and waiting).
         """
-        opts = Options(self.options, "hzsink")
-        cls = registry.load(registry.SINKS, opts.get_str("connector"), "hzsink")
-        conn = cls()  # type: ignore[operator]
-        assert isinstance(conn, SinkConnector)
+        conn, opts = _sink(Options(self.options, "hzsink"))
         guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
         conn.check(opts, guarantee)
         plan = conn.plan(opts, schema, guarantee, prepare=not compat.in_commit_runner())
@@ -102,12 +99,23 @@ class HzSink(Shipped, DataSource):
             raise ConfigurationError("hzsink appends (or upserts) each micro-batch: use mode('append')")
         given = Options(self.options, "hzsink")
         identity = batch.BatchIdentity.parse(given)
-        opts = batch.without_batch_options(given)
-        cls = registry.load(registry.SINKS, opts.get_str("connector"), "hzsink")
-        conn = cls()  # type: ignore[operator]
-        assert isinstance(conn, SinkConnector)
+        conn, opts = _sink(batch.without_batch_options(given))
         guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
         conn.check(opts, guarantee)
         sink_id = batch.require_sink_id(opts, conn.id_option, conn.name) if guarantee.transactional else None
         plan = conn.plan(opts, schema, guarantee, prepare=True)
         return batch.ProtocolBatchWriter(plan, identity, sink_id)
+
+
+def _sink(opts: Options) -> tuple[SinkConnector, Options]:
+    """The sink's connector and options; with ``deadLetter.*`` options, the routing sink
+    that writes the sink and its dead letters under one decision (``spark_ext.deadletters``)."""
+    from spark_ext import deadletters
+
+    conn = registry.load(registry.SINKS, opts.get_str("connector"), "hzsink")()  # type: ignore[operator]
+    assert isinstance(conn, SinkConnector)
+    if deadletters.has_dead_letters(opts):
+        opts = deadletters.compose(opts, conn.id_option)
+        conn = registry.load(registry.SINKS, "routing", "hzsink")()  # type: ignore[operator]
+        assert isinstance(conn, SinkConnector)
+    return conn, opts

@@ -88,7 +88,7 @@ class RoutingSink(SinkConnector[RoutingConfig]):
                     own[conn.id_option.lower()] = sub_id
                 sub_opts = Options(own, "hzsink")
                 conn.check(sub_opts, guarantee)
-                cfg = conn.configure(sub_opts, s.schema(schema), guarantee)
+                cfg = conn.configure(sub_opts, spec.input_schema(s, schema), guarantee)
             except SparkExtError as e:
                 raise _named(s.name, e) from None
             target = conn.target(cfg)
@@ -100,6 +100,11 @@ class RoutingSink(SinkConnector[RoutingConfig]):
                 targets[target] = s.name
             subs.append(SubSink(s, cfg))
         decider = self._decider(spec, subs) if guarantee.transactional else None
+        if spec.dead_letters is not None:
+            kept = next(s for s in subs if s.spec.name == spec.dead_letters[0])
+            why = _connector(kept.spec.connector).sets_aside(kept.config)
+            if why is not None:
+                raise ConfigurationError(f"deadLetter: {why}")
         return RoutingConfig(spec, guarantee, tuple(subs), decider)
 
     @staticmethod
@@ -124,7 +129,8 @@ class RoutingSink(SinkConnector[RoutingConfig]):
         subs = []
         for s in config.subs:
             try:
-                valid = _connector(s.spec.connector).validate(s.config, s.spec.schema(schema))
+                given = config.spec.input_schema(s.spec, schema)
+                valid = _connector(s.spec.connector).validate(s.config, given)
                 subs.append(SubSink(s.spec, valid))
             except SparkExtError as e:
                 raise _named(s.spec.name, e) from None
@@ -136,7 +142,7 @@ class RoutingSink(SinkConnector[RoutingConfig]):
         writers = {s.spec.name: _connector(s.spec.connector).new_writer(
             s.config, fence.claim(s.spec.name) if fence is not None else None) for s in config.subs}
         return RoutingWriter(config.spec.route_column, {s.spec.name: s.spec.columns for s in config.subs},
-                             writers, claim)
+                             writers, claim, config.spec.dead_letters, config.spec.routing_id or "")
 
     def new_committer(self, config: RoutingConfig) -> Committer[Any]:
         subs: dict[str, TwoPhaseCommitter[Any, Any]] = {}
@@ -149,4 +155,5 @@ class RoutingSink(SinkConnector[RoutingConfig]):
         log: DecisionLog | None = _connector(decider.spec.connector).decision_log(decider.config,
                                                                                    config.spec.routing_id)
         assert log is not None
-        return RoutingCommitter(config.spec.routing_id, subs, log)
+        return RoutingCommitter(config.spec.routing_id, subs, log, config.spec.dead_letters,
+                                config.spec.max_dead_letters)

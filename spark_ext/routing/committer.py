@@ -40,8 +40,10 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
     name = "routing"
 
     def __init__(self, routing_id: str, subs: Mapping[str, TwoPhaseCommitter[Any, Any]],
-                 decisions: DecisionLog) -> None:
+                 decisions: DecisionLog, dead_letters: tuple[str, str] | None = None,
+                 max_dead_letters: int | None = None) -> None:
         self.routing_id = routing_id
+        self.dead_letters, self.max_dead_letters = dead_letters, max_dead_letters
         self.subs = dict(subs)
         self.log = decisions
         self._batch: Batch[RoutingCommittable] | None = None
@@ -105,11 +107,27 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             raise FencedError(f"{self.label} was taken over by a newer run (epoch {now}, this run "
                               f"{fence.epoch}); this run commits nothing of batch {batch.batch_id}")
         self._check_predecessors(batch)
+        self._check_dead_letters(batch)
         for name, sub in self.subs.items():
             share = self._share(batch, name)
             if share.prepared:
                 sub.check(share)
                 sub.vet(share)
+
+    def _check_dead_letters(self, batch: Batch[RoutingCommittable]) -> None:
+        """Refuse a batch with more dead letters than ``maxDeadLetters``: rolled back whole."""
+        if self.dead_letters is None or self.max_dead_letters is None:
+            return
+        dead = self.dead_letters[1]
+        count = sum(c.rows for rc in batch.committables for n, c in rc.parts if n == dead)
+        if count <= self.max_dead_letters:
+            return
+        first = next((rc.first_refusal for rc in batch.committables if rc.first_refusal), "")
+        self.roll_back(batch)
+        raise FatalCommitError(
+            f"batch {batch.batch_id}: {count} rows refused, more than maxDeadLetters "
+            f"{self.max_dead_letters}; the first: {first}. Nothing of the batch was committed: fix the rows "
+            "(or the table), or raise maxDeadLetters")
 
     def _check_predecessors(self, batch: Batch[RoutingCommittable]) -> None:
         """Refuse to decide a batch that this query already decided as another routing sink:

@@ -35,6 +35,12 @@ ROUTING_OPTIONS = OptionSpec.of(
            shown="derived from `checkpointLocation`"),
     Option("decider", "The sub-sink whose system holds the routing decisions (a `jdbc` sub-sink).",
            shown="the first `jdbc` sub-sink by name"),
+    Option("deadLetters", "Set by a sink's `deadLetter.*` options (`<target>:<dead>`): every row goes to "
+           "sub-sink `target`, and the rows it refuses for a reason of their own to sub-sink `dead`.",
+           shown="none"),
+    Option("maxDeadLetters", "With dead letters: at most this many refused rows a batch; beyond it the "
+           "batch fails, naming the count and the first error, and nothing of it is committed.",
+           shown="no limit"),
     Option("sinks.*", "`sinks.<name>.connector` names a sub-sink's connector; `sinks.<name>.columns` the "
            "columns it receives (comma-separated; default every column but the route column); every "
            "other `sinks.<name>.<option>` is that connector's own option."),
@@ -58,9 +64,19 @@ class SubSinkSpec:
 @dataclass(frozen=True)
 class RoutingSpec:
     routing_id: str | None
-    route_column: str
+    route_column: str | None  # None: dead letters, every row to the target
     decider: str | None
     subs: tuple[SubSinkSpec, ...]
+    dead_letters: tuple[str, str] | None = None  # (target, dead)
+    max_dead_letters: int | None = None
+
+    def input_schema(self, sub: SubSinkSpec, full: StructType) -> StructType:
+        """What sub-sink ``sub`` receives: its columns of the DataFrame, or of the dead letters."""
+        if self.dead_letters is not None and sub.name == self.dead_letters[1]:
+            from spark_ext import deadletters
+
+            return sub.schema(deadletters.schema())
+        return sub.schema(full)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -78,11 +94,14 @@ def routing_id(checkpoint_location: str) -> str:
 
 def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
     ROUTING_OPTIONS.check(opts.raw(), "hzsink connector 'routing'")
-    route = opts.get_str("routecolumn", ROUTING_OPTIONS.default_str("routeColumn"))
-    assert route is not None
-    if route not in schema.names:
-        raise InvalidOptionError(f"routeColumn {route!r} is not a column of the DataFrame (columns: "
-                                 f"{', '.join(schema.names)}); add it, or set option routeColumn")
+    dead = _dead_letters(opts)
+    route: str | None = None
+    if dead is None:
+        route = opts.get_str("routecolumn", ROUTING_OPTIONS.default_str("routeColumn"))
+        assert route is not None
+        if route not in schema.names:
+            raise InvalidOptionError(f"routeColumn {route!r} is not a column of the DataFrame (columns: "
+                                     f"{', '.join(schema.names)}); add it, or set option routeColumn")
     grouped: dict[str, dict[str, str]] = {}
     for key, value in opts.raw().items():
         m = _SUB.match(key)
@@ -112,13 +131,18 @@ def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
                     f"option 'sinks.{name}.{taken}': set it on the routing sink itself (every sub-sink "
                     "writes under the routing sink's guarantee, and its id derives from the routing sink's)")
         cols_text = own.pop("columns", None)
+        given = schema
+        if dead is not None and name == dead[1]:
+            from spark_ext import deadletters
+
+            given = deadletters.schema()
         cols = tuple(c.strip() for c in cols_text.split(",") if c.strip()) if cols_text else \
-            tuple(c for c in schema.names if c != route)
-        missing = [c for c in cols if c not in schema.names]
+            tuple(c for c in given.names if c != route)
+        missing = [c for c in cols if c not in given.names]
         if missing or not cols:
             named = ", ".join(missing) or "no column"
             raise InvalidOptionError(f"option 'sinks.{name}.columns' names {named}, "
-                                     f"not among the DataFrame's columns: {', '.join(schema.names)}")
+                                     f"not among the columns it can get: {', '.join(given.names)}")
         subs.append(SubSinkSpec(name, connector.strip().lower(), tuple(sorted(own.items())), cols))
     decider = opts.get_str("decider")
     if decider is not None and decider.lower() not in grouped:
@@ -127,6 +151,23 @@ def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
     if rid is not None and len(rid) + len(SEPARATOR) + max(len(s.name) for s in subs) > 64:
         raise InvalidOptionError(f"sinkId {rid!r} with sub-sink names makes ids over 64 characters; use a "
                                  "shorter sinkId or shorter names")
-    return RoutingSpec(rid, route, decider.lower() if decider else None, tuple(subs))
+    if dead is not None and set(dead) != set(grouped):
+        raise InvalidOptionError(f"option deadLetters names sub-sinks {dead}, the routing sink has "
+                                 f"{', '.join(sorted(grouped))}")
+    return RoutingSpec(rid, route, decider.lower() if decider else None, tuple(subs), dead,
+                       opts.get_int("maxdeadletters", None, minimum=0))
+
+
+def _dead_letters(opts: Options) -> tuple[str, str] | None:
+    text = opts.get_str("deadletters")
+    if text is None:
+        if opts.get_str("maxdeadletters") is not None:
+            raise InvalidOptionError("option maxDeadLetters needs a dead-letter destination: "
+                                     "deadLetter.connector and its options")
+        return None
+    target, _, dead = text.partition(":")
+    if not target or not dead:
+        raise InvalidOptionError(f"option deadLetters is {text!r}; expected '<target>:<dead>'")
+    return target, dead
 
 

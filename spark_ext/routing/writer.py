@@ -22,6 +22,7 @@ class RoutingCommittable(Committable):
     """One task attempt's outcome in every sub-sink it wrote to: (name, its committable)."""
 
     parts: tuple[tuple[str, Committable], ...] = ()
+    first_refusal: str = ""  # with dead letters: the first row error, for a cap's message
 
     @property
     def prepared(self) -> bool:
@@ -43,12 +44,14 @@ class RoutingWriter(SinkWriter[RoutingCommittable]):
     """Splits a task's rows by the route column (in memory: a sub-sink's writer reads its
     share once the task's input is read) and runs each sub-sink's writer on its share."""
 
-    def __init__(self, route_column: str, columns: Mapping[str, tuple[str, ...]],
-                 writers: Mapping[str, SinkWriter[Any]], claim: Claim[Any] | None) -> None:
+    def __init__(self, route_column: str | None, columns: Mapping[str, tuple[str, ...]],
+                 writers: Mapping[str, SinkWriter[Any]], claim: Claim[Any] | None,
+                 dead_letters: tuple[str, str] | None = None, routing_id: str = "") -> None:
         self.route_column = route_column
         self.columns = dict(columns)
         self.writers = dict(writers)
         self.claim = claim
+        self.dead_letters, self.routing_id = dead_letters, routing_id
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> RoutingCommittable:
         import pyarrow.compute as pc
@@ -61,6 +64,9 @@ class RoutingWriter(SinkWriter[RoutingCommittable]):
                 pass
             return RoutingCommittable(task.batch_id, task.partition_id, task.attempt, 0,
                                       query_id=task.query_id)
+        if self.dead_letters is not None:
+            return self._write_setting_aside(batches, task, *self.dead_letters)
+        assert self.route_column is not None
         shares: dict[str, list[pa.RecordBatch]] = {n: [] for n in self.writers}
         names = list(self.writers)
         for rb in batches:
@@ -82,6 +88,29 @@ class RoutingWriter(SinkWriter[RoutingCommittable]):
                 parts.append((name, self.writers[name].write(iter(shares[name]), task)))
         return RoutingCommittable(task.batch_id, task.partition_id, task.attempt,
                                   sum(c.rows for _, c in parts), query_id=task.query_id, parts=tuple(parts))
+
+    def _write_setting_aside(self, batches: Iterator[pa.RecordBatch], task: TaskInfo, target: str,
+                             dead: str) -> RoutingCommittable:
+        """Every row to ``target``; the rows it refuses for a reason of their own to ``dead``."""
+        from spark_ext import deadletters
+
+        writer = self.writers[target]
+        assert isinstance(writer, deadletters.SetsAside)
+        writer.refused = []
+        cols = list(self.columns[target])
+        parts = [(target, writer.write((rb.select(cols) for rb in batches), task))]
+        refused = writer.refused
+        first = ""
+        if refused:
+            first = f"{refused[0].error_class} {refused[0].error_code}: {refused[0].message}"[:500]
+            log.warning("batch %s partition %s: %d row(s) refused, set aside as dead letters; the first: %s",
+                        task.batch_id, task.partition_id, len(refused), first)
+            rows = deadletters.table(refused, self.routing_id, task.batch_id, task.partition_id)
+            share = rows.select(list(self.columns[dead]))
+            parts.append((dead, self.writers[dead].write(iter([share]), task)))
+        return RoutingCommittable(task.batch_id, task.partition_id, task.attempt,
+                                  sum(c.rows for _, c in parts), query_id=task.query_id, parts=tuple(parts),
+                                  first_refusal=first)
 
 
 def _array(names: list[str]) -> Any:

@@ -58,6 +58,12 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
             return MarkedJdbcWriter(config)
         return PlainJdbcWriter(config)
 
+    def sets_aside(self, config: JdbcSinkSetup) -> str | None:
+        if config.cfg.upsert_keys:
+            return ("the jdbc sink sets refused rows aside when it appends; with upsertKeys its rows are "
+                    "merged as a whole (not yet row by row): drop upsertKeys or the dead-letter options")
+        return None
+
     def new_committer(self, config: JdbcSinkSetup) -> JdbcCommitter:
         return JdbcCommitter(config)
 

@@ -41,6 +41,7 @@ from spark_ext.connectors.jdbc.transactions import (
     prepared_gids,
     started_before,
 )
+from spark_ext.deadletters import Refusal, SetsAside
 from spark_ext.errors import ConnectorError, FencedError
 
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
@@ -62,7 +63,7 @@ def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
     return buf.getvalue()
 
 
-class JdbcWriter(SinkWriter[JdbcCommittable]):
+class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
     """Writes one task attempt's rows over one connection; a subclass per guarantee. Executor."""
 
     epoch: int | None = None  # the run's claim, in the session's name (exactly-once)
@@ -122,6 +123,9 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
                         f"upsert key column {k!r} is NULL in a row of batch {task.batch_id}: keys must be "
                         "present (filter or fill them); nothing of this task was written"
                     )
+            if self.refused is not None and not keys:
+                rows += self._copy_setting_aside(cur, rb, digest)
+                continue
             data = to_csv(rb, sql, tag)
             if digest is not None:
                 digest.update(data)
@@ -131,6 +135,39 @@ class JdbcWriter(SinkWriter[JdbcCommittable]):
             cur.execute(sql.upsert_from_staging, (tag,))
             cur.execute(sql.clear_staging, (tag,))
         return rows
+
+    def _copy_setting_aside(self, cur: Any, rb: pa.RecordBatch, digest: Any) -> int:
+        """COPY ``rb`` under a savepoint; when PostgreSQL refuses it for a row's sake, COPY
+        each half the same way, down to the single rows refused (set aside). A batch with no
+        bad row costs one savepoint; k bad rows among n cost about 2k log2(n) more COPYs."""
+        data = to_csv(rb, self.sql, None)
+        cur.execute("SAVEPOINT sx_rows")
+        try:
+            cur.copy_expert(self.sql.copy_target, io.BytesIO(data))
+        except psycopg2.Error as e:
+            if not row_error(e):
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT sx_rows")
+            cur.execute("RELEASE SAVEPOINT sx_rows")
+            if rb.num_rows == 1:
+                assert self.refused is not None
+                self.refused.append(Refusal(rb, type(e).__name__, e.pgcode or "",
+                                            (e.pgerror or str(e)).strip().splitlines()[0]))
+                return 0
+            half = rb.num_rows // 2
+            return (self._copy_setting_aside(cur, rb.slice(0, half), digest)
+                    + self._copy_setting_aside(cur, rb.slice(half), digest))
+        cur.execute("RELEASE SAVEPOINT sx_rows")
+        if digest is not None:
+            digest.update(data)
+        return rb.num_rows
+
+
+def row_error(e: psycopg2.Error) -> bool:
+    """Does PostgreSQL refuse the row for its own content (SQLSTATE class 22, data
+    exception: too long, bad encoding or NUL byte, out of range; 23, integrity constraint
+    violation: unique, check, not null, foreign key)? Anything else is the system's."""
+    return (e.pgcode or "")[:2] in ("22", "23")
 
 
 class PlainJdbcWriter(JdbcWriter):

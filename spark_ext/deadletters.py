@@ -1,0 +1,130 @@
+"""Dead letters: rows a sink's target refuses for a reason of their own, written to another
+sink under the same batch decision as the good rows.
+
+    .option("connector", "jdbc").option("dbtable", "ledger")      # the sink, as always
+    .option("deadLetter.connector", "kafka")                      # then a sink of any connector
+    .option("deadLetter.kafka.bootstrap.servers", ...).option("deadLetter.topic", "ledger-dlq")
+    .option("maxDeadLetters", "100")                              # per batch; beyond, the batch fails
+
+Driver: ``compose`` turns such options into a ``routing`` sink with two sub-sinks, ``target``
+(the sink) and ``dead`` (the destination), whose one decision per batch covers both: after
+any crash every input row is in exactly one of them, once. Executor: the target's writer
+sets refused rows aside (``SetsAside``); ``table`` makes them the dead sub-sink's rows.
+
+Only row errors are set aside: each connector decides which of its target's errors belong
+to the row (PostgreSQL: SQLSTATE classes 22 and 23). Anything else (a connection lost, a
+missing table, a full disk) fails the batch as without dead letters.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_ext.errors import InvalidOptionError
+from spark_ext.options import Options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PREFIX = "deadletter."
+TARGET, DEAD = "target", "dead"
+# The dead-letter rows' columns; ``value`` / ``body``: all the others as one JSON document,
+# for a Kafka topic or a queue.
+COLUMNS = ("sink_id", "batch_id", "partition_id", "error_class", "error_code", "error_message", "row")
+BY_CONNECTOR = {"kafka": ("value",), "jms": ("body",)}
+ALL_COLUMNS = (*COLUMNS, "value", "body")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One row the target refused: the row as it was (one-row Arrow batch) and why."""
+
+    row: Any  # pa.RecordBatch of one row
+    error_class: str
+    error_code: str
+    message: str
+
+
+class SetsAside:
+    """Mixin of a writer that can set refused rows aside: with ``refused`` a list (the
+    routing writer's, per task), row errors go there instead of failing the task."""
+
+    refused: list[Refusal] | None = None
+
+
+def has_dead_letters(opts: Options) -> bool:
+    """Are dead letters configured? ``maxDeadLetters`` alone is refused."""
+    if any(k.startswith(PREFIX) for k in opts.raw()):
+        return True
+    if "maxdeadletters" in opts:
+        raise InvalidOptionError("option maxDeadLetters needs a dead-letter destination: "
+                                 "deadLetter.connector and its options")
+    return False
+
+
+def compose(opts: Options, id_option: str) -> Options:
+    """The sink's options with ``deadLetter.*`` as the equivalent routing sink's: the sink
+    as sub-sink ``target``, the destination as sub-sink ``dead``. Driver, at start."""
+    raw = opts.raw()
+    dead = {k[len(PREFIX):]: v for k, v in raw.items() if k.startswith(PREFIX)}
+    if "connector" not in dead:
+        raise InvalidOptionError("the dead-letter destination needs option 'deadLetter.connector' ('jdbc', "
+                                 "'kafka' or 'jms') and that connector's options as deadLetter.<option>")
+    outer = {"guarantee", "sinkid", "transactionalidprefix", "checkpointlocation", "queryname",
+             "maxdeadletters"}
+    own = {k: v for k, v in raw.items() if not k.startswith(PREFIX) and k not in outer}
+    out = {k: v for k, v in raw.items() if k in outer - {"sinkid", "transactionalidprefix"}}
+    given_id = raw.get(id_option.lower())
+    if given_id is not None:
+        out["sinkid"] = given_id
+    out["connector"] = "routing"
+    if raw.get("connector", "").strip().lower() == "jdbc":
+        out["decider"] = TARGET  # the sink's own database holds the decisions, as without dead letters
+    out["deadletters"] = f"{TARGET}:{DEAD}"
+    out.update({f"sinks.{TARGET}.{k}": v for k, v in own.items()})
+    out.update({f"sinks.{DEAD}.{k}": v for k, v in dead.items()})
+    if "columns" not in dead:
+        cols = BY_CONNECTOR.get(dead["connector"].strip().lower(), COLUMNS)
+        out[f"sinks.{DEAD}.columns"] = ",".join(cols)
+    return Options(out, opts.what)
+
+
+def schema() -> Any:
+    """The dead-letter rows' Spark schema (what the dead sub-sink is configured for)."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    types = {"batch_id": LongType(), "partition_id": IntegerType()}
+    return StructType([StructField(c, types.get(c, StringType()), c in ("error_code",)) for c in ALL_COLUMNS])
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    if isinstance(v, (datetime.date, datetime.datetime, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, (decimal.Decimal, datetime.timedelta)):
+        return str(v)
+    return v
+
+
+def table(refused: list[Refusal], sink_id: str, batch_id: int, partition_id: int) -> pa.RecordBatch:
+    """The dead sub-sink's rows for ``refused`` (the row as JSON; binary as base64)."""
+    import pyarrow as pa
+
+    rows = []
+    for r in refused:
+        row = json.dumps(r.row.to_pylist()[0], default=_plain, ensure_ascii=False)
+        d = {"sink_id": sink_id, "batch_id": batch_id, "partition_id": partition_id,
+             "error_class": r.error_class, "error_code": r.error_code, "error_message": r.message, "row": row}
+        doc = json.dumps(d, ensure_ascii=False)
+        rows.append({**d, "value": doc, "body": doc})
+    arrow = pa.schema([("sink_id", pa.string()), ("batch_id", pa.int64()), ("partition_id", pa.int32()),
+                       ("error_class", pa.string()), ("error_code", pa.string()),
+                       ("error_message", pa.string()), ("row", pa.string()), ("value", pa.string()),
+                       ("body", pa.string())])
+    return pa.RecordBatch.from_pylist(rows, schema=arrow)

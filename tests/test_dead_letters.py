@@ -1,0 +1,214 @@
+"""Dead letters against the real PostgreSQL and Kafka: rows the table refuses for their own
+sake (too long, a NUL byte, a check constraint, a duplicate key) land in the dead-letter
+destination with their error, the good rows in the table, under one decision a batch;
+killed with kill -9 at the decision's steps after committed batches, every input row is in
+exactly one place, once; errors of the system are not dead-lettered; a cap fails the batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+import sqlalchemy as sa
+from pyspark.errors import StreamingQueryException
+
+from spark_ext import failpoints
+from spark_ext.connectors.jdbc.writer import row_error
+from tests.support import kafka_sink, kafka_util, pg_util
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+BATCH = 40
+
+
+def _poison(i: int) -> str | None:
+    """The bad value of row ``i``, if it is one of the poison rows (two of each kind a batch)."""
+    kind = i % BATCH
+    return {3: "x" * 20, 11: "bad", 17: "nul\u0000byte", 23: "x" * 9, 29: "bad", 31: "a\u0000"}.get(kind)
+
+
+def _files(src: Path, batches: int) -> None:
+    """One JSON file a batch: ``{"id", "v"}``; each batch also repeats the previous batch's
+    first id (a duplicate key) once."""
+    import time
+    src.mkdir(parents=True, exist_ok=True)
+    base = time.time() - 1000
+    for b in range(batches):
+        ids = range(b * BATCH, (b + 1) * BATCH)
+        rows = [{"id": i, "v": _poison(i) or f"v{i}"} for i in ids]
+        if b:
+            rows.append({"id": (b - 1) * BATCH, "v": "again"})
+        f = src / f"f{b:03d}.json"
+        f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(f, (base + b, base + b))
+
+
+def _expected(batches: int) -> tuple[list[int], list[tuple[int, str]]]:
+    """(ids in the table, (id, SQLSTATE) of the dead letters)."""
+    good, dead = [], []
+    for i in range(batches * BATCH):
+        v = _poison(i)
+        if v is None:
+            good.append(i)
+        else:
+            dead.append((i, "23514" if v == "bad" else "22021" if "\u0000" in v else "22001"))
+    dead += [((b - 1) * BATCH, "23505") for b in range(1, batches)]
+    return good, sorted(dead)
+
+
+class Target:
+    def __init__(self, services: Any) -> None:
+        self.url = services.postgres_url
+        self.table = pg_util.table_name("dl_target")
+        self.dlq = pg_util.table_name("dl_dead")
+        pg_util.execute(self.url, f"CREATE TABLE {self.table} (id bigint PRIMARY KEY, "
+                                  "v varchar(8) CHECK (v <> 'bad'))")
+        self.sink_id = f"dl-{uuid.uuid4().hex[:12]}"
+
+    def options(self, **more: str) -> dict[str, str]:
+        return {"connector": "jdbc", "url": self.url, "dbtable": self.table, "sinkId": self.sink_id,
+                "deadLetter.connector": "jdbc", "deadLetter.url": self.url, "deadLetter.dbtable": self.dlq,
+                "deadLetter.createTable": "true", **more}
+
+    def landed(self) -> tuple[list[int], list[tuple[int, str]]]:
+        good = [r[0] for r in pg_util.query(self.url, f"SELECT id FROM {self.table} ORDER BY id")]
+        try:
+            rows = pg_util.query(self.url, f"SELECT row, error_code, sink_id FROM {self.dlq}")
+        except sa.exc.ProgrammingError:  # the dead-letter table comes with the first dead letter's batch
+            rows = []
+        assert all(s == self.sink_id for _, _, s in rows)
+        return good, sorted((json.loads(r)["id"], code) for r, code, _ in rows)
+
+    def in_doubt(self) -> list[str]:
+        return (pg_util.prepared(self.url, f"{self.sink_id}--target")
+                + pg_util.prepared(self.url, f"{self.sink_id}--dead"))
+
+
+def _run(tmp: Path, options: dict[str, str], failpoint: str = "-") -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"), str(tmp / "ckpt"),
+            "id|v", failpoint, *(f"{k}={v}" for k, v in options.items())]
+    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": "4"}
+    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600, env=env)
+
+
+_FIRST = ("routing.after_decision",)
+_OTHERS = ("routing.before_decision", "routing.between_sinks", "routing.mid_commit", "routing.after_done")
+
+
+@pytest.mark.parametrize("points", [
+    pytest.param(_FIRST, id="after-the-decision"),
+    pytest.param(_OTHERS, id="every-other-step", marks=pytest.mark.campaign),
+])
+def test_kill_9_with_dead_letters_leaves_every_row_in_one_place_once(services, tmp_path, points):
+    """Point k strikes in batch k, after batches 0..k-1 committed (their dead letters too);
+    after the last run every row is in the table or the dead letters, once, with its
+    SQLSTATE, and nothing is in doubt."""
+    t = Target(services)
+    n = len(points) + 2
+    _files(tmp_path / "src", n)
+    for batch, point in enumerate(points, start=1):
+        crashed = _run(tmp_path, t.options(), f"{point}@{batch}")
+        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
+        good, dead = t.landed()
+        assert len(set(good)) == len(good) and len(set(dead)) == len(dead), point
+        want_good, want_dead = _expected(batch)
+        assert set(want_good) <= set(good) and set(want_dead) <= set(dead), point
+    done = _run(tmp_path, t.options())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert t.landed() == _expected(n)
+    assert t.in_doubt() == []
+
+
+def test_dead_letters_to_kafka_and_a_cap(spark, services, tmp_path):
+    """Any connector takes the dead letters: here a Kafka topic (JSON documents, read
+    committed). With maxDeadLetters below a batch's refused rows the batch fails naming
+    the count and the first error, and nothing of it is committed anywhere."""
+    t = Target(services)
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "dlq")
+    _files(tmp_path / "src", 2)
+    kafka = {k: v for k, v in t.options().items() if not k.startswith("deadLetter.")}
+    kafka.update({"deadLetter.connector": "kafka", "deadLetter.topic": topic,
+                  "deadLetter.kafka.bootstrap.servers": services.kafka_bootstrap})
+
+    def run(opts: dict[str, str], ckpt: str) -> Any:
+        df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(
+            str(tmp_path / "src"))
+        q = (df.writeStream.format("hzsink").options(**opts)
+             .option("checkpointLocation", str(tmp_path / ckpt)).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        except StreamingQueryException:
+            pass  # read below
+        return q.exception()
+
+    capped = run({**kafka, "maxDeadLetters": "5"}, "ck-capped")
+    assert capped is not None and "6 rows refused, more than maxDeadLetters 5" in str(capped), capped
+    assert "the first: " in str(capped)
+    assert pg_util.query(t.url, f"SELECT count(*) FROM {t.table}") == [(0,)]
+    assert kafka_sink.consume(services.kafka_bootstrap, topic) == []
+    assert t.in_doubt() == []
+
+    assert run(kafka, "ck") is None
+    good, _ = t.landed()
+    docs = [json.loads(v) for _, _, v in kafka_sink.consume(services.kafka_bootstrap, topic)]
+    want_good, want_dead = _expected(2)
+    assert good == want_good
+    assert sorted((json.loads(d["row"])["id"], d["error_code"]) for d in docs) == want_dead
+    assert {d["sink_id"] for d in docs} == {t.sink_id}
+    assert all(d["error_class"] and d["error_message"] and d["batch_id"] in (0, 1) for d in docs)
+
+
+def test_only_row_errors_are_dead_lettered(services):
+    """What PostgreSQL itself says: data exceptions and constraint violations belong to the
+    row; a missing table, a syntax error or a lost connection do not."""
+    url = services.postgres_url
+    table = pg_util.table_name("dl_class")
+    pg_util.execute(url, f"CREATE TABLE {table} (id int PRIMARY KEY, v varchar(2) CHECK (v <> 'no'))")
+    eng = pg_util.engine(url)
+
+    def error(sql: str) -> psycopg2.Error:
+        conn = eng.raw_connection()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {table} VALUES (1, 'a')")
+                cur.execute(sql)
+        except psycopg2.Error as e:
+            return e
+        finally:
+            conn.close()
+        raise AssertionError(f"no error from {sql}")
+
+    for sql in (f"INSERT INTO {table} VALUES (2, 'toolong')", f"INSERT INTO {table} VALUES (1, 'b')",
+                f"INSERT INTO {table} VALUES (3, 'no')", f"INSERT INTO {table} VALUES (99999999999, 'a')"):
+        assert row_error(error(sql)), sql
+    for sql in (f"INSERT INTO {table}_missing VALUES (1)", "SELEC 1",
+                "SELECT pg_terminate_backend(pg_backend_pid())"):
+        assert not row_error(error(sql)), sql
+    eng.dispose()
+
+
+def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
+    t = Target(services)
+    _files(tmp_path / "src", 1)
+    df = spark.readStream.schema("id long, v string").json(str(tmp_path / "src"))
+
+    def start_error(opts: dict[str, str]) -> str:
+        """The query fails as it starts, before any batch: Spark builds the sink's writer then."""
+        q = df.writeStream.format("hzsink").options(**opts).option(
+            "checkpointLocation", str(tmp_path / uuid.uuid4().hex)).trigger(availableNow=True).start()
+        with pytest.raises(StreamingQueryException) as e:
+            q.awaitTermination(120)
+        return str(e.value)
+
+    assert "drop upsertKeys or the dead-letter options" in start_error(t.options(upsertKeys="id"))
+    no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
+    assert "needs option 'deadLetter.connector'" in start_error(no_connector)
+    assert "maxDeadLetters needs a dead-letter destination" in start_error(
+        {k: v for k, v in t.options(maxDeadLetters="3").items() if not k.startswith("deadLetter.")})
