@@ -176,9 +176,9 @@ def test_only_row_errors_are_dead_lettered(services):
     def error(sql: str) -> psycopg2.Error:
         conn = eng.raw_connection()
         try:
-            with conn.cursor() as cur:
-                cur.execute(f"INSERT INTO {table} VALUES (1, 'a')")
-                cur.execute(sql)
+            cur = conn.cursor()
+            cur.execute(f"INSERT INTO {table} VALUES (1, 'a')")
+            cur.execute(sql)
         except psycopg2.Error as e:
             return e
         finally:
