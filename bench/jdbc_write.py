@@ -5,7 +5,10 @@ staged once as Parquet and streamed in one micro-batch (``Trigger.AvailableNow``
 an empty table (two rounds, best of each) by: our sink with ``exactly_once`` (the BENCH
 figure), Spark's own JDBC writer called from ``foreachBatch`` (the baseline, at least once, its defaults:
 batched INSERTs of 1,000 rows), our ``at_least_once`` append, and our ``at_least_once``
-upsert by ``id``. Rows/s are wall-clock from ``start()`` to termination. ``equal``: the
+upsert by ``id``, and our ``exactly_once`` with a dead-letter table (``deadLetter.*``),
+once into a table that refuses no row and once into one whose check constraint refuses
+one row in 100,000 (10 in 1M: the cost of finding them by halving the refused COPYs).
+Rows/s are wall-clock from ``start()`` to termination. ``equal``: the
 exactly-once table and the baseline table hold exactly the same rows (``EXCEPT ALL``
 both ways). The other two figures go to stderr and the JSON file.
 """
@@ -32,6 +35,7 @@ from bench.common import (
 )
 
 COLUMNS = "id bigint PRIMARY KEY, account text, amount double precision, ts timestamptz, note text"
+POISON = ", CHECK (id % 100000 <> 7)"  # one row in 100,000 refused: dead letters
 
 
 
@@ -56,10 +60,14 @@ def run() -> Result:
     props = {"user": eng_url.username or "", "password": eng_url.password or "",
              "driver": "org.postgresql.Driver"}
     spark = spark_session()
-    tables = {k: f"bench_jdbc_{k}" for k in ("eo", "spark", "alo", "upsert")}
-    for t in tables.values():
+    tables = {k: f"bench_jdbc_{k}" for k in ("eo", "spark", "alo", "upsert", "dl", "dlp")}
+    for k, t in tables.items():
         run_sql(url, f"DROP TABLE IF EXISTS {t}")
-        run_sql(url, f"CREATE TABLE {t} ({COLUMNS})")
+        run_sql(url, f"CREATE TABLE {t} ({COLUMNS}{POISON if k == 'dlp' else ''})")
+    dead = "bench_jdbc_dead"
+    run_sql(url, f"DROP TABLE IF EXISTS {dead}")
+    dl = {"deadLetter.connector": "jdbc", "deadLetter.url": url, "deadLetter.dbtable": dead,
+          "deadLetter.createTable": "true"}
 
     def ours(table: str, **opts: str) -> Any:
         def sink(w: Any) -> Any:
@@ -78,7 +86,8 @@ def run() -> Result:
         _stage(spark, rows, src)
         sinks = (("spark", spark_jdbc), ("eo", ours(tables["eo"])),
                  ("alo", ours(tables["alo"], guarantee="at_least_once")),
-                 ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")))
+                 ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")),
+                 ("dl", ours(tables["dl"], **dl)), ("dlp", ours(tables["dlp"], **dl)))
         for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
             for name, sink in sinks:
                 run_sql(url, f"TRUNCATE {tables[name]}")
@@ -91,13 +100,18 @@ def run() -> Result:
                      f"SELECT * FROM {tables['spark']}) a), (SELECT count(*) FROM (SELECT * FROM "
                      f"{tables['spark']} EXCEPT ALL SELECT * FROM {tables['eo']}) b), "
                      f"(SELECT count(*) FROM {tables['eo']})")[0]
-    equal = diff[0] == 0 and diff[1] == 0 and diff[2] == rows
+    refused = sum(1 for i in range(7, rows, 100000))
+    kept = run_sql(url, f"SELECT count(*) FROM {tables['dlp']}")[0][0]
+    equal = diff[0] == 0 and diff[1] == 0 and diff[2] == rows and kept == rows - refused
     extra = {"at_least_once_rows_per_s": rates["alo"], "upsert_rows_per_s": rates["upsert"],
              "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
-             "upsert_vs_spark_jdbc": rates["upsert"] / rates["spark"]}
+             "upsert_vs_spark_jdbc": rates["upsert"] / rates["spark"],
+             "dead_letters_vs_exactly_once": rates["dl"] / rates["eo"],
+             "dead_letters_10_refused_vs_exactly_once": rates["dlp"] / rates["eo"],
+             "dead_letter_rows": run_sql(url, f"SELECT count(*) FROM {dead}")[0][0] // 2}
     print(f"[bench] jdbc_write extra {json.dumps(extra)}", file=sys.stderr)
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "jdbc_write_extra.json").write_text(json.dumps(extra, indent=2))
-    for t in tables.values():
+    for t in (*tables.values(), dead):
         run_sql(url, f"DROP TABLE IF EXISTS {t}")
     return Result("jdbc_write", rates["eo"], rates["spark"], equal)

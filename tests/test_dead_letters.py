@@ -165,6 +165,35 @@ def test_dead_letters_to_kafka_and_a_cap(spark, services, tmp_path):
     assert all(d["error_class"] and d["error_message"] and d["batch_id"] in (0, 1) for d in docs)
 
 
+def test_a_query_stopped_by_a_refused_row_goes_on_with_dead_letters_from_its_checkpoint(spark, services,
+                                                                                        tmp_path):
+    """What an operator does when a row stops the query: restart it from the same checkpoint
+    with a dead-letter destination. The failed batch was never decided, so it is written
+    then, each row once, in the table or the dead letters."""
+    t = Target(services)
+    _files(tmp_path / "src", 2)
+    plain = {k: v for k, v in t.options().items() if not k.startswith("deadLetter.") and k != "sinkId"}
+
+    def run(opts: dict[str, str]) -> Any:
+        df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(
+            str(tmp_path / "src"))
+        q = (df.writeStream.format("hzsink").options(**opts)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        except StreamingQueryException:
+            pass  # read below
+        return q.exception()
+
+    stopped = run(plain)
+    assert stopped is not None and "value too long" in str(stopped), stopped
+    assert run({**plain, **{k: v for k, v in t.options().items() if k.startswith("deadLetter.")}}) is None
+    good = [r[0] for r in pg_util.query(t.url, f"SELECT id FROM {t.table} ORDER BY id")]
+    rows = pg_util.query(t.url, f"SELECT row, error_code FROM {t.dlq}")
+    dead = sorted((json.loads(r)["id"], c) for r, c in rows)
+    assert (good, dead) == _expected(2)
+
+
 def test_only_row_errors_are_dead_lettered(services):
     """What PostgreSQL itself says: data exceptions and constraint violations belong to the
     row; a missing table, a syntax error or a lost connection do not."""
@@ -199,15 +228,20 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
     _files(tmp_path / "src", 1)
     df = spark.readStream.schema("id long, v string").json(str(tmp_path / "src"))
 
-    def start_error(opts: dict[str, str]) -> str:
+    def start_error(opts: dict[str, str], rows: Any = df) -> str:
         """The query fails as it starts, before any batch: Spark builds the sink's writer then."""
-        q = df.writeStream.format("hzsink").options(**opts).option(
+        q = rows.writeStream.format("hzsink").options(**opts).option(
             "checkpointLocation", str(tmp_path / uuid.uuid4().hex)).trigger(availableNow=True).start()
         with pytest.raises(StreamingQueryException) as e:
             q.awaitTermination(120)
         return str(e.value)
 
     assert "drop upsertKeys or the dead-letter options" in start_error(t.options(upsertKeys="id"))
+    kafka_target = {**{k: v for k, v in t.options().items() if k not in ("url", "dbtable")},
+                    "connector": "kafka", "kafka.bootstrap.servers": services.kafka_bootstrap,
+                    "topic": "unused"}
+    refused = start_error(kafka_target, df.selectExpr("CAST(id AS STRING) AS value"))
+    assert "connector 'kafka' cannot set refused rows aside yet" in refused
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
     assert "needs option 'deadLetter.connector'" in start_error(no_connector)
     assert "maxDeadLetters needs a dead-letter destination" in start_error(
