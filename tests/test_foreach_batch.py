@@ -92,7 +92,8 @@ def _rows(spark: Any, first: int, n: int) -> Any:
 
 
 @pytest.mark.parametrize("name", [pytest.param("ledger", marks=pytest.mark.compat),
-                                  "alerts", "notes", "routing"])
+                                  pytest.param("alerts", marks=pytest.mark.campaign),
+                                  pytest.param("notes", marks=pytest.mark.campaign), "routing"])
 def test_a_replay_of_a_decided_batch_writes_nothing_on_every_connector(spark, services, name):
     """Hand-driven, with the ids given as options (as under Spark Connect): batch 0 lands,
     batch 0 again writes nothing, batch 1 lands, and batch 0 of a new query (its
