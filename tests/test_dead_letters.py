@@ -242,6 +242,8 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
                     "topic": "unused"}
     refused = start_error(kafka_target, df.selectExpr("CAST(id AS STRING) AS value"))
     assert "connector 'kafka' cannot set refused rows aside yet" in refused
+    assert "maxDeadLetters is checked when a batch is decided" in start_error(
+        t.options(maxDeadLetters="3", guarantee="at_least_once"))
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
     assert "needs option 'deadLetter.connector'" in start_error(no_connector)
     assert "maxDeadLetters needs a dead-letter destination" in start_error(

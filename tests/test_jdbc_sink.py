@@ -784,6 +784,7 @@ def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_transactio
     _plan(url, table, sink_id, schema, Guarantee.AT_LEAST_ONCE)
 
 
+@pytest.mark.campaign  # make faults: it waits out a half-minute timeout
 def test_a_cut_network_fails_a_write_in_about_half_a_minute_instead_of_hanging(services):
     """The network between a task and PostgreSQL fails mid-COPY (packets dropped, nothing
     acknowledges what the task sends): before, the task hung for the kernel's

@@ -79,6 +79,7 @@ def test_a_query_rides_through_an_artemis_restart(spark, services, tmp_path):
 
 
 @pytest.mark.restarts_services
+@pytest.mark.campaign  # make faults: the suite keeps the Artemis restart ride and the unhandled acks
 def test_a_reconnect_while_a_batch_is_in_flight_reads_nothing_twice(spark, services, tmp_path):
     """The broker restarts while batch 3 runs (held by a UDF until the restart is over): its
     messages come again on the new connection, some after the batch was acknowledged, and

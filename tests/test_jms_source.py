@@ -130,6 +130,7 @@ def test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in
     assert drain(services, dest) == []  # and everything is acknowledged
 
 
+@pytest.mark.campaign  # make faults: about a minute of redelivery rounds
 def test_recorded_message_that_never_returns_fails_clearly_or_is_skipped(services, tmp_path):
     dest, table = queue_name("gone"), table_name("jmsgone")
     url = services.postgres_url

@@ -154,8 +154,11 @@ def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
     if dead is not None and set(dead) != set(grouped):
         raise InvalidOptionError(f"option deadLetters names sub-sinks {dead}, the routing sink has "
                                  f"{', '.join(sorted(grouped))}")
-    return RoutingSpec(rid, route, decider.lower() if decider else None, tuple(subs), dead,
-                       opts.get_int("maxdeadletters", None, minimum=0))
+    cap = opts.get_int("maxdeadletters", None, minimum=0)
+    if cap is not None and not exactly_once:
+        raise InvalidOptionError("option maxDeadLetters is checked when a batch is decided, so it needs "
+                                 "guarantee exactly_once (with at_least_once each task commits its own rows)")
+    return RoutingSpec(rid, route, decider.lower() if decider else None, tuple(subs), dead, cap)
 
 
 def _dead_letters(opts: Options) -> tuple[str, str] | None:
