@@ -123,6 +123,8 @@ def test_kill_9_with_dead_letters_leaves_every_row_in_one_place_once(services, t
     done = _run(tmp_path, t.options())
     assert done.returncode == 0, done.stderr[-3000:]
     assert t.landed() == _expected(n)
+    # What an operator reads in the driver's log, per batch that set rows aside:
+    assert "committed 7 refused row(s) as dead letters (sub-sink 'dead'); the first: " in done.stderr
     assert t.in_doubt() == []
 
 

@@ -193,6 +193,12 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         for name, own in self._decided.items():
             self.subs[name].finish(self._share(batch, name), own)
         self.log.mark_finished(decision)
+        if self.dead_letters is not None:
+            count = sum(c.rows for n, part in decision.parts if n == self.dead_letters[1] for c in part)
+            if count:
+                first = next((rc.first_refusal for rc in batch.committables if rc.first_refusal), "")
+                log.warning("%s: batch %s committed %d refused row(s) as dead letters (sub-sink %r); the "
+                            "first: %s", self.label, batch.batch_id, count, self.dead_letters[1], first)
 
     def roll_back_others(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> None:
         for name, own in self._decided.items():
