@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from spark_ext import compat
-from spark_ext.commit import ProtocolStreamWriter, SinkPlan, TaskInfo
+from spark_ext.commit import ProtocolStreamWriter, SinkPlan, TaskInfo, TaskReport
 from spark_ext.errors import ConfigurationError, InvalidOptionError, MissingOptionError
 from spark_ext.options import Options
 from spark_ext.shipping import Shipped
@@ -128,12 +128,12 @@ class ProtocolBatchWriter(Shipped, DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor, step 3."""
-        running = compat.task_identity()
         if self.sink_id is not None:
-            task = self.identity.task(running, self.sink_id)
+            task = self.identity.task(compat.task_identity(), self.sink_id)
         else:  # nothing is decided: the ids only label the rows' log lines
-            task = replace(TaskInfo.current(), batch_id=(running.batch_id if running and running.batch_id
-                                                         is not None else self.identity.batch_id or 0))
+            task = TaskInfo.current()
+            if task.batch_id < 0:  # no streaming batch runs this write
+                task = replace(task, batch_id=self.identity.batch_id or 0)
         return self.stream.write(iterator, task)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -145,8 +145,6 @@ class ProtocolBatchWriter(Shipped, DataSourceArrowWriter):
         self.stream.abort(messages, self._batch_id(messages))
 
     def _batch_id(self, messages: list[WriterCommitMessage | None]) -> int:
-        from spark_ext.commit import TaskReport
-
         ids = {m.committable.batch_id for m in messages if isinstance(m, TaskReport)}
         if len(ids) > 1:
             raise BatchIdentityError(f"one write's tasks name batches {sorted(ids)}; this is a bug")

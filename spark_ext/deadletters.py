@@ -116,6 +116,8 @@ def table(refused: list[Refusal], sink_id: str, batch_id: int, partition_id: int
     """The dead sub-sink's rows for ``refused`` (the row as JSON; binary as base64)."""
     import pyarrow as pa
 
+    from spark_ext import compat
+
     rows = []
     for r in refused:
         row = json.dumps(r.row.to_pylist()[0], default=_plain, ensure_ascii=False)
@@ -123,8 +125,4 @@ def table(refused: list[Refusal], sink_id: str, batch_id: int, partition_id: int
              "error_class": r.error_class, "error_code": r.error_code, "error_message": r.message, "row": row}
         doc = json.dumps(d, ensure_ascii=False)
         rows.append({**d, "value": doc, "body": doc})
-    arrow = pa.schema([("sink_id", pa.string()), ("batch_id", pa.int64()), ("partition_id", pa.int32()),
-                       ("error_class", pa.string()), ("error_code", pa.string()),
-                       ("error_message", pa.string()), ("row", pa.string()), ("value", pa.string()),
-                       ("body", pa.string())])
-    return pa.RecordBatch.from_pylist(rows, schema=arrow)
+    return pa.RecordBatch.from_pylist(rows, schema=compat.to_arrow_schema(schema()))

@@ -419,13 +419,15 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         self._refuse_if_old((time.time() * 1000 - batch.claim.planned_ms) / 1000, batch.prepared,
                             batch.batch_id)
 
+    def _margin_s(self) -> float:
+        """How close to kafka.transaction.timeout.ms a batch may not be decided."""
+        return min(2 * self.cfg.timeout_s, self.cfg.txn_timeout_ms / 1000 / 4)
+
     def _too_old(self, age_s: float) -> bool:
-        limit_s = self.cfg.txn_timeout_ms / 1000
-        return age_s > limit_s - min(2 * self.cfg.timeout_s, limit_s / 4)
+        return age_s > self.cfg.txn_timeout_ms / 1000 - self._margin_s()
 
     def _refuse_if_old(self, age_s: float, winners: Sequence[KafkaCommittable], batch_id: int) -> None:
-        limit_s = self.cfg.txn_timeout_ms / 1000
-        margin_s = min(2 * self.cfg.timeout_s, limit_s / 4)
+        limit_s, margin_s = self.cfg.txn_timeout_ms / 1000, self._margin_s()
         if self._too_old(age_s):
             # Deciding now could let the broker abort a winner after the decision: refuse.
             self._abort_own(winners)
