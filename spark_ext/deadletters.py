@@ -5,6 +5,7 @@ sink under the same batch decision as the good rows.
     .option("deadLetter.connector", "kafka")                      # then a sink of any connector
     .option("deadLetter.kafka.bootstrap.servers", ...).option("deadLetter.topic", "ledger-dlq")
     .option("maxDeadLetters", "100")                              # per batch; beyond, the batch fails
+    .option("maxDeadLetterRatio", "0.01")                         # of a batch's rows; the same
 
 Driver: ``compose`` turns such options into a ``routing`` sink with two sub-sinks, ``target``
 (the sink) and ``dead`` (the destination), whose one decision per batch covers both: after
@@ -38,6 +39,23 @@ TARGET, DEAD = "target", "dead"
 COLUMNS = ("sink_id", "batch_id", "partition_id", "error_class", "error_code", "error_message", "row")
 BY_CONNECTOR = {"kafka": ("value",), "jms": ("body",)}
 ALL_COLUMNS = (*COLUMNS, "value", "body")
+CAP_OPTIONS = ("maxDeadLetters", "maxDeadLetterRatio")
+
+
+@dataclass(frozen=True)
+class Cap:
+    """How many refused rows a batch may set aside: a count, a fraction of its rows, or both."""
+
+    most: int | None = None
+    ratio: float | None = None
+
+    def exceeded(self, dead: int, rows: int) -> str | None:
+        """Why ``dead`` refused rows among ``rows`` are too many (None: they are not)."""
+        if self.most is not None and dead > self.most:
+            return f"more than maxDeadLetters {self.most}"
+        if self.ratio is not None and rows and dead / rows > self.ratio:
+            return f"{dead / rows:.2%} of its {rows} rows, more than maxDeadLetterRatio {self.ratio:g}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -61,9 +79,10 @@ def has_dead_letters(opts: Options) -> bool:
     """Are dead letters configured? ``maxDeadLetters`` alone is refused."""
     if any(k.startswith(PREFIX) for k in opts.raw()):
         return True
-    if "maxdeadletters" in opts:
-        raise InvalidOptionError("option maxDeadLetters needs a dead-letter destination: "
-                                 "deadLetter.connector and its options")
+    for cap in CAP_OPTIONS:
+        if cap.lower() in opts:
+            raise InvalidOptionError(f"option {cap} needs a dead-letter destination: "
+                                     "deadLetter.connector and its options")
     return False
 
 
@@ -76,7 +95,7 @@ def compose(opts: Options, id_option: str) -> Options:
         raise InvalidOptionError("the dead-letter destination needs option 'deadLetter.connector' ('jdbc', "
                                  "'kafka' or 'jms') and that connector's options as deadLetter.<option>")
     outer = {"guarantee", "sinkid", "transactionalidprefix", "checkpointlocation", "queryname",
-             "maxdeadletters"}
+             *(c.lower() for c in CAP_OPTIONS)}
     own = {k: v for k, v in raw.items() if not k.startswith(PREFIX) and k not in outer}
     out = {k: v for k, v in raw.items() if k in outer - {"sinkid", "transactionalidprefix"}}
     given_id = raw.get(id_option.lower())

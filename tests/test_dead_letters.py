@@ -91,9 +91,10 @@ class Target:
                 + pg_util.prepared(self.url, f"{self.sink_id}--dead"))
 
 
-def _run(tmp: Path, options: dict[str, str], failpoint: str = "-") -> subprocess.CompletedProcess[str]:
+def _run(tmp: Path, options: dict[str, str], failpoint: str = "-",
+         select: str = "id|v") -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"), str(tmp / "ckpt"),
-            "id|v", failpoint, *(f"{k}={v}" for k, v in options.items())]
+            select, failpoint, *(f"{k}={v}" for k, v in options.items())]
     env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": "4"}
     return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600, env=env)
 
@@ -153,6 +154,9 @@ def test_dead_letters_to_kafka_and_a_cap(spark, services, tmp_path):
     capped = run({**kafka, "maxDeadLetters": "5"}, "ck-capped")
     assert capped is not None and "6 rows refused, more than maxDeadLetters 5" in str(capped), capped
     assert "the first: " in str(capped)
+    capped = run({**kafka, "maxDeadLetterRatio": "0.1"}, "ck-ratio")  # 6 of 40 rows
+    assert capped is not None and "6 rows refused, 15.00% of its 40 rows, more than maxDeadLetterRatio 0.1" \
+        in str(capped), capped
     assert pg_util.query(t.url, f"SELECT count(*) FROM {t.table}") == [(0,)]
     assert kafka_sink.consume(services.kafka_bootstrap, topic) == []
     assert t.in_doubt() == []
@@ -239,14 +243,17 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
         return str(e.value)
 
     assert "drop upsertKeys or the dead-letter options" in start_error(t.options(upsertKeys="id"))
-    kafka_target = {**{k: v for k, v in t.options().items() if k not in ("url", "dbtable")},
-                    "connector": "kafka", "kafka.bootstrap.servers": services.kafka_bootstrap,
-                    "topic": "unused"}
-    refused = start_error(kafka_target, df.selectExpr("CAST(id AS STRING) AS value"))
-    assert "connector 'kafka' cannot set refused rows aside yet" in refused
+    queue_target = {**{k: v for k, v in t.options().items() if k not in ("url", "dbtable")},
+                    "connector": "jms", "host": services.stomp_host, "port": str(services.stomp_port),
+                    "user": services.stomp_user, "password": services.stomp_password,
+                    "destination": "/queue/unused"}
+    refused = start_error(queue_target, df.selectExpr("CAST(id AS STRING) AS body"))
+    assert "connector 'jms' cannot set refused rows aside yet" in refused
     assert "maxDeadLetters is checked when a batch is decided" in start_error(
         t.options(maxDeadLetters="3", guarantee="at_least_once"))
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
     assert "needs option 'deadLetter.connector'" in start_error(no_connector)
     assert "maxDeadLetters needs a dead-letter destination" in start_error(
         {k: v for k, v in t.options(maxDeadLetters="3").items() if not k.startswith("deadLetter.")})
+    ratio = start_error(t.options(maxDeadLetterRatio="5%"))
+    assert "expected a fraction of a batch's rows from 0 to 1" in ratio

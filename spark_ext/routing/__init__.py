@@ -155,5 +155,4 @@ class RoutingSink(SinkConnector[RoutingConfig]):
         log: DecisionLog | None = _connector(decider.spec.connector).decision_log(decider.config,
                                                                                    config.spec.routing_id)
         assert log is not None
-        return RoutingCommitter(config.spec.routing_id, subs, log, config.spec.dead_letters,
-                                config.spec.max_dead_letters)
+        return RoutingCommitter(config.spec.routing_id, subs, log, config.spec.dead_letters, config.spec.cap)

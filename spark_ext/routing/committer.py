@@ -29,6 +29,7 @@ from typing import Any
 
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.deadletters import Cap
 from spark_ext.errors import CommitError, FatalCommitError, FencedError, PredecessorSinkError
 from spark_ext.routing.decision import DecisionLog, RoutingDecision
 from spark_ext.routing.writer import RoutingCommittable, RoutingFence
@@ -41,9 +42,9 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
 
     def __init__(self, routing_id: str, subs: Mapping[str, TwoPhaseCommitter[Any, Any]],
                  decisions: DecisionLog, dead_letters: tuple[str, str] | None = None,
-                 max_dead_letters: int | None = None) -> None:
+                 cap: Cap | None = None) -> None:
         self.routing_id = routing_id
-        self.dead_letters, self.max_dead_letters = dead_letters, max_dead_letters
+        self.dead_letters, self.cap = dead_letters, cap
         self.subs = dict(subs)
         self.log = decisions
         self._batch: Batch[RoutingCommittable] | None = None
@@ -115,19 +116,20 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
                 sub.vet(share)
 
     def _check_dead_letters(self, batch: Batch[RoutingCommittable]) -> None:
-        """Refuse a batch with more dead letters than ``maxDeadLetters``: rolled back whole."""
-        if self.dead_letters is None or self.max_dead_letters is None:
+        """Refuse a batch with more dead letters than its cap allows: rolled back whole."""
+        if self.dead_letters is None or self.cap is None:
             return
         dead = self.dead_letters[1]
         count = sum(c.rows for rc in batch.committables for n, c in rc.parts if n == dead)
-        if count <= self.max_dead_letters:
+        rows = sum(c.rows for rc in batch.committables for _, c in rc.parts)
+        why = self.cap.exceeded(count, rows)
+        if why is None:
             return
         first = next((rc.first_refusal for rc in batch.committables if rc.first_refusal), "")
         self.roll_back(batch)
         raise FatalCommitError(
-            f"batch {batch.batch_id}: {count} rows refused, more than maxDeadLetters "
-            f"{self.max_dead_letters}; the first: {first}. Nothing of the batch was committed: fix the rows "
-            "(or the table), or raise maxDeadLetters")
+            f"batch {batch.batch_id}: {count} rows refused, {why}; the first: {first}. Nothing of the batch "
+            "was committed: fix the rows (or the target), or raise the cap")
 
     def _check_predecessors(self, batch: Batch[RoutingCommittable]) -> None:
         """Refuse to decide a batch that this query already decided as another routing sink:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.types import StructType
 
+from spark_ext.deadletters import CAP_OPTIONS, Cap
 from spark_ext.errors import InvalidOptionError, MissingOptionError
 from spark_ext.options import SEPARATOR, Option, Options, OptionSpec, checkpoint_sink_id, stable_sink_id
 
@@ -41,6 +42,8 @@ ROUTING_OPTIONS = OptionSpec.of(
     Option("maxDeadLetters", "With dead letters: at most this many refused rows a batch; beyond it the "
            "batch fails, naming the count and the first error, and nothing of it is committed.",
            shown="no limit"),
+    Option("maxDeadLetterRatio", "With dead letters: at most this fraction (0 to 1) of a batch's rows "
+           "refused; beyond it the batch fails as with `maxDeadLetters`.", shown="no limit"),
     Option("sinks.*", "`sinks.<name>.connector` names a sub-sink's connector; `sinks.<name>.columns` the "
            "columns it receives (comma-separated; default every column but the route column); every "
            "other `sinks.<name>.<option>` is that connector's own option."),
@@ -68,7 +71,7 @@ class RoutingSpec:
     decider: str | None
     subs: tuple[SubSinkSpec, ...]
     dead_letters: tuple[str, str] | None = None  # (target, dead)
-    max_dead_letters: int | None = None
+    cap: Cap | None = None  # with dead letters: how many a batch may set aside
 
     def input_schema(self, sub: SubSinkSpec, full: StructType) -> StructType:
         """What sub-sink ``sub`` receives: its columns of the DataFrame, or of the dead letters."""
@@ -154,19 +157,36 @@ def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
     if dead is not None and set(dead) != set(grouped):
         raise InvalidOptionError(f"option deadLetters names sub-sinks {dead}, the routing sink has "
                                  f"{', '.join(sorted(grouped))}")
-    cap = opts.get_int("maxdeadletters", None, minimum=0)
+    cap = _cap(opts)
     if cap is not None and not exactly_once:
-        raise InvalidOptionError("option maxDeadLetters is checked when a batch is decided, so it needs "
+        which = "maxDeadLetters" if cap.most is not None else "maxDeadLetterRatio"
+        raise InvalidOptionError(f"option {which} is checked when a batch is decided, so it needs "
                                  "guarantee exactly_once (with at_least_once each task commits its own rows)")
     return RoutingSpec(rid, route, decider.lower() if decider else None, tuple(subs), dead, cap)
+
+
+def _cap(opts: Options) -> Cap | None:
+    most = opts.get_int("maxdeadletters", None, minimum=0)
+    text = opts.get_str("maxdeadletterratio")
+    ratio = None
+    if text is not None:
+        try:
+            ratio = float(text)
+        except ValueError:
+            ratio = -1.0
+        if not 0 <= ratio <= 1:
+            raise InvalidOptionError(f"option maxDeadLetterRatio is {text!r}; expected a fraction of a "
+                                     "batch's rows from 0 to 1, e.g. 0.01 for one in a hundred")
+    return Cap(most, ratio) if most is not None or ratio is not None else None
 
 
 def _dead_letters(opts: Options) -> tuple[str, str] | None:
     text = opts.get_str("deadletters")
     if text is None:
-        if opts.get_str("maxdeadletters") is not None:
-            raise InvalidOptionError("option maxDeadLetters needs a dead-letter destination: "
-                                     "deadLetter.connector and its options")
+        for cap in CAP_OPTIONS:
+            if opts.get_str(cap.lower()) is not None:
+                raise InvalidOptionError(f"option {cap} needs a dead-letter destination: "
+                                         "deadLetter.connector and its options")
         return None
     target, _, dead = text.partition(":")
     if not target or not dead:

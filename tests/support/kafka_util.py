@@ -16,10 +16,12 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap: str, partitions: int, prefix: str = "t", replication: int = 1) -> str:
+def create_topic(bootstrap: str, partitions: int, prefix: str = "t", replication: int = 1,
+                 config: dict[str, str] | None = None) -> str:
     name = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, replication)])[name].result(timeout=30)
+    new = NewTopic(name, partitions, replication, config=config or {})
+    admin.create_topics([new])[name].result(timeout=30)
     # Wait until every partition has a leader, so the first produce cannot race creation.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

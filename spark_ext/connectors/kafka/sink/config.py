@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, SECURITY_KEYS, KafkaSecurity, normalize
 from spark_ext.connectors.kafka.sink.records import CODECS
+from spark_ext.connectors.kafka.sink.rules import TopicRules
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec
@@ -82,6 +83,7 @@ class KafkaSinkConfig:
     security: KafkaSecurity = PLAINTEXT
     budget_s: float = 120.0  # one step, retries included
     topic_max_bytes: int | None = None  # the topic's max.message.bytes, read at start
+    topic_rules: TopicRules | None = None  # what of it refuses single records, read at start
 
     @property
     def group(self) -> str:

@@ -14,6 +14,7 @@ from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Produ
 from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import check_schema
+from spark_ext.connectors.kafka.sink.rules import TOPIC_KEYS, TopicRules
 from spark_ext.connectors.kafka.sink.writer import (
     FireAndForgetKafkaWriter,
     IdempotentKafkaWriter,
@@ -66,6 +67,9 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
 
     def new_committer(self, config: KafkaSinkConfig) -> KafkaCommitter:
         return KafkaCommitter(config)
+
+    def sets_aside(self, config: KafkaSinkConfig) -> str | None:
+        return None  # records the topic would refuse are found before they are sent (rules.py)
 
     def target(self, config: KafkaSinkConfig) -> str | None:
         return f"kafka://{config.bootstrap}/{config.topic}" if config.topic else None
@@ -125,7 +129,8 @@ def _check_settings(cfg: KafkaSinkConfig, exactly: bool) -> KafkaSinkConfig:
     sink's kafka.batch.size: they are cut to fit) and, for exactly-once, the broker's
     transaction.max.timeout.ms (a longer transaction timeout would be refused)."""
     broker = ["transaction.max.timeout.ms"] if exactly else []
-    topic_keys = ["max.message.bytes"] if cfg.topic is not None else []  # else: each refusal names its limit
+    # else: each refusal names its limit, and dead letters read each topic's rules in the task
+    topic_keys = list(TOPIC_KEYS) if cfg.topic is not None else []
     try:
         with _checking_client(cfg) as client:
             ours, topic = client.configs(broker=broker, topic=cfg.topic, topic_keys=topic_keys)
@@ -142,6 +147,8 @@ def _check_settings(cfg: KafkaSinkConfig, exactly: bool) -> KafkaSinkConfig:
             f"transaction.max.timeout.ms is {limit}: the broker would refuse every transaction. Set "
             f"kafka.transaction.timeout.ms to at most {limit}, or raise the broker's limit"
         )
+    if cfg.topic is not None:
+        cfg = dataclasses.replace(cfg, topic_rules=TopicRules.of(topic))
     value = topic.get("max.message.bytes")
     if value is None:
         return cfg

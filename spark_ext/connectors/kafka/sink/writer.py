@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from spark_ext import failpoints
@@ -25,7 +26,15 @@ from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, column_lists
+from spark_ext.connectors.kafka.sink.rules import (
+    TOPIC_KEYS,
+    Refused,
+    TopicRules,
+    bad_targets,
+    refused_records,
+)
 from spark_ext.connectors.kafka.sink.sender import Sender
+from spark_ext.deadletters import Refusal, SetsAside
 from spark_ext.errors import SparkExtError
 
 log = logging.getLogger(__name__)
@@ -47,14 +56,16 @@ class KafkaCommittable(Committable):
         return self.producer is not None
 
 
-class KafkaWriter(SinkWriter[KafkaCommittable]):
-    """Writes one task's rows; a subclass per guarantee says how the producer is set up."""
+class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
+    """Writes one task's rows; a subclass per guarantee says how the producer is set up.
+    With ``refused`` set (dead letters), rows the topic would refuse go there (``rules``)."""
 
     acks = -1
 
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
         self._began = False  # a partition was added: the broker holds an open transaction
+        self._rules: dict[str, TopicRules] = {}
 
     def _txn_id(self, task: TaskInfo) -> str | None:
         """The attempt's transactional id; None without transactions."""
@@ -108,6 +119,10 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
                 missing = [t for t in seen if t not in sender.counts]
                 if missing:
                     sender.load(missing)
+            if self.refused is not None:
+                batch = self._set_aside(batch, bad_targets(batch, cfg.topic, sender.counts))
+                if batch.num_rows == 0:
+                    continue
             targets = part.assign(batch)
             new = [tp for tp in targets.rows if tp not in touched]
             if new and exactly:
@@ -119,14 +134,51 @@ class KafkaWriter(SinkWriter[KafkaCommittable]):
             touched.update(new)
             ts = int(time.time() * 1000)
             for tp, idx in targets.rows.items():
+                if self.refused is not None:
+                    rules = self._rules_of(tp[0], client)
+                    idx = self._keep(batch, idx, refused_records(batch, idx, tp[0], rules, cfg.codec, ts))
+                    if not len(idx):
+                        continue
                 keys, values, headers = column_lists(batch, idx)
                 for full_tp, data, count in batcher.add(tp, keys, values, headers, ts):
                     sender.send(full_tp, data, count)
-            rows += batch.num_rows
+                rows += len(idx)
         for tp, data, count in batcher.drain():
             sender.send(tp, data, count)
         sender.flush()
         return rows, touched
+
+    def _rules_of(self, topic: str, client: KafkaTxnClient) -> TopicRules:
+        """The topic's rules: read on the driver for option 'topic', else asked once here."""
+        rules = self._rules.get(topic)
+        if rules is None:
+            if topic == self.cfg.topic and self.cfg.topic_rules is not None:
+                rules = self.cfg.topic_rules
+            else:
+                rules = TopicRules.of(client.configs(topic=topic, topic_keys=TOPIC_KEYS)[1])
+            self._rules[topic] = rules
+        return rules
+
+    def _set_aside(self, batch: pa.RecordBatch, refused: list[Refused]) -> pa.RecordBatch:
+        """``batch`` without the ``refused`` rows, which go to ``self.refused``."""
+        if not refused:
+            return batch
+        self._record(batch, refused)
+        drop = np.zeros(batch.num_rows, bool)
+        drop[[r.row for r in refused]] = True
+        return batch.filter(pa.array(~drop))
+
+    def _keep(self, batch: pa.RecordBatch, rows: np.ndarray, refused: list[Refused]) -> np.ndarray:
+        """``rows`` without the ``refused`` ones, which go to ``self.refused``."""
+        if not refused:
+            return rows
+        self._record(batch, refused)
+        return rows[~np.isin(rows, [r.row for r in refused])]
+
+    def _record(self, batch: pa.RecordBatch, refused: list[Refused]) -> None:
+        assert self.refused is not None
+        for r in sorted(refused, key=lambda r: r.row):
+            self.refused.append(Refusal(batch.slice(r.row, 1), r.error_class, r.error_code, r.message))
 
     @staticmethod
     def _abort_quietly(client: KafkaTxnClient, producer: Producer) -> None:
