@@ -28,7 +28,8 @@ from rich.table import Table
 from spark_ext.errors import SparkExtError
 
 #: The keys of one sink in ``--json`` output, in order; scripts may rely on them.
-JSON_KEYS = ("sink", "target", "batch", "query", "finished", "in_doubt", "epoch", "in_doubt_ids")
+JSON_KEYS = ("sink", "target", "batch", "query", "finished", "in_doubt", "epoch", "in_doubt_ids",
+             "dead_letters")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class SinkStatus:
     whether every winner of that decision committed (None without a decision).
     ``in_doubt``: transactions prepared or open and not committed, named in
     ``in_doubt_ids``. ``epoch``: the fencing epoch, one higher for every run and batch
-    plan that took the sink over (older runs are fenced).
+    plan that took the sink over (older runs are fenced). ``dead_letters``: refused rows
+    the last decided batch set aside (None: the sink has no dead-letter destination).
     """
 
     sink: str
@@ -52,11 +54,12 @@ class SinkStatus:
     in_doubt: int
     epoch: int | None
     in_doubt_ids: tuple[str, ...] = ()
+    dead_letters: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         values = {"sink": self.sink, "target": self.target, "batch": self.batch, "query": self.query,
                   "finished": self.finished, "in_doubt": self.in_doubt, "epoch": self.epoch,
-                  "in_doubt_ids": list(self.in_doubt_ids)}
+                  "in_doubt_ids": list(self.in_doubt_ids), "dead_letters": self.dead_letters}
         return {k: values[k] for k in JSON_KEYS}
 
 
@@ -78,10 +81,16 @@ def table(connector: str, rows: Sequence[SinkStatus]) -> Table:
     t.add_column("finished")
     t.add_column("in doubt", justify="right")
     t.add_column("epoch", justify="right")
+    dead = any(r.dead_letters is not None for r in rows)
+    if dead:
+        t.add_column("dead letters", justify="right")
     for r in rows:
         finished = "-" if r.finished is None else "yes" if r.finished else "[bold red]no[/]"
         doubt = f"[bold yellow]{r.in_doubt}[/]" if r.in_doubt else "0"
-        t.add_row(r.sink, _cell(r.target), _cell(r.batch), _cell(r.query), finished, doubt, _cell(r.epoch))
+        cells = [r.sink, _cell(r.target), _cell(r.batch), _cell(r.query), finished, doubt, _cell(r.epoch)]
+        if dead:
+            cells.append(f"[bold yellow]{r.dead_letters}[/]" if r.dead_letters else _cell(r.dead_letters))
+        t.add_row(*cells)
     return t
 
 

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from pyspark.errors import StreamingQueryException
 
 from spark_ext import failpoints
+from spark_ext.connectors.jdbc.doctor import sink_status
 from spark_ext.connectors.jdbc.writer import row_error
 from tests.support import kafka_sink, kafka_util, pg_util
 
@@ -124,9 +125,11 @@ def test_kill_9_with_dead_letters_leaves_every_row_in_one_place_once(services, t
     done = _run(tmp_path, t.options())
     assert done.returncode == 0, done.stderr[-3000:]
     assert t.landed() == _expected(n)
-    # What an operator reads in the driver's log, per batch that set rows aside:
+    # What an operator reads in the driver's log, per batch that set rows aside, and in status:
     assert "committed 7 refused row(s) as dead letters (sub-sink 'dead'); the first: " in done.stderr
     assert t.in_doubt() == []
+    [status] = sink_status(t.url, "public", t.sink_id)
+    assert (status.batch, status.finished, status.dead_letters) == (n - 1, True, 7)
 
 
 def test_dead_letters_to_kafka_and_a_cap(spark, services, tmp_path):

@@ -19,12 +19,15 @@ def test_json_has_the_documented_keys_in_order_and_nulls_for_unknowns():
     doc = json.loads(to_json("jdbc", [DECIDED, FRESH]))
     assert list(doc) == ["connector", "sinks"] and doc["connector"] == "jdbc"
     assert [list(s) for s in doc["sinks"]] == [list(JSON_KEYS)] * 2
-    assert JSON_KEYS == ("sink", "target", "batch", "query", "finished", "in_doubt", "epoch", "in_doubt_ids")
+    assert JSON_KEYS == ("sink", "target", "batch", "query", "finished", "in_doubt", "epoch", "in_doubt_ids",
+                         "dead_letters")
     assert doc["sinks"][0] == {"sink": "ck-1a2b", "target": "public.ledger", "batch": 7, "query": "q-1",
                                "finished": False, "in_doubt": 2, "epoch": 9,
-                               "in_doubt_ids": ["sx:ck-1a2b:9:7:0:0", "sx:ck-1a2b:9:7:1:0"]}
+                               "in_doubt_ids": ["sx:ck-1a2b:9:7:0:0", "sx:ck-1a2b:9:7:1:0"],
+                               "dead_letters": None}
     assert doc["sinks"][1] == {"sink": "ck-3c4d", "target": None, "batch": None, "query": None,
-                               "finished": None, "in_doubt": 0, "epoch": None, "in_doubt_ids": []}
+                               "finished": None, "in_doubt": 0, "epoch": None, "in_doubt_ids": [],
+                               "dead_letters": None}
 
 
 def test_the_table_shows_one_row_per_sink_with_every_column():
@@ -94,3 +97,15 @@ def test_unknown_connectors_and_doctors_without_status_are_refused(monkeypatch, 
 
 def _bare_doctor(argv: list[str]) -> int:
     return 5
+
+
+def test_the_table_counts_dead_letters_only_where_a_sink_has_them():
+    plain, out = io.StringIO(), io.StringIO()
+    render("jdbc", [DECIDED, FRESH], as_json=False, out=plain)
+    assert "dead" not in plain.getvalue()
+    routed = SinkStatus(sink="pay", target="routing", batch=12, query="q-2", finished=True, in_doubt=0,
+                        epoch=3, dead_letters=4)
+    render("jdbc", [DECIDED, routed], as_json=False, out=out)
+    assert "dead" in out.getvalue() and "letters" in out.getvalue()
+    row = next(line for line in out.getvalue().splitlines() if "pay" in line)
+    assert row.rstrip(" │|").endswith(" 4")

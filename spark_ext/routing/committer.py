@@ -155,7 +155,8 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             prepared = tuple(c for c in self._share(batch, name).prepared)
             if prepared:
                 parts.append((name, prepared))
-        decision = RoutingDecision(batch.batch_id, str(batch.query_id), tuple(parts))
+        dead = self.dead_letters[1] if self.dead_letters is not None else ""
+        decision = RoutingDecision(batch.batch_id, str(batch.query_id), tuple(parts), dead)
         return self.log.record(decision, _fence(batch).epoch)
 
     def finished(self, decision: RoutingDecision) -> bool:

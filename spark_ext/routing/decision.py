@@ -35,20 +35,33 @@ class RoutingDecision:
     batch_id: int
     query_id: str
     parts: tuple[tuple[str, tuple[Committable, ...]], ...]
+    dead: str = ""  # the sub-sink holding dead letters, if any: their count is the status's
 
     def of(self, name: str) -> tuple[Committable, ...]:
         return dict(self.parts).get(name, ())
 
     def to_json(self) -> str:
-        return json.dumps({"b": self.batch_id, "q": self.query_id,
-                           "p": [[n, [_encode(c) for c in cs]] for n, cs in self.parts]},
-                          separators=(",", ":"))
+        doc: dict[str, Any] = {"b": self.batch_id, "q": self.query_id,
+                               "p": [[n, [_encode(c) for c in cs]] for n, cs in self.parts]}
+        if self.dead:
+            doc["d"] = self.dead
+        return json.dumps(doc, separators=(",", ":"))
 
     @staticmethod
     def from_json(text: str) -> RoutingDecision:
         d = json.loads(text)
         return RoutingDecision(int(d["b"]), str(d["q"]),
-                               tuple((str(n), tuple(_decode(c) for c in cs)) for n, cs in d["p"]))
+                               tuple((str(n), tuple(_decode(c) for c in cs)) for n, cs in d["p"]),
+                               str(d.get("d", "")))
+
+    @staticmethod
+    def dead_letters(text: str) -> int | None:
+        """Dead letters a decision's JSON commits (None: the routing sink has none), read
+        without loading its committables' classes."""
+        d = json.loads(text)
+        if not isinstance(d, dict) or not d.get("d"):
+            return None
+        return sum(int(c.get("rows", 0)) for n, cs in d["p"] if n == d["d"] for c in cs)
 
 
 def _encode(value: Any) -> Any:

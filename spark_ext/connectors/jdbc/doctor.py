@@ -41,6 +41,7 @@ from spark_ext.connectors.jdbc.transactions import (
     sink_sessions,
 )
 from spark_ext.errors import SparkExtError
+from spark_ext.routing.decision import RoutingDecision
 from spark_ext.status import SinkStatus
 from spark_ext.status import run as run_status
 
@@ -97,6 +98,7 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
             doubt.setdefault(str(r["sink"]), []).append(str(r["gid"]))
         sinks: dict[str, tuple[str, int]] = {}
         last: dict[str, tuple[str, int, set[str]]] = {}
+        dead: dict[str, int | None] = {}
         carried: set[tuple[str, str, int]] = set()
         with conn.cursor() as cur:
             cur.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
@@ -113,7 +115,9 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
                 cur.execute(f"SELECT DISTINCT ON (sink_id) sink_id, query_id, batch_id, winners FROM "
                             f"{_table(schema, BATCHES_TABLE)} WHERE partition_id = -1 {one} "
                             "ORDER BY sink_id, at DESC, batch_id DESC", params)
-                last = {s: (q, int(b), _winners(w)) for s, q, b, w in cur.fetchall()}
+                rows = cur.fetchall()
+                last = {s: (q, int(b), _winners(w)) for s, q, b, w in rows}
+                dead = {s: RoutingDecision.dead_letters(w) for s, _, _, w in rows if w and w.startswith("{")}
                 # A routing sink's log (target 'routing') marks a decision carried out in
                 # every sub-sink with a row of its own; it has no transactions of its own.
                 cur.execute(f"SELECT sink_id, query_id, batch_id FROM {_table(schema, BATCHES_TABLE)} "
@@ -129,7 +133,8 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
         done = (s, query, batch) in carried if target == "routing" else not winners & set(gids)
         out.append(SinkStatus(sink=s, target=target, batch=batch, query=query,
                               finished=None if batch is None else done,
-                              in_doubt=len(gids), epoch=epoch, in_doubt_ids=tuple(gids)))
+                              in_doubt=len(gids), epoch=epoch, in_doubt_ids=tuple(gids),
+                              dead_letters=dead.get(s)))
     return out
 
 
