@@ -117,11 +117,9 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class Committable(WriterCommitMessage):
-    """What one task attempt prepared; travels executor -> driver (step 3 -> 4). Keep it small.
-
-    ``query_id``: Spark's query id, from the task (keyword-only, so subclasses add their
-    own fields positionally after ``rows``).
-    """
+    """What one task attempt prepared; travels executor -> driver (step 3 -> 4). Keep it
+    small. ``query_id``: Spark's query id, from the task (keyword-only, so subclasses add
+    their own fields positionally after ``rows``)."""
 
     batch_id: int
     partition_id: int
@@ -215,11 +213,8 @@ class SinkWriter(ABC, Generic[C]):
 
     @abstractmethod
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> C:
-        """Write every batch; prepare (exactly-once) or flush (weaker guarantees).
-
-        Runs on an executor, once per task attempt. Raising fails the attempt; what it
-        wrote must then stay invisible (never committed).
-        """
+        """Write every batch; prepare (exactly-once) or flush (weaker guarantees). Executor,
+        once per task attempt; raising fails it, and what it wrote must stay invisible."""
 
 
 class Committer(ABC, Generic[C]):
@@ -311,6 +306,10 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     def before_winners(self, decision: D) -> None:
         """Runs after the decision is known and before any winner commits, on every try."""
 
+    def set_aside(self, batch: Batch[C]) -> int | None:
+        """Rows of ``batch`` set aside as dead letters, for its log line (None: no destination)."""
+        return None
+
     @abstractmethod
     def winners(self, decision: D) -> Sequence[Any]:
         """The transactions ``decision`` commits."""
@@ -371,7 +370,8 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
             failpoints.hit(f"{self.name}.after_done", batch_id, batch.rows)
             self.roll_back_others(batch, decision)                                  # step 4d
             ended = time.monotonic()
-        return CommitTimes(len(winners), (decided - started) * 1000, (ended - decided) * 1000)
+        return CommitTimes(len(winners), (decided - started) * 1000, (ended - decided) * 1000,
+                           self.set_aside(batch))
 
     @final
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:

@@ -55,6 +55,7 @@ class CommitTimes:
     transactions: int = 0
     decide_ms: float = 0.0
     commit_ms: float = 0.0
+    dead_letters: int | None = None  # refused rows set aside (None: no dead-letter destination)
 
 
 def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
@@ -64,6 +65,8 @@ def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanT
     parts = [f"{label}: committed batch={batch_id}", f"query={query_id or '-'}",
              f"transactions={commit.transactions}", f"rows={rows}",
              f"decide_ms={commit.decide_ms:.0f}", f"commit_ms={commit.commit_ms:.0f}", f"tasks={len(writes)}"]
+    if commit.dead_letters is not None:
+        parts.append(f"dead_letters={commit.dead_letters}")
     if writes:
         ms = [w.write_ms for w in writes]
         parts += [f"write_ms_median={statistics.median(ms):.0f}", f"write_ms_max={max(ms):.0f}"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -127,6 +128,7 @@ def test_kill_9_with_dead_letters_leaves_every_row_in_one_place_once(services, t
     assert t.landed() == _expected(n)
     # What an operator reads in the driver's log, per batch that set rows aside, and in status:
     assert "committed 7 refused row(s) as dead letters (sub-sink 'dead'); the first: " in done.stderr
+    assert re.search(rf"committed batch={n - 1} .* rows=41 .* dead_letters=7 ", done.stderr)
     assert t.in_doubt() == []
     [status] = sink_status(t.url, "public", t.sink_id)
     assert (status.batch, status.finished, status.dead_letters) == (n - 1, True, 7)

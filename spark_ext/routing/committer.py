@@ -115,12 +115,16 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
                 sub.check(share)
                 sub.vet(share)
 
+    def set_aside(self, batch: Batch[RoutingCommittable]) -> int | None:
+        if self.dead_letters is None:
+            return None
+        return sum(c.rows for rc in batch.committables for n, c in rc.parts if n == self.dead_letters[1])
+
     def _check_dead_letters(self, batch: Batch[RoutingCommittable]) -> None:
         """Refuse a batch with more dead letters than its cap allows: rolled back whole."""
         if self.dead_letters is None or self.cap is None:
             return
-        dead = self.dead_letters[1]
-        count = sum(c.rows for rc in batch.committables for n, c in rc.parts if n == dead)
+        count = self.set_aside(batch) or 0
         rows = sum(c.rows for rc in batch.committables for _, c in rc.parts)
         why = self.cap.exceeded(count, rows)
         if why is None:
