@@ -262,3 +262,67 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
         {k: v for k, v in t.options(maxDeadLetters="3").items() if not k.startswith("deadLetter.")})
     ratio = start_error(t.options(maxDeadLetterRatio="5%"))
     assert "expected a fraction of a batch's rows from 0 to 1" in ratio
+
+
+@pytest.mark.parametrize("system_error", ["lock-timeout", "session-ended"])
+def test_a_system_error_mid_write_fails_the_task_instead_of_setting_rows_aside(services, system_error):
+    """After a first Arrow batch that had rows refused, PostgreSQL refuses the second for
+    the system's sake: a row lock another session holds outlives the sink's lock timeout
+    (SQLSTATE 55P03, the connection lives on), or the task's session is ended as a shutdown
+    or a failover ends it (57P01). The task fails, for Spark to retry; no row is taken for a
+    dead letter for it, and nothing commits."""
+    import psycopg2
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from sqlalchemy.engine import make_url
+
+    from spark_ext.commit import TaskInfo
+    from spark_ext.connectors.jdbc import JdbcSink
+    from spark_ext.deadletters import SetsAside
+    from spark_ext.errors import ConnectorError
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    t = Target(services)
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    opts = {"url": t.url, "dbtable": t.table, "sinkid": t.sink_id, "locktimeoutms": "500"}
+    plan = JdbcSink().plan(Options(opts, "hzsink"), schema, Guarantee.EXACTLY_ONCE)
+    writer = plan.new_writer()
+    assert isinstance(writer, SetsAside)
+    writer.refused = []
+    u = make_url(t.url)
+    holder = psycopg2.connect(host=u.host, port=u.port, user=u.username, password=u.password,
+                              dbname=u.database)
+    ended: list[int] = []
+
+    def part(lo: int) -> pa.RecordBatch:
+        ids = list(range(lo, lo + 100))
+        return pa.record_batch({"id": pa.array(ids, pa.int64()),
+                                "v": pa.array([_poison(i) or f"v{i}" for i in ids])})
+
+    def rows():
+        yield part(0)
+        if system_error == "lock-timeout":
+            with holder.cursor() as cur:  # uncommitted: the sink's row 150 waits on it
+                cur.execute(f"INSERT INTO {t.table} VALUES (150, 'held')")
+        else:
+            for (pid,) in pg_util.query(t.url, "SELECT pid FROM pg_stat_activity WHERE application_name "
+                                        "LIKE :n", n=f"spark-ext {t.sink_id}%"):
+                pg_util.query(t.url, "SELECT pg_terminate_backend(:pid)", pid=pid)
+                ended.append(pid)
+            assert ended, "the task's session was not found"
+        yield part(100)
+
+    try:
+        with pytest.raises(ConnectorError) as e:
+            writer.write(rows(), TaskInfo(f"q-{uuid.uuid4().hex}", 0, 0, 0, 1))
+    finally:
+        holder.rollback()
+        holder.close()
+    said = {"lock-timeout": "lock timeout", "session-ended": "server closed the connection"}[system_error]
+    assert said in str(e.value), e.value
+    aside = {r.row.to_pylist()[0]["id"] for r in writer.refused}
+    assert {i for i in range(100) if _poison(i)} <= aside  # the first batch's, set aside before
+    assert all(_poison(i) for i in aside), sorted(i for i in aside if not _poison(i))  # never row 150
+    assert pg_util.query(t.url, f"SELECT count(*) FROM {t.table}") == [(0,)]
+    assert t.in_doubt() == []
