@@ -326,3 +326,42 @@ def test_a_system_error_mid_write_fails_the_task_instead_of_setting_rows_aside(s
     assert all(_poison(i) for i in aside), sorted(i for i in aside if not _poison(i))  # never row 150
     assert pg_util.query(t.url, f"SELECT count(*) FROM {t.table}") == [(0,)]
     assert t.in_doubt() == []
+
+
+def test_undecodable_queue_messages_are_routed_aside(spark, services, tmp_path):
+    """The documented example (docs/connectors/dead-letters.md), against the real broker
+    and database: messages that are not the JSON the query expects, or not UTF-8 at all,
+    land in a table of their own with their raw bytes, the others in the ledger, each once;
+    every message is acknowledged after its batch committed."""
+    from pyspark.sql import functions as F
+
+    from tests.support.jms import jms
+    from tests.support.stomp_util import drain, queue_name, send
+
+    url, dest = services.postgres_url, queue_name("undecodable")
+    ledger, undecodable = pg_util.table_name("dl_ledger"), pg_util.table_name("dl_undecodable")
+    pg_util.execute(url, f"CREATE TABLE {ledger} (payment_id text, account text, amount numeric(18,2))")
+    good = [json.dumps({"payment_id": f"p{i}", "account": f"a{i}", "amount": f"{i}.50"}) for i in range(3)]
+    send(services, dest, [good[0].encode(), b"{not json", good[1].encode(), b"\xff\xfe\x00garbage",
+                          good[2].encode()])
+
+    schema = "payment_id string, account string, amount decimal(18,2)"
+    routed = (jms(spark, services, dest)
+              .withColumn("p", F.from_json("body_text", schema))
+              .withColumn("sink", F.when(F.col("p.payment_id").isNull(), "undecodable").otherwise("ledger"))
+              .select("sink", "p.*", "message_id", "body"))
+    q = (routed.writeStream.format("hzsink").option("connector", "routing")
+         .option("sinks.ledger.connector", "jdbc").option("sinks.ledger.url", url)
+         .option("sinks.ledger.dbtable", ledger).option("sinks.ledger.columns", "payment_id,account,amount")
+         .option("sinks.undecodable.connector", "jdbc").option("sinks.undecodable.url", url)
+         .option("sinks.undecodable.dbtable", undecodable)
+         .option("sinks.undecodable.columns", "message_id,body")
+         .option("sinks.undecodable.createTable", "true")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    assert sorted(pg_util.query(url, f"SELECT payment_id, account, amount::text FROM {ledger}")) == [
+        (f"p{i}", f"a{i}", f"{i}.50") for i in range(3)]
+    aside = sorted(bytes(b) for (b,) in pg_util.query(url, f"SELECT body FROM {undecodable}"))
+    assert aside == sorted([b"{not json", b"\xff\xfe\x00garbage"])
+    assert drain(services, dest) == []
