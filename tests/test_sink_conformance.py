@@ -8,7 +8,9 @@ that wrote a committed batch again would show duplicates, not only a loss.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from spark_ext.commit import TaskInfo
 from spark_ext.errors import ConnectorError, FencedError
 from spark_ext.guarantees import Guarantee
 from tests.support.pg_util import write_json_files
-from tests.support.sinks import PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
+from tests.support.sinks import CAMPAIGN_ONLY, PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
 from tests.support.sinks import run_driver as _run
 from tests.support.status import status
 
@@ -27,7 +29,12 @@ BATCH = 40
 
 # The routing sink runs the tests driven by hand in make test and those that run Spark
 # queries in make faults (its own steps are killed in turn by tests/test_routing_sink.py).
-DRIVEN = [s if s != "routing" else pytest.param(s, marks=pytest.mark.campaign) for s in SINKS]
+def _cases(names: Iterable[str], campaign: frozenset[str] = CAMPAIGN_ONLY) -> list[Any]:
+    return [pytest.param(s, marks=pytest.mark.campaign) if s in campaign else s for s in names]
+
+
+ALL_SINKS = _cases(SINKS)
+DRIVEN = _cases(SINKS, CAMPAIGN_ONLY | {"routing"})
 
 
 @pytest.fixture
@@ -51,7 +58,7 @@ def _query(spark, case: SinkCase, tmp: Path, options: dict[str, str]):
     return w
 
 
-@pytest.mark.parametrize("sink", [s for s in SINKS if s != "routing"])
+@pytest.mark.parametrize("sink", [s for s in SINKS if s not in ("routing", "dead_letters")])
 def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_case, tmp_path, sink, capsys,
                                                                        monkeypatch):
     """The driver is killed at every crash point of the sink in turn, point k in batch k,
@@ -140,7 +147,7 @@ def test_exactly_once_at_production_shapes(make_case, tmp_path, sink, tasks, lon
 
 
 @pytest.mark.campaign  # 200 tasks: a few minutes a sink on 2 cores; make faults runs these
-@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize("sink", ALL_SINKS)
 @pytest.mark.parametrize(("tasks", "long_ids"), [(1, False), (200, True)], ids=["1task", "200tasks-longids"])
 def test_exactly_once_at_more_shapes(make_case, tmp_path, sink, tasks, long_ids):
     """The same at one task a batch, and at 200 under the longest ids: what any shuffle
@@ -188,7 +195,7 @@ def test_a_kill_9_after_a_decision_then_a_restart_is_exactly_once(make_case, tmp
     assert case.in_doubt(tmp_path / "ckpt", target) == []
 
 
-@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize("sink", ALL_SINKS)
 def test_a_zombie_run_can_neither_prepare_nor_commit(make_case, tmp_path, sink):
     """Run A prepares batch 0; run B of the same sink takes over; A is fenced at the commit
     and at a later prepare; B writes batch 0 and commits it; only B's rows are visible."""
@@ -216,7 +223,7 @@ def test_a_zombie_run_can_neither_prepare_nor_commit(make_case, tmp_path, sink):
     assert case.in_doubt(ckpt, target) == []
 
 
-@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize("sink", ALL_SINKS)
 def test_a_weaker_guarantee_is_refused_while_an_exactly_once_run_left_a_batch_in_doubt(make_case, tmp_path,
                                                                                        sink):
     """An exactly_once run prepared (staged) a batch and died; the operator restarts with a
@@ -249,7 +256,7 @@ def test_weaker_guarantees_write_every_record(spark, make_case, tmp_path, sink, 
     assert case.committed(target) == ALL  # none too: its writers flush before the task ends
 
 
-@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize("sink", ALL_SINKS)
 def test_exactly_once_writes_to_a_target_of_the_longest_name(make_case, tmp_path, sink):
     """A topic, table or queue named as long as the service allows (Kafka 249 characters,
     PostgreSQL 63 bytes, a 255-character queue): the names the sink derives from it stay
@@ -309,7 +316,7 @@ def test_at_least_once_loses_nothing_when_the_driver_dies_after_the_rows_landed(
     assert set(case.committed(target)) == set(ALL)  # nothing lost (duplicates are allowed)
 
 
-@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.mark.parametrize("sink", ALL_SINKS)
 @pytest.mark.parametrize(("option", "value", "named"), [
     ("guarantee", "twice", "exactly_once, at_least_once, none"),
     ("bogusOption", "1", "bogusoption"),

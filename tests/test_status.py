@@ -22,7 +22,8 @@ def make_case(services):
     return lambda name: SINKS[name](services)
 
 
-@pytest.mark.parametrize("sink", [s for s in SINKS if s != "routing"])  # status routing: not built yet
+# The routing sink's status and its dead letters': tests/test_routing_plan.py, tests/test_dead_letters.py
+@pytest.mark.parametrize("sink", [s for s in SINKS if s not in ("routing", "dead_letters")])
 def test_status_shows_a_running_querys_sink(spark, make_case, tmp_path, sink, capsys, monkeypatch):
     """While the query runs (idle between triggers): its last batch, its query id, finished."""
     case = make_case(sink)

@@ -9,6 +9,7 @@ own crash points beyond the protocol's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from spark_ext import failpoints
 from spark_ext.connector import SinkConnector
@@ -332,8 +333,94 @@ class RoutingCase(SinkCase):
                       + self.queue.committed_sizes(queue))
 
 
+class DeadLettersCase(SinkCase):
+    """The Kafka sink with a dead-letter table: ids ``7 mod 40`` ask for a partition the
+    topic lacks, so they are set aside. What a reader sees as committed is the topic and
+    the dead letters together, each id in its own place. A target is ``topic|table``."""
+
+    name = "routing"  # its committer, whose crash points it has
+    connector = RoutingSink()
+    task_point = "kafka.after_write"
+    written_point = "kafka.after_write"
+    select = ("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value",
+              "CASE WHEN id % 40 = 7 THEN 99 END AS partition")
+    id_option, id_length = "transactionalIdPrefix", 64 - len("--target")
+
+    def __init__(self, services: Any) -> None:
+        super().__init__(services)
+        self.topic = KafkaCase(services)
+
+    def new_target(self, longest: bool = False) -> str:
+        return f"{self.topic.new_target(longest)}|{pg_util.table_name('conf_dead')}"
+
+    def options(self, target: str) -> dict[str, str]:
+        topic, table = target.split("|")
+        return {**self.topic.options(topic), "deadLetter.connector": "jdbc",
+                "deadLetter.url": self.services.postgres_url, "deadLetter.dbtable": table,
+                "deadLetter.createTable": "true"}
+
+    def plan_options(self, target: str, checkpoint: Path) -> Options:
+        from spark_ext import deadletters
+
+        return deadletters.compose(super().plan_options(target, checkpoint), self.id_option)
+
+    def _dead(self, table: str) -> list[tuple[int, int]]:
+        """(id, value bytes) of every dead letter."""
+        try:
+            rows = pg_util.query(self.services.postgres_url, f"SELECT row FROM {table}")
+        except Exception:  # noqa: BLE001 - the table comes with the first dead letter
+            return []
+        docs = [json.loads(r) for (r,) in rows]
+        return [(int(d["key"]), len(d["value"].encode())) for d in docs]
+
+    def committed(self, target: str) -> list[int]:
+        topic, table = target.split("|")
+        kept, dead = self.topic.committed(topic), [i for i, _ in self._dead(table)]
+        assert all(i % 40 != 7 for i in kept) and all(i % 40 == 7 for i in dead), (kept, dead)
+        return sorted(kept + dead)
+
+    def routing_id(self, checkpoint: Path) -> str:
+        return "rt-" + checkpoint_sink_id(str(checkpoint)).removeprefix("ck-")
+
+    def predecessor(self, checkpoint: Path) -> str:
+        return f"ran before as routing sink '{self.routing_id(checkpoint)}'"
+
+    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
+        return old, {}  # its Kafka sub-sink's prefix belongs to one checkpoint, as the Kafka sink's
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        return self.in_doubt_of(self.routing_id(checkpoint), target)
+
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        topic = target.split("|")[0]
+        return (self.topic.in_doubt_of(f"{sink_id}--target", topic)
+                + pg_util.prepared(self.services.postgres_url, f"{sink_id}--dead"))
+
+    def schema(self) -> StructType:
+        return StructType([StructField("key", StringType()), StructField("value", StringType()),
+                           StructField("partition", IntegerType())])
+
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        return self.sized_rows(ids, None)
+
+    def sized_schema(self) -> StructType:
+        return self.schema()
+
+    def sized_rows(self, ids: list[int], sizes: list[int] | None) -> pa.RecordBatch:
+        text = pa.array([str(i) for i in ids])
+        value = text if sizes is None else pa.array(["x" * n for n in sizes])
+        part = pa.array([99 if i % 40 == 7 else None for i in ids], pa.int32())
+        return pa.record_batch([text, value, part], names=["key", "value", "partition"])
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        topic, table = target.split("|")
+        return sorted(self.topic.committed_sizes(topic) + self._dead(table))
+
+
 SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "jms": QueueCase,
-                                    "routing": RoutingCase}
+                                    "routing": RoutingCase, "dead_letters": DeadLettersCase}
+#: Cases whose every conformance test runs in make faults (their own tests run in make test).
+CAMPAIGN_ONLY = frozenset({"dead_letters"})
 
 
 # The queue source's ack points, each crashed after a committed batch, with the restart
