@@ -106,7 +106,8 @@ class SinkConnector(ABC, Generic[ConfigT]):
     def sets_aside(self, config: ConfigT) -> str | None:
         """Why this sink's writers cannot set refused rows aside as dead letters (None:
         they can, being ``spark_ext.deadletters.SetsAside``). Driver, at start."""
-        return f"connector {self.name!r} cannot set refused rows aside yet; only 'jdbc' and 'kafka' can"
+        return (f"connector {self.name!r} cannot set refused rows aside yet; only 'jdbc', 'kafka' and "
+                "'jms' can")
 
     @abstractmethod
     def new_writer(self, config: ConfigT, claim: Claim[Any] | None) -> SinkWriter[Any]:

@@ -248,12 +248,6 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
         return str(e.value)
 
     assert "drop upsertKeys or the dead-letter options" in start_error(t.options(upsertKeys="id"))
-    queue_target = {**{k: v for k, v in t.options().items() if k not in ("url", "dbtable")},
-                    "connector": "jms", "host": services.stomp_host, "port": str(services.stomp_port),
-                    "user": services.stomp_user, "password": services.stomp_password,
-                    "destination": "/queue/unused"}
-    refused = start_error(queue_target, df.selectExpr("CAST(id AS STRING) AS body"))
-    assert "connector 'jms' cannot set refused rows aside yet" in refused
     assert "maxDeadLetters is checked when a batch is decided" in start_error(
         t.options(maxDeadLetters="3", guarantee="at_least_once"))
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}

@@ -66,6 +66,9 @@ class JmsSink(SinkConnector[JmsSinkConfig]):
                 _refuse_if_left_staged(session, config)
         return config
 
+    def sets_aside(self, config: JmsSinkConfig) -> str | None:
+        return None  # rows that cannot be messages are found before they are sent (records.py)
+
     def new_writer(self, config: JmsSinkConfig, claim: Claim[int] | None) -> JmsWriter:
         if config.guarantee is Guarantee.EXACTLY_ONCE:
             assert claim is not None, "exactly_once plans take the sink over first"

@@ -8,7 +8,7 @@ TextMessage; a binary body carries it (a BytesMessage, NUL bytes allowed).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -32,7 +32,12 @@ BATCH_HEADER = "spark_ext_batch"
 
 
 class BadMessageError(ConnectorError):
-    """A row cannot become a message (a NUL in a string body, a reserved header name)."""
+    """A row cannot become a message (a NUL in a string body, a reserved header name).
+    ``code`` names the rule, for a dead letter."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def check_schema(columns: dict[str, str], where: str) -> None:
@@ -55,9 +60,21 @@ def _header(name: str, value: object) -> bytes:
     return f"{wire.escape(name)}:{wire.escape(str(value))}\n".encode()
 
 
-def send_frames(rb: pa.RecordBatch, common: bytes) -> Iterator[bytes]:
+def send_frames(rb: pa.RecordBatch, common: bytes,
+                refuse: Callable[[int, BadMessageError], None] | None = None) -> Iterator[bytes]:
     """One SEND frame per row. ``common``: the frame's command and the headers every row
-    shares (``SEND\\ndestination:...\\n...``)."""
+    shares (``SEND\\ndestination:...\\n...``). A row that cannot be a message raises
+    ``BadMessageError``, or with ``refuse`` is handed to it (row index, error) and skipped."""
+    for i, frame in enumerate(_frames(rb, common)):
+        if isinstance(frame, BadMessageError):
+            if refuse is None:
+                raise frame
+            refuse(i, frame)
+        else:
+            yield frame
+
+
+def _frames(rb: pa.RecordBatch, common: bytes) -> Iterator[bytes | BadMessageError]:
     cols = {name: rb.column(i).to_pylist() for i, name in enumerate(rb.schema.names)}
     bodies = cols["body"]
     binary = pa.types.is_binary(rb.schema.field("body").type) or pa.types.is_large_binary(
@@ -67,15 +84,16 @@ def send_frames(rb: pa.RecordBatch, common: bytes) -> Iterator[bytes]:
     for i, body in enumerate(bodies):
         parts = [common]
         if headers is not None and headers[i]:
-            for k, v in headers[i]:
-                if k in RESERVED or k.startswith(("spark_ext_", "_AMQ_")):
-                    raise BadMessageError(f"row {i}: header {k!r} in column 'headers' is set by the sink "
-                                          "or the broker; rename it")
-                if v is not None:
-                    parts.append(_header(k, v))
+            taken = [k for k, _ in headers[i] if k in RESERVED or k.startswith(("spark_ext_", "_AMQ_"))]
+            if taken:
+                yield BadMessageError(f"row {i}: header {taken[0]!r} in column 'headers' is set by the sink "
+                                      "or the broker; rename it", "RESERVED_HEADER")
+                continue
+            parts += [_header(k, v) for k, v in headers[i] if v is not None]
         if prio is not None and prio[i] is not None:
             if not 0 <= prio[i] <= 9:
-                raise BadMessageError(f"row {i}: priority {prio[i]} is outside 0-9")
+                yield BadMessageError(f"row {i}: priority {prio[i]} is outside 0-9", "PRIORITY_OUT_OF_RANGE")
+                continue
             parts.append(_header("priority", prio[i]))
         if corr is not None and corr[i] is not None:
             parts.append(_header("correlation-id", corr[i]))
@@ -89,7 +107,9 @@ def send_frames(rb: pa.RecordBatch, common: bytes) -> Iterator[bytes]:
         else:
             raw = body.encode("utf-8")
             if b"\x00" in raw:
-                raise BadMessageError(f"row {i}: a string body holds a NUL character; send it as binary")
+                yield BadMessageError(f"row {i}: a string body holds a NUL character, which ends a STOMP "
+                                      "frame; send it as binary", "NUL_IN_TEXT_BODY")
+                continue
         parts.append(b"\n")
         parts.append(raw)
         parts.append(b"\x00")

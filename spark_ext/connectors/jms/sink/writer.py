@@ -26,7 +26,14 @@ from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.connectors.jms.session import BrokerSession, connect
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
-from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER, common_headers, send_frames
+from spark_ext.connectors.jms.sink.records import (
+    BATCH_HEADER,
+    TXN_HEADER,
+    BadMessageError,
+    common_headers,
+    send_frames,
+)
+from spark_ext.deadletters import Refusal, SetsAside
 
 log = logging.getLogger(__name__)
 
@@ -54,25 +61,36 @@ def open_session(cfg: JmsSinkConfig) -> BrokerSession:
     return connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.timeout_s, cfg.reconnect_timeout_s)
 
 
-def _send_all(session: BrokerSession, batches: Iterator[pa.RecordBatch], common: bytes) -> int:
+def _send_all(session: BrokerSession, batches: Iterator[pa.RecordBatch], common: bytes,
+              refused: list[Refusal] | None = None) -> int:
+    """Sends every row; with ``refused`` (dead letters) a row that cannot be a message goes
+    there instead of failing the task. Returns the messages sent."""
     rows, buf, size = 0, [], 0
     for rb in batches:
         if rb.num_rows == 0:
             continue
-        for frame in send_frames(rb, common):
+        bad: list[int] = []
+
+        def refuse(i: int, e: BadMessageError, rb: pa.RecordBatch = rb, bad: list[int] = bad) -> None:
+            assert refused is not None
+            refused.append(Refusal(rb.slice(i, 1), type(e).__name__, e.code, str(e)))
+            bad.append(i)
+
+        for frame in send_frames(rb, common, refuse if refused is not None else None):
             buf.append(frame)
             size += len(frame)
             if size >= _WRITE_BYTES:
                 session.send(b"".join(buf))
                 buf, size = [], 0
-        rows += rb.num_rows
+        rows += rb.num_rows - len(bad)
     if buf:
         session.send(b"".join(buf))
     return rows
 
 
-class JmsWriter(SinkWriter[JmsCommittable]):
-    """One task attempt's messages over one connection; a subclass per guarantee. Executor."""
+class JmsWriter(SinkWriter[JmsCommittable], SetsAside):
+    """One task attempt's messages over one connection; a subclass per guarantee. Executor.
+    With ``refused`` set (dead letters), rows that cannot be messages go there."""
 
     def __init__(self, cfg: JmsSinkConfig) -> None:
         self.cfg = cfg
@@ -89,7 +107,8 @@ class PlainJmsWriter(JmsWriter):
         cfg = self.cfg
         session = open_session(cfg)
         try:
-            rows = _send_all(session, batches, common_headers(cfg.destination, cfg.persistent))
+            common = common_headers(cfg.destination, cfg.persistent)
+            rows = _send_all(session, batches, common, self.refused)
             session.receipt("DISCONNECT", {}, "flushing the sends")
         finally:
             session.close()
@@ -105,7 +124,8 @@ class TransactionalJmsWriter(JmsWriter):
         session = open_session(cfg)
         try:
             session.begin(tx)
-            rows = _send_all(session, batches, common_headers(cfg.destination, cfg.persistent, tx))
+            rows = _send_all(session, batches, common_headers(cfg.destination, cfg.persistent, tx),
+                             self.refused)
             session.commit(tx)
         finally:
             session.close()  # an uncommitted transaction is rolled back with its connection
@@ -131,7 +151,8 @@ class StagingJmsWriter(JmsWriter):
         session = open_session(cfg)
         try:
             session.begin(token)
-            rows = _send_all(session, batches, common_headers(f"/queue/{cfg.staging}", True, token, own))
+            rows = _send_all(session, batches, common_headers(f"/queue/{cfg.staging}", True, token, own),
+                             self.refused)
             if rows == 0:
                 return self._done(task, 0)  # nothing to stage: the transaction goes with the connection
             session.commit(token)
