@@ -250,6 +250,10 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
     assert "drop upsertKeys or the dead-letter options" in start_error(t.options(upsertKeys="id"))
     assert "maxDeadLetters is checked when a batch is decided" in start_error(
         t.options(maxDeadLetters="3", guarantee="at_least_once"))
+    nested = {"connector": "routing", "sinks.a.connector": "jdbc", "sinks.a.url": t.url,
+              "sinks.a.dbtable": t.table, "sinks.a.deadLetter.connector": "jdbc"}
+    routed = df.selectExpr("'a' AS sink", "id", "v")
+    assert "dead letters are not set per sub-sink" in start_error(nested, routed)
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
     assert "needs option 'deadLetter.connector'" in start_error(no_connector)
     assert "maxDeadLetters needs a dead-letter destination" in start_error(

@@ -128,6 +128,10 @@ def parse(opts: Options, schema: StructType, exactly_once: bool) -> RoutingSpec:
             raise MissingOptionError(f"sub-sink {name!r} needs option 'sinks.{name}.connector'")
         if connector.strip().lower() == "routing":
             raise InvalidOptionError(f"sub-sink {name!r}: a routing sink cannot hold another routing sink")
+        if any(k.startswith("deadletter.") for k in own):
+            raise InvalidOptionError(
+                f"sub-sink {name!r}: dead letters are not set per sub-sink; route the rows yourself to a "
+                "sub-sink of their own (a route column value), or give the sink its own query")
         for taken in ("guarantee", "sinkid", "transactionalidprefix", "checkpointlocation"):
             if taken in own:
                 raise InvalidOptionError(
