@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,12 @@ import pytest
 import sqlalchemy as sa
 from pyspark.errors import StreamingQueryException
 
-from spark_ext import failpoints
 from spark_ext.connectors.jdbc.doctor import sink_status
 from spark_ext.connectors.jdbc.writer import row_error
 from tests.support import kafka_sink, kafka_util, pg_util
+from tests.support.deadletters import FIRST as _FIRST
+from tests.support.deadletters import OTHERS as _OTHERS
+from tests.support.deadletters import run as _run
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -93,16 +93,6 @@ class Target:
                 + pg_util.prepared(self.url, f"{self.sink_id}--dead"))
 
 
-def _run(tmp: Path, options: dict[str, str], failpoint: str = "-",
-         select: str = "id|v") -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"), str(tmp / "ckpt"),
-            select, failpoint, *(f"{k}={v}" for k, v in options.items())]
-    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": "4"}
-    return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600, env=env)
-
-
-_FIRST = ("routing.after_decision",)
-_OTHERS = ("routing.before_decision", "routing.between_sinks", "routing.mid_commit", "routing.after_done")
 
 
 @pytest.mark.parametrize("points", [

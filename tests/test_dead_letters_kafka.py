@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from pyspark.errors import StreamingQueryException
 
 from tests.support import kafka_sink, kafka_util, pg_util
-from tests.test_dead_letters import _FIRST, _OTHERS, _run
+from tests.support.deadletters import FIRST, OTHERS, run
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -112,20 +112,20 @@ def test_kafka_target_sets_refused_records_aside(spark, services, tmp_path):
 
 
 @pytest.mark.campaign
-@pytest.mark.parametrize("points", [pytest.param(_FIRST + _OTHERS, id="every-step")])
+@pytest.mark.parametrize("points", [pytest.param(FIRST + OTHERS, id="every-step")])
 def test_kill_9_with_a_kafka_target_leaves_every_row_in_one_place_once(services, tmp_path, points):
     """Point k strikes in batch k, after batches 0..k-1 committed (their dead letters too)."""
     t = KafkaTarget(services)
     n = len(points) + 1
     _files(tmp_path / "src", n)
     for batch, point in enumerate(points, start=1):
-        crashed = _run(tmp_path, t.options(), f"{point}@{batch}", SELECT)
+        crashed = run(tmp_path, t.options(), f"{point}@{batch}", SELECT)
         assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
         good, dead = t.landed()
         assert len(set(good)) == len(good) and len(set(dead)) == len(dead), point
         want_good, want_dead = _expected(batch)
         assert set(want_good) <= set(good) and set(want_dead) <= set(dead), point
-    done = _run(tmp_path, t.options(), select=SELECT)
+    done = run(tmp_path, t.options(), select=SELECT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert t.landed() == _expected(n)
     assert kafka_sink.open_transactions(t.bootstrap, t.prefix) == []

@@ -78,14 +78,14 @@ def test_queue_target_sets_rows_that_cannot_be_messages_aside(spark, services, t
 def test_kill_9_with_a_queue_target_leaves_every_row_in_one_place_once(services, tmp_path):
     """Point k strikes in batch k, after batches 0..k-1 committed (their dead letters too);
     what a reader took off the queue after each crash counts as landed."""
-    from tests.test_dead_letters import _FIRST, _OTHERS, _run
+    from tests.support.deadletters import FIRST, OTHERS, run
 
     url, dest, dlq = services.postgres_url, queue_name("dl-kill"), pg_util.table_name("dl_queue_kill")
     opts = {"connector": "jms", "host": services.stomp_host, "port": str(services.stomp_port),
             "user": services.stomp_user, "password": services.stomp_password, "destination": dest,
             "sinkId": f"dlk-{dest[-10:]}", "deadLetter.connector": "jdbc", "deadLetter.url": url,
             "deadLetter.dbtable": dlq, "deadLetter.createTable": "true"}
-    points = _FIRST + _OTHERS
+    points = FIRST + OTHERS
     n = len(points) + 1
     _files(tmp_path / "src", n)
     kept: list[int] = []
@@ -103,13 +103,13 @@ def test_kill_9_with_a_queue_target_leaves_every_row_in_one_place_once(services,
         return [i for i in ids if not _kind(i)], sorted((i, KINDS[k]) for i in ids if (k := _kind(i)))
 
     for batch, point in enumerate(points, start=1):
-        crashed = _run(tmp_path, opts, f"{point}@{batch}", "|".join(SELECT))
+        crashed = run(tmp_path, opts, f"{point}@{batch}", "|".join(SELECT))
         assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
         good, dead = landed()
         assert len(set(good)) == len(good) and len(set(dead)) == len(dead), point
         want_good, want_dead = expected(batch)
         assert set(want_good) <= set(good) and set(want_dead) <= set(dead), point
-    done = _run(tmp_path, opts, select="|".join(SELECT))
+    done = run(tmp_path, opts, select="|".join(SELECT))
     assert done.returncode == 0, done.stderr[-3000:]
     assert landed() == expected(n)
     assert pg_util.prepared(url, opts["sinkId"]) == []
