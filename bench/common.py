@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 
 
+def rounds() -> int:
+    """Rounds of a write case, best of each (``BENCH_ROUNDS``, default 2: the first pays JVM
+    and worker warm-up; more rounds narrow the spread when two variants are compared)."""
+    return max(1, int(os.environ.get("BENCH_ROUNDS", "2")))
+
+
 class BenchError(Exception):
     """A bench case could not run (a query failed, a service is missing)."""
 

@@ -28,6 +28,7 @@ from bench.common import (
     RESULTS_DIR,
     BenchError,
     Result,
+    rounds,
     run_sql,
     services_env,
     spark_session,
@@ -88,7 +89,7 @@ def run() -> Result:
                  ("alo", ours(tables["alo"], guarantee="at_least_once")),
                  ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")),
                  ("dl", ours(tables["dl"], **dl)), ("dlp", ours(tables["dlp"], **dl)))
-        for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
+        for i in range(rounds()):  # best of each: the first pays JVM and worker warm-up
             for name, sink in sinks:
                 run_sql(url, f"TRUNCATE {tables[name]}")
                 n, dt = timed_parquet_stream(spark, "jdbc_write", src, f"{tmp}/ck-{name}-{i}", sink)

@@ -29,6 +29,7 @@ from bench.common import (
     RESULTS_DIR,
     BenchError,
     Result,
+    rounds,
     run_sql,
     services_env,
     spark_session,
@@ -92,7 +93,7 @@ def run() -> Result:
         _stage(spark, rows, src)
         sinks = (("spark", builtin), ("eo", ours("exactly_once")), ("alo", ours("at_least_once")),
                  ("dl", ours("exactly_once", **dl)))
-        for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
+        for i in range(rounds()):  # best of each: the first pays JVM and worker warm-up
             for name, sink in sinks:
                 topic = _topic(admin, f"bench-write-{name}-{run_id}-{i}")
                 made.append(topic)
