@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
+import psycopg2.errors
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -44,6 +45,12 @@ from spark_ext.connectors.jdbc.transactions import (
 from spark_ext.deadletters import Refusal, SetsAside
 from spark_ext.errors import ConnectorError, FencedError
 
+# A key two tasks of one batch write waits on the other's prepared (uncommitted) row until
+# the batch is decided, which needs this task to finish: it can only time out.
+_LOCKED = (". A row's key was locked by another transaction for longer than lockTimeoutMs: another "
+           "writer's, or another task's of this batch writing the same key (under exactly_once a task's "
+           "rows stay locked until the batch is decided, so a key written twice in one batch always "
+           "times out). Drop duplicate keys before the sink (dropDuplicates), or stop the other writer")
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
 
 
@@ -80,9 +87,10 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
         try:
             return self._write(conn, batches, task)
         except psycopg2.Error as e:
+            hint = _LOCKED if isinstance(e, psycopg2.errors.LockNotAvailable) else ""
             raise ConnectorError(
                 f"writing batch {task.batch_id} partition {task.partition_id} to {cfg.qualified} "
-                f"failed: {str(e).strip()}"
+                f"failed: {str(e).strip()}{hint}"
             ) from None
         finally:
             conn.close()  # an unprepared transaction is rolled back with the session
