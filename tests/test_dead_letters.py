@@ -244,6 +244,11 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
               "sinks.a.dbtable": t.table, "sinks.a.deadLetter.connector": "jdbc"}
     routed = df.selectExpr("'a' AS sink", "id", "v")
     assert "dead letters are not set per sub-sink" in start_error(nested, routed)
+    kafka = services.kafka_bootstrap
+    kafka_only = {"connector": "kafka", "kafka.bootstrap.servers": kafka, "topic": "unused",
+                  "deadLetter.connector": "kafka", "deadLetter.kafka.bootstrap.servers": kafka,
+                  "deadLetter.topic": "unused-dlq"}
+    assert "use a jdbc dead-letter destination" in start_error(kafka_only, df.selectExpr("v AS value"))
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
     assert "needs option 'deadLetter.connector'" in start_error(no_connector)
     assert "maxDeadLetters needs a dead-letter destination" in start_error(

@@ -118,6 +118,11 @@ class RoutingSink(SinkConnector[RoutingConfig]):
                     f"option 'decider' names sub-sink {spec.decider!r}, whose connector cannot hold the "
                     f"routing sink's decisions; name a jdbc sub-sink{_listed(able)}")
             return spec.decider
+        if not able and spec.dead_letters is not None:
+            raise ConfigurationError(
+                "dead letters under guarantee exactly_once are decided with the good rows in PostgreSQL: use "
+                "a jdbc dead-letter destination (deadLetter.connector 'jdbc') or a jdbc sink, or guarantee "
+                "at_least_once (Kafka and queue sinks cannot hold the decisions yet)")
         if not able:
             raise ConfigurationError(
                 "hzsink connector 'routing' with guarantee exactly_once keeps its one decision per batch in "
