@@ -469,7 +469,7 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
             reports = [m for m in messages if isinstance(m, TaskReport)]
             plans = [r.plan_times for r in reports if r.plan_times is not None]
             label = committer.label if isinstance(committer, TwoPhaseCommitter) else self.plan.label
-            log.info("%s", timeline.line(
+            log.info("%s", timeline.report(
                 label, batchId, committables[0].query_id if committables else None,
                 sum(c.rows for c in committables), plans[0] if plans else None,
                 [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms()))

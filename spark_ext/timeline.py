@@ -75,3 +75,17 @@ def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanT
                   f"validate_ms={plan.validate_ms:.0f}", f"take_over_ms={plan.take_over_ms:.0f}",
                   f"batch_ms={max(ended_ms - plan.started_ms, 0.0):.0f}"]
     return " ".join(parts)
+
+
+def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
+           writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float) -> str:
+    """``line``, and the same figures as the sink's metrics card for a running exporter
+    (``spark_ext.monitoring.cards``: a local file, written only when an exporter serves)."""
+    from spark_ext.monitoring import cards
+
+    fields = {"rows": rows, "transactions": commit.transactions, "decide_ms": round(commit.decide_ms, 1),
+              "commit_ms": round(commit.commit_ms, 1), "dead_letters": commit.dead_letters,
+              "batch_ms": round(max(ended_ms - plan.started_ms, 0.0), 1) if plan is not None else None,
+              "at": ended_ms / 1000}
+    cards.write(query_id, label, batch_id, fields)
+    return line(label, batch_id, query_id, rows, plan, writes, commit, ended_ms)

@@ -1,0 +1,81 @@
+"""Prometheus metrics of a driver's streaming queries: ``serve(spark)`` and scrape.
+
+    from spark_ext import monitoring
+    monitoring.serve(spark, port=9108)     # before or after the queries start
+
+Driver only, in the driver's Python process: it registers a ``StreamingQueryListener``
+(every query of the session: Spark's progress, watermark, state, each Kafka source's lag
+per partition) and serves ``http://<addr>:<port>/metrics``, where each sink's own figures
+(last committed batch, rows, decide and commit milliseconds, dead letters) join them from
+the cards its commit worker writes (``cards``). The names, labels and meanings are in
+``metrics.METRICS`` (and the docs' metrics page, generated from it). Credentials and
+option values are never exported: labels are query names and ids, sink labels (the sink's
+id), topics and partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spark_ext.errors import ConfigurationError
+
+
+@dataclass
+class Exporter:
+    """A running exporter: its address, and ``stop`` to end it (the HTTP server and the listener)."""
+
+    addr: str
+    port: int
+    _server: Any
+    _thread: Any
+    _spark: Any
+    _watcher: Any
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+        self._spark.streams.removeListener(self._watcher)
+
+
+def serve(spark: Any, port: int = 9108, addr: str = "127.0.0.1") -> Exporter:
+    """Serve the metrics of ``spark``'s streaming queries on ``addr:port`` (``port=0``:
+    any free port, see ``Exporter.port``). Raises ``ConfigurationError`` naming the port
+    when it is taken. Driver only."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        raise ConfigurationError("spark_ext.monitoring needs prometheus_client: pip install "
+                                 "'spark-ext[monitoring]'") from None
+    from spark_ext.monitoring import cards
+    from spark_ext.monitoring.exporter import Families, QueryWatcher
+
+    watcher = QueryWatcher()
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(Families(watcher))
+    try:
+        server, thread = start_http_server(port, addr=addr, registry=registry)
+    except OSError as e:
+        raise ConfigurationError(f"cannot serve metrics on {addr}:{port} ({e.strerror or e}): the port is "
+                                 "taken or the address is not this host's; pass another port= (0: any free "
+                                 "one) or addr=") from None
+    cards.root().mkdir(mode=0o700, parents=True, exist_ok=True)  # sinks write cards from now on
+    spark.streams.addListener(watcher)
+    for q in spark.streams.active:  # queries started before the exporter: known from their next progress
+        watcher.queries.setdefault(str(q.id), _state(q.name))
+    bound = int(server.server_address[1])
+    return Exporter(addr, bound, server, thread, spark, watcher)
+
+
+def _state(name: str | None) -> Any:
+    from spark_ext.monitoring.exporter import QueryState
+
+    return QueryState(name or "")
+
+
+__all__ = ["Exporter", "serve"]

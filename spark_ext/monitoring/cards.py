@@ -1,0 +1,76 @@
+"""Sink cards: how a sink's figures, measured in the driver's commit worker, reach the
+exporter in the driver's own process. Both run on the driver's host.
+
+After each committed batch the commit worker writes one small JSON file per sink (its
+label, the batch, rows, timings), replacing the last one by a rename: a local write of a
+few hundred bytes, off every system the batch waits on. The exporter reads the cards of
+the queries it watches when it is scraped. Nothing is written unless an exporter made
+the spool directory (``serve``), so a query without monitoring pays one ``stat``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENV = "SPARK_EXT_METRICS_DIR"
+
+
+def root() -> Path:
+    """The spool directory: ``$SPARK_EXT_METRICS_DIR``, else one per user in the temp dir."""
+    given = os.environ.get(ENV)
+    if given:
+        return Path(given)
+    return Path(tempfile.gettempdir()) / f"spark-ext-metrics-{os.getuid()}"
+
+
+def _name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:150] + ".json"
+
+
+def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any]) -> None:
+    """Replace the sink's card for ``query_id`` (its rows add up across batches). Never
+    raises: a card not written costs the dashboard one batch, never the query."""
+    base = root()
+    if not query_id or not base.is_dir():
+        return
+    try:
+        where = base / query_id
+        where.mkdir(mode=0o700, exist_ok=True)
+        path = where / _name(label)
+        total = 0
+        try:
+            old = json.loads(path.read_text())
+            total = int(old.get("rows_total", 0)) if int(old.get("batch", -1)) != batch_id else int(
+                old.get("rows_total", 0)) - int(old.get("rows", 0))
+        except (OSError, ValueError):
+            pass
+        card = {"sink": label, "batch": batch_id, **fields, "rows_total": total + int(fields.get("rows", 0))}
+        tmp = where / f".{path.name}.{os.getpid()}"
+        tmp.write_text(json.dumps(card))
+        os.replace(tmp, path)
+    except OSError as e:
+        log.debug("could not write the metrics card of %s: %s", label, e)
+
+
+def read(query_id: str) -> list[dict[str, Any]]:
+    """Every sink card of ``query_id`` (exporter, at scrape)."""
+    where = root() / query_id
+    out = []
+    try:
+        paths = sorted(where.glob("*.json"))
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # replaced while read: the next scrape has it
+    return out

@@ -1,0 +1,66 @@
+"""Every metric the exporter serves: name, type, labels and meaning, declared once.
+
+The exporter builds its families from these declarations and the docs page's table is
+generated from them (``docs/hooks.py``, marker ``metrics``), so the page lists exactly
+what a scrape shows. Names are stable: a renamed or dropped metric breaks dashboards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+QUERY = ("query", "query_id")  # the query's name ("" without one) and its id (stable across restarts)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str  # "gauge" or "counter"
+    labels: tuple[str, ...]
+    help: str
+
+
+METRICS = (
+    Metric("spark_ext_query_active", "gauge", QUERY,
+           "1 while the query runs, 0 once it stopped or failed (kept until the exporter stops)"),
+    Metric("spark_ext_query_failed", "gauge", QUERY, "1 when the query stopped with an exception"),
+    Metric("spark_ext_query_batch_id", "gauge", QUERY, "The last batch the query reported progress for"),
+    Metric("spark_ext_query_input_rows", "gauge", QUERY, "Rows the last batch read"),
+    Metric("spark_ext_query_input_rows_per_second", "gauge", QUERY,
+           "Rows arriving per second over the last trigger (Spark's inputRowsPerSecond)"),
+    Metric("spark_ext_query_processed_rows_per_second", "gauge", QUERY,
+           "Rows processed per second in the last batch (Spark's processedRowsPerSecond)"),
+    Metric("spark_ext_query_duration_ms", "gauge", (*QUERY, "phase"),
+           "The last batch's time per phase (Spark's durationMs: addBatch, latestOffset, walCommit, "
+           "commitOffsets, queryPlanning, triggerExecution, ...)"),
+    Metric("spark_ext_query_watermark_seconds", "gauge", QUERY,
+           "The event-time watermark, epoch seconds (absent without one)"),
+    Metric("spark_ext_query_state_rows", "gauge", QUERY, "Rows held in state, all stateful operators"),
+    Metric("spark_ext_query_late_rows", "gauge", QUERY,
+           "Rows the last batch dropped as later than the watermark, all stateful operators"),
+    Metric("spark_ext_query_seconds_since_progress", "gauge", QUERY,
+           "Seconds since the query last reported progress (a batch, or an idle trigger)"),
+    Metric("spark_ext_source_lag_records", "gauge", (*QUERY, "source", "topic", "partition"),
+           "Kafka source: the broker's latest offset minus the last batch's end offset, per partition "
+           "(the latest as the source last asked, at the batch's planning)"),
+    Metric("spark_ext_source_lag_records_max", "gauge", (*QUERY, "source"),
+           "Kafka source: the largest lag of any partition"),
+    Metric("spark_ext_sink_last_batch", "gauge", (*QUERY, "sink"),
+           "The last batch the sink committed (exactly_once: decided and finished)"),
+    Metric("spark_ext_sink_rows_total", "counter", (*QUERY, "sink"),
+           "Rows the sink committed since the exporter started watching the query"),
+    Metric("spark_ext_sink_transactions", "gauge", (*QUERY, "sink"),
+           "Transactions the last batch committed (0 without exactly_once)"),
+    Metric("spark_ext_sink_decide_ms", "gauge", (*QUERY, "sink"),
+           "The last batch's commit start to its recorded decision, checks included"),
+    Metric("spark_ext_sink_commit_ms", "gauge", (*QUERY, "sink"),
+           "The last batch's decision to the end of its commit"),
+    Metric("spark_ext_sink_batch_ms", "gauge", (*QUERY, "sink"),
+           "The last batch's plan start to its commit's end, on the driver's clock"),
+    Metric("spark_ext_sink_dead_letters", "gauge", (*QUERY, "sink"),
+           "Rows the last batch set aside as dead letters (only for a sink with a destination)"),
+    Metric("spark_ext_sink_seconds_since_commit", "gauge", (*QUERY, "sink"),
+           "Seconds since the sink last committed a batch"),
+)
+
+BY_NAME = {m.name: m for m in METRICS}

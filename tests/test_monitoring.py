@@ -1,0 +1,110 @@
+"""The driver's Prometheus endpoint (``spark_ext.monitoring``) scraped during a real Kafka ->
+PostgreSQL exactly-once query: the samples parsed with prometheus_client's own parser show
+the batch id rising, the Kafka source's lag per partition falling to 0, and the sink's
+committed batches and rows, which its commit worker reports through a card."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from spark_ext.errors import ConfigurationError
+from spark_ext.monitoring import serve
+from spark_ext.monitoring.exporter import Families, QueryWatcher, _lags
+from spark_ext.monitoring.metrics import BY_NAME
+from tests.support import kafka_util, pg_util
+
+RECORDS = 3000
+
+
+def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Sample name -> (labels, value) of every sample the endpoint serves."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_lag_is_latest_minus_end_per_kafka_partition_and_nothing_for_other_offsets():
+    end = '{"t": {"0": 90, "1": 10}}'
+    assert _lags(end, '{"t": {"0": 100, "1": 10}}') == {("t", "0"): 10, ("t", "1"): 0}
+    assert _lags('["id-1", "id-2"]', '["id-3"]') == {}  # a queue source's offsets
+    assert _lags(None, '{"t": {"0": 5}}') == {}
+    assert _lags({"t": {"0": 3}}, {"t": {"0": 5}}) == {("t", "0"): 2}  # offsets already parsed
+
+
+def test_every_declared_metric_is_served_and_nothing_else():
+    names = {f.name for f in Families(QueryWatcher()).collect()}
+    assert names == {n.removesuffix("_total") for n in BY_NAME}
+
+
+def test_a_taken_port_is_refused_naming_it(spark):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        said = f"cannot serve metrics on 127.0.0.1:{port}.*pass another port"
+        with pytest.raises(ConfigurationError, match=said):
+            serve(spark, port=port)
+    finally:
+        taken.close()
+
+
+@pytest.mark.spark
+@pytest.mark.services
+def test_a_scrape_shows_the_batches_the_lag_falling_to_0_and_the_sinks_rows(spark, services, tmp_path):
+    from confluent_kafka import Producer
+
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "mon")
+    producer = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    for i in range(RECORDS):
+        producer.produce(topic, str(i).encode(), partition=i % 2)
+    producer.flush()
+    table = pg_util.table_name("mon")
+    pg_util.execute(services.postgres_url, f"CREATE TABLE {table} (id bigint, v text)")
+    exporter = serve(spark, port=0)
+    q = None
+    try:
+        df = (spark.readStream.format("hzsource").option("connector", "kafka")
+              .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "500").load())
+        q = (df.selectExpr("offset * 2 + partition AS id", "CAST(value AS STRING) AS v").writeStream
+             .format("hzsink").option("connector", "jdbc").option("url", services.postgres_url)
+             .option("dbtable", table).option("checkpointLocation", str(tmp_path / "ck"))
+             .queryName("payments_mon").trigger(processingTime="200 milliseconds").start())
+        qid = str(q.id)
+        lags, batches, rows = [], [], 0.0
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            got = scrape(exporter.url)
+            mine = {k: [(lb, v) for lb, v in vs if lb.get("query_id") == qid] for k, vs in got.items()}
+            if mine.get("spark_ext_source_lag_records_max"):
+                lags.append(mine["spark_ext_source_lag_records_max"][0][1])
+            if mine.get("spark_ext_query_batch_id"):
+                batches.append(mine["spark_ext_query_batch_id"][0][1])
+            sink_rows = mine.get("spark_ext_sink_rows_total") or []
+            rows = sink_rows[0][1] if sink_rows else 0.0
+            if rows == RECORDS and lags and lags[-1] == 0:
+                break
+            time.sleep(0.3)
+        assert rows == RECORDS, (rows, lags, batches)
+        assert max(lags) > 0 and lags[-1] == 0, lags  # 6 batches of 500: behind at first, then caught up
+        assert batches == sorted(batches) and batches[-1] >= 5, batches
+        assert [lb["query"] for lb, _ in mine["spark_ext_query_active"]] == ["payments_mon"]
+        [(labels, last)] = mine["spark_ext_sink_last_batch"]
+        assert labels["sink"].startswith("jdbc sink ") and last == batches[-1]
+        assert {lb["partition"] for lb, _ in mine["spark_ext_source_lag_records"]} == {"0", "1"}
+        assert pg_util.query(services.postgres_url, f"SELECT count(*) FROM {table}") == [(RECORDS,)]
+        text = urllib.request.urlopen(exporter.url, timeout=10).read().decode()
+        assert services.postgres_url.split("@")[0] not in text and "password" not in text
+    finally:
+        if q is not None:
+            q.stop()
+        exporter.stop()
