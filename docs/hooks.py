@@ -1,7 +1,7 @@
 """MkDocs hook: the reference's option tables, generated from the code at build time.
 
 A page writes ``<!-- options: sink jdbc -->`` (or ``source kafka``, ``windows``) where its
-table goes; ``on_page_markdown`` replaces the marker with the options the connector's
+table goes (``<!-- metrics -->``: the metrics the exporter serves); ``on_page_markdown`` replaces the marker with the options the connector's
 ``OptionSpec`` documents (name, default, description), in the order they are declared.
 The connector's parser reads its defaults from the same declarations, so the table shows
 what the code does. An unknown marker, or an option without a description, fails the build.
@@ -60,7 +60,21 @@ def render(markdown: str) -> str:
         kind, name = m.group(1), m.group(2)
         return table(spec_for(kind, name), f"options: {kind} {name}".strip())
 
-    return MARKER.sub(one, markdown)
+    return METRICS_MARKER.sub(lambda _: metrics_table(), MARKER.sub(one, markdown))
+
+
+METRICS_MARKER = re.compile(r"<!--\s*metrics\s*-->")
+
+
+def metrics_table() -> str:
+    """The exporter's metrics (``spark_ext.monitoring.metrics``) as a Markdown table."""
+    from spark_ext.monitoring.metrics import METRICS
+
+    rows = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
+    for m in METRICS:
+        labels = ", ".join(f"`{x}`" for x in m.labels)
+        rows.append(f"| `{m.name}` | {m.kind} | {labels} | {_cell(m.help)} |")
+    return "\n".join(rows)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any, **kwargs: Any) -> str:
