@@ -1,10 +1,11 @@
 """MkDocs hook: the reference's option tables, generated from the code at build time.
 
-A page writes ``<!-- options: sink jdbc -->`` (or ``source kafka``, ``windows``) where its
-table goes (``<!-- metrics -->``: the metrics the exporter serves); ``on_page_markdown`` replaces the marker with the options the connector's
-``OptionSpec`` documents (name, default, description), in the order they are declared.
-The connector's parser reads its defaults from the same declarations, so the table shows
-what the code does. An unknown marker, or an option without a description, fails the build.
+A page writes ``<!-- options: sink jdbc -->`` (or ``source kafka``, ``windows``) where
+its table goes (``<!-- metrics -->``: the metrics the exporter serves);
+``on_page_markdown`` replaces the marker with the options the connector's ``OptionSpec``
+documents (name, default, description), in the order they are declared. The connector's
+parser reads its defaults from the same declarations, so the table shows what the code
+does. An unknown marker, or an option without a description, fails the build.
 """
 
 from __future__ import annotations
