@@ -108,3 +108,45 @@ def test_a_scrape_shows_the_batches_the_lag_falling_to_0_and_the_sinks_rows(spar
         if q is not None:
             q.stop()
         exporter.stop()
+
+
+def _group_lags(bootstrap: str, group: str) -> dict[int, tuple[int, int, int]]:
+    """Kafka's own ``kafka-consumer-groups.sh --describe``: partition -> (current, log end, lag)."""
+    import subprocess
+
+    from services.kafka import kafka_libs
+
+    tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    done = subprocess.run(["java", "-cp", f"{kafka_libs()}/*", tool, "--bootstrap-server", bootstrap,
+                           "--describe", "--group", group], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = {}
+    for line in done.stdout.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[0] == group and cols[2].isdigit():
+            out[int(cols[2])] = (int(cols[3]), int(cols[4]), int(cols[5]))
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.services
+def test_kafkas_own_tool_shows_the_query_lag_through_the_opted_in_group(spark, services, tmp_path):
+    """With ``commitOffsetsToGroup`` each committed batch's end offsets go to the group:
+    Kafka's ``ConsumerGroupCommand`` (kafka-consumer-groups.sh) shows the lag reaching 0."""
+    from confluent_kafka import Producer
+
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "lag")
+    group = f"lag-{topic}"
+    producer = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    for i in range(1200):
+        producer.produce(topic, str(i).encode(), partition=i % 2)
+    producer.flush()
+    df = (spark.readStream.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "400")
+          .option("commitOffsetsToGroup", group).load())
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    assert _group_lags(services.kafka_bootstrap, group) == {0: (600, 600, 0), 1: (600, 600, 0)}

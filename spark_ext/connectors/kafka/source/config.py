@@ -46,6 +46,10 @@ SOURCE_OPTIONS = OptionSpec.of(
            default=120_000),
     Option("fetchOffset.numRetries", "Retries of metadata calls on the driver.", default=3),
     Option("fetchOffset.retryIntervalMs", "Wait between those retries (ms).", default=10),
+    Option("commitOffsetsToGroup", "Monitoring only: after each batch commits, its end offsets are "
+           "committed to this consumer group, so `kafka-consumer-groups.sh --describe`, Burrow or a Kafka "
+           "exporter show the query's lag. Never read back: the checkpoint decides what is read.",
+           shown="none"),
     Option("groupIdPrefix", "The `group.id` the clients use; no group is joined and nothing is committed.",
            default="spark-ext-kafka-source"),
     Option("fetcher", "`auto`: `wire` wherever it speaks the cluster's security (plain text, `SSL`, "
@@ -182,6 +186,7 @@ class KafkaSourceConfig:
     group_id: str = field(default="spark-ext-kafka-source")
     fetcher: str = "wire"
     security: KafkaSecurity = PLAINTEXT  # for the wire fetcher; librdkafka reads ``client``
+    commit_group: str | None = None  # commitOffsetsToGroup
 
     @property
     def bootstrap(self) -> str:
@@ -244,4 +249,13 @@ class KafkaSourceConfig:
             group_id=prefix,
             fetcher=fetcher,
             security=security,
+            commit_group=_commit_group(opts),
         )
+
+
+def _commit_group(opts: Options) -> str | None:
+    group = opts.get_str("commitoffsetstogroup")
+    if group is not None and not group.strip():
+        raise InvalidOptionError("option 'commitOffsetsToGroup' is empty; name the consumer group whose lag "
+                                 "Kafka's tools should show, or drop the option")
+    return group.strip() if group else None

@@ -49,6 +49,7 @@ from spark_ext.connector import SourceConnector
 from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
 from spark_ext.connectors.kafka.source.config import SOURCE_OPTIONS, KafkaSourceConfig
+from spark_ext.connectors.kafka.source.lag_group import GroupCommitter
 from spark_ext.connectors.kafka.source.librdkafka_reader import RangeReader
 from spark_ext.connectors.kafka.source.offsets import (
     EARLIEST,
@@ -169,9 +170,11 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         # The last end offsets this reader planned or returned: the start of the next batch
         # on a release whose latestOffset() is not given one (None: not known yet).
         self._known: PartitionOffsets | None = None
+        self._group = GroupCommitter(cfg) if cfg.commit_group else None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}, "_known": None}
+        return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}, "_known": None,
+                "_group": None}
 
     def check_reachable(self) -> None:
         """Driver, at query start: the brokers answer and the subscription exists.
@@ -246,6 +249,11 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
                 return self._remember(self._latest_now())
             start = to_json(self._known)
         begin = from_json(start)
+        if self._group is not None:
+            # Spark asks for the next batch only once the last one committed, and its own
+            # commit(end) waits for a later batch with data: an idle query would show the
+            # last batch as lag for ever.
+            self._group.commit(start)
         if self._target is not None:
             return self._toward_target(begin, limit)
         meta = self._plan.meta
@@ -326,10 +334,15 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         return read_partition(self._cfg, partition)
 
     def commit(self, end: dict) -> None:
-        """Driver, after batch ending at ``end`` committed: offsets already live in the checkpoint."""
+        """Driver, after batch ending at ``end`` committed: offsets already live in the
+        checkpoint; with ``commitOffsetsToGroup`` they also go to that group, for lag tools."""
+        if self._group is not None:
+            self._group.commit(end)
 
     def stop(self) -> None:
         """Driver, when the query stops."""
+        if self._group is not None:
+            self._group.close()
         if self._plan._meta is not None:
             self._plan._meta.close()
             self._plan._meta = None
