@@ -7,7 +7,9 @@ micro-batch (``Trigger.AvailableNow``) into a fresh 4-partition topic by: our si
 once, its defaults), our ``at_least_once`` (idempotent producer; the cost of 2PC is eo /
 alo), and our ``exactly_once`` with a dead-letter table in PostgreSQL and no record
 refused (``dl``: what configuring dead letters costs, the routing sink's plan and
-decision and the topic's rules checked on every record). Two rounds, best of each;
+decision and the topic's rules checked on every record), and ``exactly_once`` again with
+the metrics exporter serving and scraped every half second (``mon``). Two rounds
+(``BENCH_ROUNDS``), best of each;
 rows/s are wall-clock from ``start()`` to termination. ``equal``: read back with
 ``read_committed``, our topic holds every (key, value) of the baseline's exactly once
 (``exceptAll`` both ways, distinct values = rows).
@@ -15,11 +17,13 @@ rows/s are wall-clock from ``start()`` to termination. ``equal``: read back with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,31 @@ def _topic(admin: AdminClient, name: str) -> str:
     admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=60)
     return name
 
+
+
+@contextlib.contextmanager
+def _monitored(spark: Any) -> Iterator[None]:
+    """The metrics exporter serving, scraped every half second, while the query runs."""
+    import threading
+    import urllib.request
+
+    from spark_ext import monitoring
+
+    exporter = monitoring.serve(spark, port=0)
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.wait(0.5):
+            urllib.request.urlopen(exporter.url, timeout=10).read()
+
+    t = threading.Thread(target=scrape, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join(10)
+        exporter.stop()
 
 
 def _read(spark: Any, bootstrap: str, topic: str) -> Any:
@@ -92,13 +121,14 @@ def run() -> Result:
         src = f"{tmp}/src"
         _stage(spark, rows, src)
         sinks = (("spark", builtin), ("eo", ours("exactly_once")), ("alo", ours("at_least_once")),
-                 ("dl", ours("exactly_once", **dl)))
+                 ("dl", ours("exactly_once", **dl)), ("mon", ours("exactly_once")))
         for i in range(rounds()):  # best of each: the first pays JVM and worker warm-up
             for name, sink in sinks:
                 topic = _topic(admin, f"bench-write-{name}-{run_id}-{i}")
                 made.append(topic)
-                n, dt = timed_parquet_stream(spark, "kafka_write", src, f"{tmp}/ck-{name}-{i}",
-                               lambda w, s=sink, t=topic: s(w, t))
+                with _monitored(spark) if name == "mon" else contextlib.nullcontext():
+                    n, dt = timed_parquet_stream(spark, "kafka_write", src, f"{tmp}/ck-{name}-{i}",
+                                                 lambda w, s=sink, t=topic: s(w, t))
                 if n != rows:
                     raise BenchError(f"kafka_write {name}: read {n} rows, expected {rows}")
                 rates[name] = max(rates.get(name, 0.0), n / dt)
@@ -110,7 +140,8 @@ def run() -> Result:
     extra = {"at_least_once_rows_per_s": rates["alo"],
              "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
              "at_least_once_vs_builtin": rates["alo"] / rates["spark"],
-             "dead_letters_vs_exactly_once": rates["dl"] / rates["eo"]}
+             "dead_letters_vs_exactly_once": rates["dl"] / rates["eo"],
+             "monitored_vs_exactly_once": rates["mon"] / rates["eo"]}
     print(f"[bench] kafka_write extra {json.dumps(extra)}", file=sys.stderr)
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "kafka_write_extra.json").write_text(json.dumps(extra, indent=2))
