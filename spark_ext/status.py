@@ -119,8 +119,16 @@ def run(connector: str, argv: Sequence[str], description: str,
     """
     ap = argparse.ArgumentParser(prog=f"spark-ext status {connector}", description=description)
     ap.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of a table")
+    ap.add_argument("--serve", type=int, metavar="PORT",
+                    help="serve the rows as Prometheus metrics on PORT (0: any free port), read at every "
+                         "scrape")
+    ap.add_argument("--addr", default="127.0.0.1", help="with --serve: the address to listen on")
     add_arguments(ap)
     args = ap.parse_args(list(argv))
+    if args.serve is not None:
+        from spark_ext.monitoring.sidecar import serve_status
+
+        return serve_status(connector, lambda: collect(args), args.serve, args.addr)
     try:
         rows = collect(args)
     except (SparkExtError, OSError) as e:

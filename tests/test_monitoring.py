@@ -16,6 +16,7 @@ from spark_ext.errors import ConfigurationError
 from spark_ext.monitoring import serve
 from spark_ext.monitoring.exporter import Families, QueryWatcher, _lags
 from spark_ext.monitoring.metrics import BY_NAME
+from spark_ext.monitoring.sidecar import StatusFamilies
 from tests.support import kafka_util, pg_util
 
 RECORDS = 3000
@@ -41,7 +42,9 @@ def test_lag_is_latest_minus_end_per_kafka_partition_and_nothing_for_other_offse
 
 def test_every_declared_metric_is_served_and_nothing_else():
     names = {f.name for f in Families(QueryWatcher()).collect()}
-    assert names == {n.removesuffix("_total") for n in BY_NAME}
+    assert names == {n.removesuffix("_total") for n in BY_NAME if not n.startswith("spark_ext_status_")}
+    status = {f.name for f in StatusFamilies("jdbc", list).collect()}
+    assert status == {n for n in BY_NAME if n.startswith("spark_ext_status_")}
 
 
 def test_a_taken_port_is_refused_naming_it(spark):
@@ -150,3 +153,55 @@ def test_kafkas_own_tool_shows_the_query_lag_through_the_opted_in_group(spark, s
     q.awaitTermination(180)
     assert q.exception() is None, q.exception()
     assert _group_lags(services.kafka_bootstrap, group) == {0: (600, 600, 0), 1: (600, 600, 0)}
+
+
+@pytest.mark.spark
+@pytest.mark.services
+def test_the_status_sidecar_shows_a_killed_querys_batch_in_doubt_and_its_restart_finishing_it(services,
+                                                                                                tmp_path):
+    """``spark-ext status jdbc ... --serve 0`` in a process of its own, scraped while an
+    exactly-once query into PostgreSQL is killed with kill -9 right after batch 1's
+    decision (batch 0 committed) and then restarted: in doubt goes from 0 to the batch's
+    prepared transactions and back to 0, finished from 1 to 0 to 1, the batch id rises."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from spark_ext.options import checkpoint_sink_id
+    from tests.support.pg_util import write_json_files
+    from tests.support.sinks import PostgresCase, run_driver
+
+    case = PostgresCase(services)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [40, 40, 40])
+    sink = checkpoint_sink_id(str(tmp_path / "ckpt"))
+    argv = [sys.executable, "-m", "spark_ext", "status", "jdbc", "--url", services.postgres_url,
+            "--sink", sink, "--serve", "0"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    sidecar = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert sidecar.stdout is not None
+        url = sidecar.stdout.readline().split(" on ")[-1].strip()
+        assert url.startswith("http://127.0.0.1:"), url
+
+        def state() -> tuple[float, float | None, float | None, float | None]:
+            got = scrape(url)
+            mine = {k: [v for lb, v in vs if lb.get("sink") == sink] for k, vs in got.items()}
+            one = {k: (v[0] if v else None) for k, v in mine.items()}
+            return (got["spark_ext_status_up"][0][1], one.get("spark_ext_status_in_doubt"),
+                    one.get("spark_ext_status_finished"), one.get("spark_ext_status_last_batch"))
+
+        assert state() == (1, None, None, None)  # nothing of the sink yet
+        crashed = run_driver(case, tmp_path, target, "jdbc.after_decision@1")
+        assert crashed.returncode == -9, crashed.stderr[-2000:]
+        up, doubt, finished, batch = state()
+        assert (up, finished, batch) == (1, 0, 1), (up, doubt, finished, batch)
+        assert doubt is not None and doubt >= 1, doubt  # the decided batch's prepared winners
+        done = run_driver(case, tmp_path, target)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert state() == (1, 0, 1, 2)
+        assert case.committed(target) == list(range(120))
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        assert sidecar.wait(30) == 0

@@ -106,7 +106,7 @@ class Families:
         self.watcher = watcher
 
     def collect(self) -> Iterator[Metric]:
-        fam = {name: _family(name) for name in BY_NAME}
+        fam = {name: _family(name) for name in BY_NAME if not name.startswith("spark_ext_status_")}
         now = time.time()
         with self.watcher.lock:
             queries = [(qid, s.name, s.progress, s.seen, s.active, s.failed)

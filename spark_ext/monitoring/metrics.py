@@ -20,7 +20,7 @@ class Metric:
     help: str
 
 
-METRICS = (
+METRICS: tuple[Metric, ...] = (
     Metric("spark_ext_query_active", "gauge", QUERY,
            "1 while the query runs, 0 once it stopped or failed (kept until the exporter stops)"),
     Metric("spark_ext_query_failed", "gauge", QUERY, "1 when the query stopped with an exception"),
@@ -62,5 +62,25 @@ METRICS = (
     Metric("spark_ext_sink_seconds_since_commit", "gauge", (*QUERY, "sink"),
            "Seconds since the sink last committed a batch"),
 )
+
+# Served by ``spark-ext status <connector> ... --serve PORT`` (``sidecar``), a process of its
+# own that reads the external system at every scrape, so a crashed driver's sinks show.
+STATUS = ("connector", "sink", "target")
+STATUS_METRICS = (
+    Metric("spark_ext_status_up", "gauge", ("connector",),
+           "1 when the last scrape could read the sinks' state, 0 when it could not (the system is away)"),
+    Metric("spark_ext_status_last_batch", "gauge", STATUS, "The newest batch the sink recorded as decided"),
+    Metric("spark_ext_status_finished", "gauge", STATUS,
+           "1 when every winner of that decision committed, 0 while it is decided and not finished (a crash "
+           "mid-commit: the query's restart finishes it)"),
+    Metric("spark_ext_status_in_doubt", "gauge", STATUS,
+           "Transactions prepared or open and not committed (PostgreSQL prepared transactions, open Kafka "
+           "transactions, staged queue attempts)"),
+    Metric("spark_ext_status_epoch", "gauge", STATUS,
+           "The fencing epoch: one higher for every take-over (each batch plan, each restart)"),
+    Metric("spark_ext_status_dead_letters", "gauge", STATUS,
+           "Dead letters of the last decided batch (routing sinks with a dead-letter destination)"),
+)
+METRICS = METRICS + STATUS_METRICS
 
 BY_NAME = {m.name: m for m in METRICS}
