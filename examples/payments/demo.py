@@ -39,6 +39,7 @@ from rich.table import Table
 
 from examples.payments import generator
 from examples.payments.job import LEDGER, QUERY, WINDOWS
+from examples.payments.metrics_chart import MetricsSampler
 from examples.payments.verify import Queue, verify
 
 if TYPE_CHECKING:
@@ -203,6 +204,9 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
                 "--limit", str(args.limit), "--status", str(work / "status.json"),
                 "--stomp-host", notices.host, "--stomp-port", str(notices.port), "--stomp-user", notices.user,
                 "--notices-queue", notices.destination]
+    sampler = MetricsSampler(_free_port()) if args.metrics_chart else None
+    if sampler is not None:
+        job_args += ["--metrics-port", str(sampler.port)]
     packages = ["--packages", native.coordinate()]
     cmd = [spark_submit(), "--master", args.master, *packages, *submit_args, str(job_file), *job_args]
     print(f"payments demo {run_id}: {args.count} payments to Kafka topic {topic}; job: "
@@ -222,6 +226,8 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
             job.check_alive()
             _wait(deadline, "the job to start its query")
         gen.start()
+        if sampler is not None:
+            sampler.start()
         rate, prev = 0.0, (time.monotonic(), 0)
         while True:
             job.check_alive()
@@ -240,6 +246,8 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
                 # Killed after both tables hold committed rows: a replay that wrote them
                 # again would show as duplicates, not only a gap as loss.
                 job.kill9()
+                if sampler is not None:
+                    sampler.mark("kill -9")
                 killed_at = (f"killed with {committed[0]:,} ledger rows and {committed[1]:,} windows "
                              f"committed, {read[QUERY]:,} events read")
                 progress.done(f"kill -9 of the job's process group ({killed_at}); restarting it")
@@ -258,12 +266,23 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
         progress.close()
         consumer.close()
         engine.dispose()
+        if sampler is not None:
+            sampler.stop()
+            print(sampler.chart(work / "metrics.csv", Path(args.metrics_chart)))
     rep = verify(args.bootstrap, topic, alerts, args.postgres_url, args.limit, str(work / "checkpoint"),
                  notices)
     rep.add(f"kill -9 and restart: {runs - 1} ({killed_at})", runs > 1)
     print("\n".join(rep.lines))
     print("verification: " + ("passed" if rep.ok else "FAILED"))
     return 0 if rep.ok else 1
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _wait(deadline: float, what: str) -> None:
@@ -304,6 +323,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=float, default=5000.0, help="alert above this window sum")
     ap.add_argument("--kill-fraction", type=float, default=0.3, help="kill once this share was read")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
+    ap.add_argument("--metrics-chart", help="serve the job's metrics, scrape them every second and draw "
+                    "this PNG (and metrics.csv in the run's directory)")
     return ap
 
 

@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trigger", default="2 seconds", help="micro-batch (= snapshot) interval")
     ap.add_argument("--max-per-trigger", type=int, default=4000, help="Kafka records per micro-batch")
     ap.add_argument("--status", help="file to write progress to (JSON, once a second)")
+    ap.add_argument("--metrics-port", type=int,
+                    help="serve Prometheus metrics on this port (spark_ext.monitoring)")
     return ap.parse_args(argv)
 
 
@@ -163,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
              .config("spark.ui.showConsoleProgress", "false")
              .getOrCreate())
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    if args.metrics_port is not None:
+        from spark_ext import monitoring
+
+        monitoring.serve(spark, port=args.metrics_port)
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, _f: stopping.append(s))
