@@ -74,13 +74,15 @@ class MetricsSampler:
         except ImportError:
             return f"metrics samples in {csv_path} (no chart: matplotlib is not installed)"
         panels = (("lag_records_max", "Kafka lag (records, largest partition)"),
-                  ("sink_rows_total", "rows committed (routing sink)"),
+                  ("sink_rows_total", "rows committed (the routing sink: every sub-sink's rows together)"),
                   ("input_rows_per_second", "input rows/s"))
         fig, axes = plt.subplots(len(panels), 1, figsize=(9, 7), sharex=True)
         for ax, (key, title) in zip(axes, panels, strict=True):
-            pts = [(r["t"], r[key]) for r in self.rows if key in r]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker=".", linewidth=1)
+            # a sample without the value (the job down, or its query not started) breaks the line
+            ts = [r["t"] for r in self.rows]
+            ys = [r.get(key, float("nan")) for r in self.rows]
+            if ts:
+                ax.plot(ts, ys, marker=".", linewidth=1)
             ax.set_title(title, fontsize=10, loc="left")
             for t, what in self.marks:
                 ax.axvline(t, color="red", linestyle="--", linewidth=1)
