@@ -8,8 +8,6 @@ at each step of the decision, every input row is in exactly one place, once."""
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import sqlalchemy as sa
 from pyspark.errors import StreamingQueryException
 
 from tests.support import kafka_sink, kafka_util, pg_util
-from tests.support.deadletters import FIRST, OTHERS, run
+from tests.support.deadletters import FIRST, OTHERS, run, write_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -43,13 +41,7 @@ def _kind(i: int) -> str | None:
 
 
 def _files(src: Path, batches: int) -> None:
-    src.mkdir(parents=True, exist_ok=True)
-    base = time.time() - 1000
-    for b in range(batches):
-        f = src / f"f{b:03d}.json"
-        f.write_text("".join(json.dumps({"id": i, "v": _kind(i) or f"v{i}"}) + "\n"
-                             for i in range(b * ROWS, (b + 1) * ROWS)))
-        os.utime(f, (base + b, base + b))
+    write_files(src, batches, ROWS, _kind)
 
 
 def _expected(batches: int) -> tuple[list[int], list[tuple[int, str]]]:

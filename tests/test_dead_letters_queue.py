@@ -6,14 +6,13 @@ broke, every other row on the queue, under one decision a batch, each once."""
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
 from tests.support import pg_util
+from tests.support.deadletters import write_files
 from tests.support.stomp_util import drain, queue_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -35,13 +34,7 @@ def _kind(i: int) -> str | None:
 
 
 def _files(src: Path, batches: int) -> None:
-    src.mkdir(parents=True, exist_ok=True)
-    base = time.time() - 1000
-    for b in range(batches):
-        f = src / f"f{b:03d}.json"
-        f.write_text("".join(json.dumps({"id": i, "v": _kind(i) or f"v{i}"}) + "\n"
-                             for i in range(b * ROWS, (b + 1) * ROWS)))
-        os.utime(f, (base + b, base + b))
+    write_files(src, batches, ROWS, _kind)
 
 
 def test_queue_target_sets_rows_that_cannot_be_messages_aside(spark, services, tmp_path):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from spark_ext import failpoints
@@ -23,3 +26,15 @@ def run(tmp: Path, options: dict[str, str], failpoint: str = "-",
 # The routing sink's crash points: the first struck in make test, the others in make faults.
 FIRST = ("routing.after_decision",)
 OTHERS = ("routing.before_decision", "routing.between_sinks", "routing.mid_commit", "routing.after_done")
+
+
+def write_files(src: Path, batches: int, rows: int, kind: Callable[[int], str | None]) -> None:
+    """One JSON file a batch of ``rows`` rows ``{"id", "v"}``: ``v`` is the row's poison
+    kind (``kind(id)``) or ``v<id>``."""
+    src.mkdir(parents=True, exist_ok=True)
+    base = time.time() - 1000
+    for b in range(batches):
+        f = src / f"f{b:03d}.json"
+        f.write_text("".join(json.dumps({"id": i, "v": kind(i) or f"v{i}"}) + "\n"
+                             for i in range(b * rows, (b + 1) * rows)))
+        os.utime(f, (base + b, base + b))

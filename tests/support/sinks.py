@@ -255,7 +255,34 @@ class QueueCase(SinkCase):
                       for h, b in stomp_util.drain_messages(self.services, target))
 
 
-class RoutingCase(SinkCase):
+class RoutedCase(SinkCase):
+    """A case whose sink is a routing sink: ids derive from the routing sink's (``rt-...``
+    of the checkpoint), each sub-sink's from it (``<id>--<name>``)."""
+
+    def routing_id(self, checkpoint: Path) -> str:
+        return "rt-" + checkpoint_sink_id(str(checkpoint)).removeprefix("ck-")
+
+    def predecessor(self, checkpoint: Path) -> str:
+        return f"ran before as routing sink '{self.routing_id(checkpoint)}'"
+
+    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
+        return old, {}  # its Kafka sub-sink's prefix belongs to one checkpoint, as the Kafka sink's
+
+    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
+        return self.in_doubt_of(self.routing_id(checkpoint), target)
+
+    # rows of a routing sink are of one schema, sized or not (``sizes=None``: the ids as text)
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        return self.sized_rows(ids, None)
+
+    def sized_schema(self) -> StructType:
+        return self.schema()
+
+    @abstractmethod
+    def sized_rows(self, ids: list[int], sizes: list[int] | None) -> pa.RecordBatch: ...
+
+
+class RoutingCase(RoutedCase):
     """The routing sink over a table, a topic and a queue: each id goes to one of them
     (``id % 3``), and what a reader sees as committed is all three together. A target is
     ``table|topic|queue``."""
@@ -292,18 +319,6 @@ class RoutingCase(SinkCase):
         assert all(i % 3 == where for where, ids in held.items() for i in ids), held  # each in its own
         return sorted(i for ids in held.values() for i in ids)
 
-    def routing_id(self, checkpoint: Path) -> str:
-        return "rt-" + checkpoint_sink_id(str(checkpoint)).removeprefix("ck-")
-
-    def predecessor(self, checkpoint: Path) -> str:
-        return f"ran before as routing sink '{self.routing_id(checkpoint)}'"
-
-    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
-        return old, {}  # its Kafka sub-sink's prefix belongs to one checkpoint, as the Kafka sink's
-
-    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
-        return self.in_doubt_of(self.routing_id(checkpoint), target)
-
     def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
         table, topic, queue = target.split("|")
         return (self.table.in_doubt_of(f"{sink_id}--ledger", table)
@@ -313,12 +328,6 @@ class RoutingCase(SinkCase):
     def schema(self) -> StructType:
         return StructType([StructField(n, LongType() if n == "id" else StringType())
                            for n in ("sink", "id", "v", "key", "value", "body", "correlation_id")])
-
-    def rows(self, ids: list[int]) -> pa.RecordBatch:
-        return self.sized_rows(ids, None)
-
-    def sized_schema(self) -> StructType:
-        return self.schema()
 
     def sized_rows(self, ids: list[int], sizes: list[int] | None) -> pa.RecordBatch:
         text = pa.array([str(i) for i in ids])
@@ -333,7 +342,7 @@ class RoutingCase(SinkCase):
                       + self.queue.committed_sizes(queue))
 
 
-class DeadLettersCase(SinkCase):
+class DeadLettersCase(RoutedCase):
     """The Kafka sink with a dead-letter table: ids ``7 mod 40`` ask for a partition the
     topic lacks, so they are set aside. What a reader sees as committed is the topic and
     the dead letters together, each id in its own place. A target is ``topic|table``."""
@@ -379,18 +388,6 @@ class DeadLettersCase(SinkCase):
         assert all(i % 40 != 7 for i in kept) and all(i % 40 == 7 for i in dead), (kept, dead)
         return sorted(kept + dead)
 
-    def routing_id(self, checkpoint: Path) -> str:
-        return "rt-" + checkpoint_sink_id(str(checkpoint)).removeprefix("ck-")
-
-    def predecessor(self, checkpoint: Path) -> str:
-        return f"ran before as routing sink '{self.routing_id(checkpoint)}'"
-
-    def carry_on(self, old: Path, copy: Path) -> tuple[Path, dict[str, str]]:
-        return old, {}  # its Kafka sub-sink's prefix belongs to one checkpoint, as the Kafka sink's
-
-    def in_doubt(self, checkpoint: Path, target: str) -> list[str]:
-        return self.in_doubt_of(self.routing_id(checkpoint), target)
-
     def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
         topic = target.split("|")[0]
         return (self.topic.in_doubt_of(f"{sink_id}--target", topic)
@@ -399,12 +396,6 @@ class DeadLettersCase(SinkCase):
     def schema(self) -> StructType:
         return StructType([StructField("key", StringType()), StructField("value", StringType()),
                            StructField("partition", IntegerType())])
-
-    def rows(self, ids: list[int]) -> pa.RecordBatch:
-        return self.sized_rows(ids, None)
-
-    def sized_schema(self) -> StructType:
-        return self.schema()
 
     def sized_rows(self, ids: list[int], sizes: list[int] | None) -> pa.RecordBatch:
         text = pa.array([str(i) for i in ids])
