@@ -126,7 +126,7 @@ def run(connector: str, argv: Sequence[str], description: str,
     add_arguments(ap)
     args = ap.parse_args(list(argv))
     if args.serve is not None:
-        from spark_ext.monitoring.sidecar import serve_status
+        from spark_ext.monitoring.sidecar import serve_status  # --json: no meaning for metrics
 
         return serve_status(connector, lambda: collect(args), args.serve, args.addr)
     try:

@@ -75,16 +75,23 @@ class KafkaTarget:
         return good, sorted((int(json.loads(r)["value"].split(":")[0]), code) for r, code, _ in rows)
 
 
-def test_kafka_target_sets_refused_records_aside(spark, services, tmp_path):
+@pytest.mark.parametrize("named_by", ["option", "column"])
+def test_kafka_target_sets_refused_records_aside(spark, services, tmp_path, named_by):
     """10,000 rows, three of each kind the topic refuses: 9,991 in the topic (the three large
     ones that compress below the limit among them), nine in the dead letters with Kafka's
-    code, the class and the broker's setting in the message; and no open transaction."""
+    code, the class and the broker's setting in the message; and no open transaction. The
+    topic named by option 'topic' (its settings read at start) or by a 'topic' column (read
+    by each task, and its batches cut at its own 8 KiB, not the sink's 1 MB)."""
     t = KafkaTarget(services)
     _files(tmp_path / "src", 4)
     src = str(tmp_path / "src")
     df = spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1).json(src)
-    q = (df.repartition(8, "id").selectExpr(*SELECT.split("|")).writeStream.format("hzsink")
-         .options(**t.options()).option("checkpointLocation", str(tmp_path / "ck"))
+    select, opts = SELECT.split("|"), t.options()
+    if named_by == "column":
+        select.append(f"'{t.topic}' AS topic")
+        opts = {**{k: v for k, v in opts.items() if k != "topic"}, "commitTopic": t.topic}
+    q = (df.repartition(8, "id").selectExpr(*select).writeStream.format("hzsink")
+         .options(**opts).option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
     try:
         q.awaitTermination(300)
@@ -121,3 +128,27 @@ def test_kill_9_with_a_kafka_target_leaves_every_row_in_one_place_once(services,
     assert done.returncode == 0, done.stderr[-3000:]
     assert t.landed() == _expected(n)
     assert kafka_sink.open_transactions(t.bootstrap, t.prefix) == []
+
+
+def test_a_topic_columns_topic_gets_batches_it_takes(spark, services, tmp_path):
+    """A topic named by the 'topic' column that takes 4 KiB batches (max.message.bytes),
+    uncompressed 60-byte records from one task: every batch is cut at the topic's own
+    limit (read by the task), not at the sink's 1 MB, so none is refused; all 2,000 land."""
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 1, "dl-small",
+                                    config={"max.message.bytes": "4096"})
+    t = KafkaTarget(services)
+    src = tmp_path / "src"
+    write_files(src, 1, 2000, lambda i: None)
+    df = spark.readStream.schema("id long, v string").json(str(src))
+    opts = {**{k: v for k, v in t.options().items() if k not in ("topic", "kafka.compression.type")},
+            "commitTopic": topic}
+    rows = df.coalesce(1).selectExpr("CAST(id AS STRING) AS key", f"'{topic}' AS topic",
+                                     "concat(CAST(id AS STRING), ':', repeat('x', 50)) AS value")
+    q = (rows.writeStream.format("hzsink").options(**opts).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(300)
+    except StreamingQueryException:
+        pass  # read below
+    assert q.exception() is None, q.exception()
+    assert len(kafka_sink.consume(services.kafka_bootstrap, topic)) == 2000

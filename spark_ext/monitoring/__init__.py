@@ -58,13 +58,13 @@ def serve(spark: Any, port: int = 9108, addr: str = "127.0.0.1") -> Exporter:
     watcher = QueryWatcher()
     registry = CollectorRegistry(auto_describe=True)
     registry.register(Families(watcher))
+    cards.root().mkdir(mode=0o700, parents=True, exist_ok=True)  # sinks write cards from now on
     try:
         server, thread = start_http_server(port, addr=addr, registry=registry)
     except OSError as e:
         raise ConfigurationError(f"cannot serve metrics on {addr}:{port} ({e.strerror or e}): the port is "
                                  "taken or the address is not this host's; pass another port= (0: any free "
                                  "one) or addr=") from None
-    cards.root().mkdir(mode=0o700, parents=True, exist_ok=True)  # sinks write cards from now on
     spark.streams.addListener(watcher)
     for q in spark.streams.active:  # queries started before the exporter: known from their next progress
         watcher.queries.setdefault(str(q.id), _state(q.name))

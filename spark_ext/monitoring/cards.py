@@ -5,7 +5,9 @@ After each committed batch the commit worker writes one small JSON file per sink
 label, the batch, rows, timings), replacing the last one by a rename: a local write of a
 few hundred bytes, off every system the batch waits on. The exporter reads the cards of
 the queries it watches when it is scraped. Nothing is written unless an exporter made
-the spool directory (``serve``), so a query without monitoring pays one ``stat``.
+the spool directory (``serve``), so a query on a host where no exporter ever ran pays one
+``stat``. The directory stays when the exporter stops (another may serve the same host's
+queries), and so do the cards: a later exporter shows the totals from where they were.
 """
 
 from __future__ import annotations
@@ -50,13 +52,13 @@ def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any
             old = json.loads(path.read_text())
             total = int(old.get("rows_total", 0)) if int(old.get("batch", -1)) != batch_id else int(
                 old.get("rows_total", 0)) - int(old.get("rows", 0))
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError, TypeError, AttributeError):
+            total = 0
         card = {"sink": label, "batch": batch_id, **fields, "rows_total": total + int(fields.get("rows", 0))}
         tmp = where / f".{path.name}.{os.getpid()}"
         tmp.write_text(json.dumps(card))
         os.replace(tmp, path)
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - after the commit: a card must never fail the batch
         log.debug("could not write the metrics card of %s: %s", label, e)
 
 

@@ -48,7 +48,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("spark_ext_sink_last_batch", "gauge", (*QUERY, "sink"),
            "The last batch the sink committed (exactly_once: decided and finished)"),
     Metric("spark_ext_sink_rows_total", "counter", (*QUERY, "sink"),
-           "Rows the sink committed since the exporter started watching the query"),
+           "Rows the sink committed in this query (counted on this host since an exporter first served "
+           "it; a batch a restart's take-over finished is not counted)"),
     Metric("spark_ext_sink_transactions", "gauge", (*QUERY, "sink"),
            "Transactions the last batch committed (0 without exactly_once)"),
     Metric("spark_ext_sink_decide_ms", "gauge", (*QUERY, "sink"),

@@ -27,6 +27,7 @@ class StatusFamilies:
 
     def __init__(self, connector: str, read: Callable[[], list[SinkStatus]]) -> None:
         self.connector, self.read = connector, read
+        self._failing = False
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
@@ -35,10 +36,18 @@ class StatusFamilies:
                for n in BY_NAME if n.startswith("spark_ext_status_")}
         try:
             rows = self.read()
-        except Exception:  # noqa: BLE001 - reported as a sample; the next scrape tries again
+        except Exception as e:  # noqa: BLE001 - reported as a sample; the next scrape tries again
+            if not self._failing:  # once per outage: a wrong password and a database down differ here
+                first = (str(e).strip().splitlines() or [""])[0]
+                print(f"error: reading the {self.connector} sinks failed: {type(e).__name__}: {first}",
+                      file=sys.stderr, flush=True)
+            self._failing = True
             fam["spark_ext_status_up"].add_metric([self.connector], 0)
             yield from fam.values()
             return
+        if self._failing:
+            print(f"reading the {self.connector} sinks works again", file=sys.stderr, flush=True)
+        self._failing = False
         fam["spark_ext_status_up"].add_metric([self.connector], 1)
         for r in rows:
             labels = [self.connector, r.sink, r.target or ""]
@@ -52,7 +61,11 @@ class StatusFamilies:
 
 def serve_status(connector: str, read: Callable[[], list[SinkStatus]], port: int, addr: str) -> int:
     """Serve until SIGINT or SIGTERM; prints the URL first (``port=0``: any free port)."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        print("error: --serve needs prometheus_client: pip install 'spark-ext[monitoring]'", file=sys.stderr)
+        return 1
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatusFamilies(connector, read))

@@ -189,6 +189,7 @@ class Batcher:
     codec: int
     batch_bytes: int
     sequences: dict[tuple[str, int], int] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)  # per topic, where it takes less than batch_bytes
     _open: dict[tuple[str, int], tuple[Any, int]] = field(default_factory=dict)
 
     def add(self, tp: tuple[str, int], keys: list[bytes | None], values: list[bytes | None],
@@ -214,8 +215,9 @@ class Batcher:
 
     def _new(self, tp: tuple[str, int]) -> Any:
         seq = self.sequences.get(tp, 0)
+        size = min(self.batch_bytes, self.limits.get(tp[0], self.batch_bytes))
         return DefaultRecordBatchBuilder(2, self.codec, int(self.transactional), self.producer_id,
-                                         self.epoch, seq, self.batch_bytes)
+                                         self.epoch, seq, size)
 
     def _close(self, tp: tuple[str, int], builder: Any, count: int) -> tuple[tuple[str, int], bytes, int]:
         self.sequences[tp] = self.sequences.get(tp, 0) + count

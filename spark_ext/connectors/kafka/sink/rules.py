@@ -10,8 +10,9 @@ first, from the topic's settings, and sends only what the broker takes:
 - a record without a key on a compacted topic (``INVALID_RECORD``);
 - a row naming a partition the topic does not have, or no topic at all.
 
-Sizes are checked on Arrow columns at once; only a record near the limit is encoded alone
-(compressed as the sink sends it) to learn its exact size. A refusal the rules did not
+Sizes are checked on Arrow columns at once; only a record near the limit (within about 1%
+of it, at least 1 KiB) is encoded alone, compressed as the sink sends it, to learn its exact
+size. Batches of a topic the ``topic`` column names are cut at that topic's limit. A refusal the rules did not
 foresee (a setting changed while the query runs) fails the task as without dead letters.
 """
 
@@ -40,6 +41,12 @@ class TopicRules:
     max_bytes: int | None = None
     segment_bytes: int | None = None
     compacted: bool = False
+
+    @property
+    def largest(self) -> int | None:
+        """The largest record batch the topic takes (None: not known)."""
+        known = [n for n in (self.max_bytes, self.segment_bytes) if n is not None]
+        return min(known) if known else None
 
     @staticmethod
     def of(configs: Mapping[str, str | None]) -> TopicRules:
@@ -78,7 +85,7 @@ def bad_targets(batch: pa.RecordBatch, topic_option: str | None, counts: Mapping
             continue
         p = parts[i] if parts is not None else None
         count = counts.get(t)
-        if p is not None and count is not None and not 0 <= p < count:
+        if p is not None and count is not None and (p < -1 or p >= count):  # -1: the partitioner picks
             out.append(Refused(i, "UnknownTopicOrPartitionError", "UNKNOWN_TOPIC_OR_PARTITION",
                                f"partition {p} of topic {t!r}, which has partitions 0 to {count - 1}"))
     return out
@@ -104,7 +111,10 @@ def refused_records(batch: pa.RecordBatch, rows: np.ndarray, topic: str, rules: 
         return out
     least = min(n for n, _ in limits)
     size = _raw_sizes(batch, idx)
-    near = np.nonzero(size + BATCH_HEADER + RECORD_MOST > least)[0]
+    # compressing what does not compress adds bytes (stored deflate blocks, lz4 frames):
+    # a record this close to the limit is encoded to learn its size
+    margin = BATCH_HEADER + RECORD_MOST + max(1024, least // 100)
+    near = np.nonzero(size + margin > least)[0]
     refused = {r.row for r in out}
     for j in near:
         row = int(rows[j])

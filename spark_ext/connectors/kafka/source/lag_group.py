@@ -35,28 +35,40 @@ class GroupCommitter:
         return {**self.__dict__, "_consumer": None}
 
     def commit(self, end: Any) -> None:
+        """Queue the commit and return: the planning path never waits on the group's
+        coordinator (an away coordinator would hold a synchronous commit for many seconds
+        every trigger). The outcome arrives in ``_done`` on a later call."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         offsets = from_json(end)
-        if offsets == self._last:
-            return  # an idle query asks for the next batch many times a second
         try:
             if self._consumer is None:
-                conf = {**self.cfg.consumer_conf(), "group.id": self.group}
+                conf = {**self.cfg.consumer_conf(), "group.id": self.group, "on_commit": self._done}
                 self._consumer = Consumer(conf)
+            self._consumer.poll(0)  # serves the outcomes of earlier commits
+            if offsets == self._last:
+                return  # an idle query asks for the next batch many times a second
             self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
-                                  asynchronous=False)
+                                  asynchronous=True)
+            self._last = offsets
         except KafkaException as e:
-            if not self._failing:
-                log.warning("could not commit the batch's end offsets to consumer group %r (%s); the query "
-                            "goes on, and the group's lag shows the last commit that worked", self.group, e)
-            self._failing = True
-            return
-        if self._failing:
+            self._failed(e)
+
+    def _done(self, err: Any, partitions: Any) -> None:
+        if err is not None:
+            self._failed(err)
+        elif self._failing:
             log.info("committing end offsets to consumer group %r works again", self.group)
-        self._failing, self._last = False, offsets
+            self._failing = False
+
+    def _failed(self, e: Any) -> None:
+        if not self._failing:
+            log.warning("could not commit the batch's end offsets to consumer group %r (%s); the query "
+                        "goes on, and the group's lag shows the last commit that worked", self.group, e)
+        self._failing, self._last = True, None  # the next call commits again
 
     def close(self) -> None:
         if self._consumer is not None:
+            self._consumer.poll(0)
             self._consumer.close()
             self._consumer = None
