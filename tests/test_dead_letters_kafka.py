@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from pyspark.errors import StreamingQueryException
 
 from tests.support import kafka_sink, kafka_util, pg_util
-from tests.support.deadletters import FIRST, OTHERS, run, write_files
+from tests.support.deadletters import FIRST, OTHERS, ended, run, write_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -93,11 +92,8 @@ def test_kafka_target_sets_refused_records_aside(spark, services, tmp_path, name
     q = (df.repartition(8, "id").selectExpr(*select).writeStream.format("hzsink")
          .options(**opts).option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(300)
-    except StreamingQueryException:
-        pass  # read below
-    assert q.exception() is None, q.exception()
+    error = ended(q)
+    assert error is None, error
     good, dead = t.landed()
     want_good, want_dead = _expected(4)
     assert (len(good), len(dead)) == (9991, 9)
@@ -146,9 +142,6 @@ def test_a_topic_columns_topic_gets_batches_it_takes(spark, services, tmp_path):
                                      "concat(CAST(id AS STRING), ':', repeat('x', 50)) AS value")
     q = (rows.writeStream.format("hzsink").options(**opts).option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(300)
-    except StreamingQueryException:
-        pass  # read below
-    assert q.exception() is None, q.exception()
+    error = ended(q)
+    assert error is None, error
     assert len(kafka_sink.consume(services.kafka_bootstrap, topic)) == 2000

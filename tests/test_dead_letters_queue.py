@@ -9,10 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from tests.support import pg_util
-from tests.support.deadletters import write_files
+from tests.support.deadletters import ended, write_files
 from tests.support.stomp_util import drain, queue_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -51,11 +50,8 @@ def test_queue_target_sets_rows_that_cannot_be_messages_aside(spark, services, t
          .option("deadLetter.connector", "jdbc").option("deadLetter.url", url)
          .option("deadLetter.dbtable", dlq).option("deadLetter.createTable", "true")
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(300)
-    except StreamingQueryException:
-        pass  # read below
-    assert q.exception() is None, q.exception()
+    error = ended(q)
+    assert error is None, error
     kept = sorted(int(b.split(":")[0]) for b in drain(services, dest, timeout=120))
     rows = pg_util.query(url, f"SELECT row, error_class, error_code, error_message, sink_id FROM {dlq}")
     dead = sorted((int(json.loads(r)["body"].split(":")[0]), code) for r, _, code, _, _ in rows)

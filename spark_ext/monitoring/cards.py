@@ -47,12 +47,12 @@ def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any
         where = base / query_id
         where.mkdir(mode=0o700, exist_ok=True)
         path = where / _name(label)
-        total = 0
         try:
             old = json.loads(path.read_text())
-            total = int(old.get("rows_total", 0)) if int(old.get("batch", -1)) != batch_id else int(
-                old.get("rows_total", 0)) - int(old.get("rows", 0))
-        except (OSError, ValueError, TypeError, AttributeError):
+            total = int(old["rows_total"])
+            if int(old["batch"]) == batch_id:  # the same batch's card again: count its rows once
+                total -= int(old["rows"])
+        except (OSError, ValueError, TypeError, KeyError):
             total = 0
         card = {"sink": label, "batch": batch_id, **fields, "rows_total": total + int(fields.get("rows", 0))}
         tmp = where / f".{path.name}.{os.getpid()}"

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from spark_ext import failpoints
 
@@ -38,3 +39,14 @@ def write_files(src: Path, batches: int, rows: int, kind: Callable[[int], str | 
         f.write_text("".join(json.dumps({"id": i, "v": kind(i) or f"v{i}"}) + "\n"
                              for i in range(b * rows, (b + 1) * rows)))
         os.utime(f, (base + b, base + b))
+
+
+def ended(query: Any) -> Any:
+    """Wait for an AvailableNow ``query`` to end; its exception, None when it ended cleanly."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination(300)
+    except StreamingQueryException:
+        pass  # returned below
+    return query.exception()

@@ -14,7 +14,7 @@ from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Produ
 from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import check_schema
-from spark_ext.connectors.kafka.sink.rules import TOPIC_KEYS, TopicRules
+from spark_ext.connectors.kafka.sink.rules import BATCH_FRAMING, TOPIC_KEYS, TopicRules
 from spark_ext.connectors.kafka.sink.writer import (
     FireAndForgetKafkaWriter,
     IdempotentKafkaWriter,
@@ -27,8 +27,6 @@ from spark_ext.options import Options
 
 log = logging.getLogger(__name__)
 
-# What a record batch's size estimate may leave out of the bytes the broker counts.
-_BATCH_FRAMING = 512
 
 
 class TransactionTimeoutTooLongError(ConfigurationError):
@@ -153,7 +151,7 @@ def _check_settings(cfg: KafkaSinkConfig, exactly: bool) -> KafkaSinkConfig:
     if value is None:
         return cfg
     most = int(value)
-    fit = max(1024, most - _BATCH_FRAMING)
+    fit = max(1024, most - BATCH_FRAMING)
     if fit < cfg.batch_bytes:
         log.info("topic %r takes record batches of at most %d bytes (max.message.bytes): the sink's batches "
                  "are cut at %d bytes instead of kafka.batch.size=%d", cfg.topic, most, fit, cfg.batch_bytes)

@@ -29,6 +29,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 BATCH_HEADER = 61  # a v2 record batch's bytes before its first record
 RECORD_MOST = 64  # a record's own framing beyond its key, value and headers, at most
+BATCH_FRAMING = 512  # what a record batch's size estimate may leave out of the bytes the broker counts
 TOPIC_KEYS = ("max.message.bytes", "segment.bytes", "cleanup.policy")
 _SIZE_ERRORS = {"max.message.bytes": ("MessageSizeTooLargeError", "MESSAGE_TOO_LARGE"),
                 "segment.bytes": ("RecordListTooLargeError", "RECORD_LIST_TOO_LARGE")}
@@ -43,10 +44,10 @@ class TopicRules:
     compacted: bool = False
 
     @property
-    def largest(self) -> int | None:
-        """The largest record batch the topic takes (None: not known)."""
+    def batch_bytes(self) -> int | None:
+        """Where the sink cuts record batches for this topic (None: its limit is not known)."""
         known = [n for n in (self.max_bytes, self.segment_bytes) if n is not None]
-        return min(known) if known else None
+        return max(1024, min(known) - BATCH_FRAMING) if known else None
 
     @staticmethod
     def of(configs: Mapping[str, str | None]) -> TopicRules:

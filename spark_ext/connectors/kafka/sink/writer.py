@@ -136,8 +136,8 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
             for tp, idx in targets.rows.items():
                 if self.refused is not None:
                     rules = self._rules_of(tp[0], client)
-                    if rules.largest is not None:  # a topic column's topic may take less than batch_bytes
-                        batcher.limits[tp[0]] = max(1024, rules.largest - 512)
+                    if tp[0] not in batcher.limits and rules.batch_bytes is not None:
+                        batcher.limits[tp[0]] = rules.batch_bytes  # a topic column's topic may take less
                     idx = self._keep(batch, idx, refused_records(batch, idx, tp[0], rules, cfg.codec, ts))
                     if not len(idx):
                         continue
