@@ -32,8 +32,13 @@ def __getattr__(name: str) -> Any:
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``hzsource`` and ``hzsink`` with ``spark``. Driver; idempotent."""
+    """Register ``hzsource`` and ``hzsink`` with ``spark``, and start the metrics exporter
+    when ``spark.sparkext.metrics.port`` is set (``spark_ext.monitoring``). Driver; idempotent."""
     from spark_ext.datasource import HzSink, HzSource
 
     spark.dataSource.register(HzSource)
     spark.dataSource.register(HzSink)
+    if spark.conf.get("spark.sparkext.metrics.port", None):
+        from spark_ext.monitoring import serve_configured
+
+        serve_configured(spark)

@@ -63,7 +63,6 @@ survives to the next batch, and must be right after any change outside it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -86,7 +85,7 @@ from spark_ext.errors import (
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Backoff, retry
 from spark_ext.shipping import Shipped
-from spark_ext.timeline import CommitTimes, PlanTimes, WriteTimes
+from spark_ext.timeline import CommitTimes, PlanTimes, WriteTimes, log_to_stderr
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -421,23 +420,6 @@ def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s
         raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
 
 
-LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"
-
-
-def log_to_stderr() -> None:
-    """Send spark-ext's log records to stderr at ``$SPARK_EXT_LOG_LEVEL`` (default INFO),
-    unless this process configured logging itself: ``commit`` and ``abort`` run in a worker
-    no logging set-up of the job reaches (Spark forwards its stderr to the driver's)."""
-    pkg = logging.getLogger("spark_ext")
-    if logging.getLogger().handlers or pkg.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    pkg.addHandler(handler)
-    level = os.environ.get(LOG_LEVEL_ENV, "INFO").strip().upper()
-    pkg.setLevel(level if isinstance(logging.getLevelName(level), int) else logging.INFO)
-
-
 class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     """Spark's streaming writer, delegating to a sink's writer and committer.
 
@@ -463,8 +445,14 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
         committables, claim = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
         took: list[CommitTimes | None] = []
-        call_with_retries(lambda: took.append(committer.commit(committables, batchId, claim)),
-                          f"commit of batch {batchId}", self.plan.commit_retries, self.plan.retry_backoff_s)
+        tries: list[int] = []
+
+        def attempt() -> None:
+            tries.append(1)  # a retried attempt counts in the sink's metrics
+            took.append(committer.commit(committables, batchId, claim))
+
+        call_with_retries(attempt, f"commit of batch {batchId}", self.plan.commit_retries,
+                          self.plan.retry_backoff_s)
         if took and took[-1] is not None:
             reports = [m for m in messages if isinstance(m, TaskReport)]
             plans = [r.plan_times for r in reports if r.plan_times is not None]
@@ -472,7 +460,8 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
             log.info("%s", timeline.report(
                 label, batchId, committables[0].query_id if committables else None,
                 sum(c.rows for c in committables), plans[0] if plans else None,
-                [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms()))
+                [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms(),
+                claim=claim, retries=len(tries) - 1))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""

@@ -10,6 +10,12 @@ renders the rows, so every connector shows the same columns under the same JSON 
 
 The JSON document (``--json``) is ``{"connector": ..., "sinks": [...]}``; each sink has
 exactly the keys in ``JSON_KEYS``, null where the connector does not know the value.
+
+``spark-ext status kafka --bootstrap HOST:9092 --checkpoint DIR`` also shows a query's
+Kafka source lag: the end offsets of the last batch the checkpoint records as committed,
+against the broker's latest, per partition (a ``lag`` table; JSON key ``lag``, each row
+the keys in ``LAG_KEYS``). It reads the checkpoint's files, so it works with the query
+stopped or crashed, when the lag matters most.
 """
 
 from __future__ import annotations
@@ -19,13 +25,17 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
 from spark_ext.errors import SparkExtError
+
+#: The keys of one source partition's lag in ``--json`` output (key ``lag``), in order.
+LAG_KEYS = ("source", "topic", "partition", "end", "latest", "lag")
 
 #: The keys of one sink in ``--json`` output, in order; scripts may rely on them.
 JSON_KEYS = ("sink", "target", "batch", "query", "finished", "in_doubt", "epoch", "in_doubt_ids",
@@ -63,8 +73,53 @@ class SinkStatus:
         return {k: values[k] for k in JSON_KEYS}
 
 
-def to_json(connector: str, rows: Sequence[SinkStatus]) -> str:
-    return json.dumps({"connector": connector, "sinks": [r.as_dict() for r in rows]}, indent=2)
+@dataclass(frozen=True)
+class SourceLag:
+    """One partition of a query's source: ``end``, the last committed batch's end offset;
+    ``latest``, the broker's latest (last stable) offset; ``source``, the source's place in
+    the query (0 for the first)."""
+
+    source: int
+    topic: str
+    partition: int
+    end: int
+    latest: int
+
+    @property
+    def lag(self) -> int:
+        return max(self.latest - self.end, 0)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"source": self.source, "topic": self.topic, "partition": self.partition, "end": self.end,
+                "latest": self.latest, "lag": self.lag}
+
+
+def committed_offsets(checkpoint: str) -> tuple[int, list[Any]] | None:
+    """The last batch a query's checkpoint records as committed (``commits/<n>``) and each
+    source's end offsets of it (``offsets/<n>``: parsed JSON, None for a source without);
+    None before the first committed batch. A local directory (or ``file:`` URI)."""
+    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+    if not root.is_dir():
+        raise SparkExtError(f"checkpoint {checkpoint} is not a directory on this host: give the query's "
+                            "checkpointLocation (a local path; copy a remote one here first)")
+    done = sorted(int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit())
+    if not done:
+        return None
+    lines = (root / "offsets" / str(done[-1])).read_text().splitlines()
+    sources = []
+    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+        try:
+            sources.append(json.loads(line))
+        except ValueError:
+            sources.append(None)  # "-": a source with no offset yet
+    return done[-1], sources
+
+
+def to_json(connector: str, rows: Sequence[SinkStatus], lag: Sequence[SourceLag] | None = None) -> str:
+    doc: dict[str, object] = {"connector": connector, "sinks": [r.as_dict() for r in rows]}
+    if lag is not None:
+        doc["lag"] = [r.as_dict() for r in lag]
+    return json.dumps(doc, indent=2)
 
 
 def _cell(value: object) -> str:
@@ -94,26 +149,45 @@ def table(connector: str, rows: Sequence[SinkStatus]) -> Table:
     return t
 
 
-def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextIO | None = None) -> None:
+def lag_table(rows: Sequence[SourceLag]) -> Table:
+    t = Table(title="source lag (last committed batch)", title_justify="left")
+    for name in ("source", "topic", "partition", "end", "latest", "lag"):
+        t.add_column(name, justify="left" if name == "topic" else "right", overflow="fold")
+    for r in rows:
+        lag = f"[bold yellow]{r.lag}[/]" if r.lag else "0"
+        t.add_row(str(r.source), r.topic, str(r.partition), str(r.end), str(r.latest), lag)
+    return t
+
+
+def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextIO | None = None,
+           lag: Sequence[SourceLag] | None = None, sinks_asked: bool = True) -> None:
     out = out or sys.stdout
     if as_json:
-        print(to_json(connector, rows), file=out)
+        print(to_json(connector, rows, lag), file=out)
         return
     console = Console(file=out)
-    if not rows:
+    tables = []
+    if rows:
+        tables.append(table(connector, rows))
+    elif sinks_asked:
         console.print(f"no {connector} sinks found", markup=False)
-        return
-    t = table(connector, rows)
-    if not console.is_terminal:  # a pipe or file: whole ids on one line, not folded to 80 columns
-        wide = console.options.update_width(1000)
-        console.width = max(console.width, Measurement.get(console, wide, t).maximum)
-    console.print(t)
+    if lag:
+        tables.append(lag_table(lag))
+    elif lag is not None:
+        console.print("the checkpoint records no committed batch yet: no lag to show", markup=False)
+    for t in tables:
+        if not console.is_terminal:  # a pipe or file: whole ids on one line, not folded to 80 columns
+            wide = console.options.update_width(1000)
+            console.width = max(console.width, Measurement.get(console, wide, t).maximum)
+        console.print(t)
 
 
 def run(connector: str, argv: Sequence[str], description: str,
         add_arguments: Callable[[argparse.ArgumentParser], None],
-        collect: Callable[[argparse.Namespace], list[SinkStatus]]) -> int:
+        collect: Callable[[argparse.Namespace], list[SinkStatus]],
+        lag: Callable[[argparse.Namespace], list[SourceLag] | None] | None = None) -> int:
     """Parse ``argv`` (the doctor's connection arguments and ``--json``), collect, print.
+    ``lag``: a connector's source lag (None when the arguments ask for none).
 
     Errors print one line, never a traceback: a driver's traceback can carry the URL.
     """
@@ -128,9 +202,11 @@ def run(connector: str, argv: Sequence[str], description: str,
     if args.serve is not None:
         from spark_ext.monitoring.sidecar import serve_status  # --json: no meaning for metrics
 
-        return serve_status(connector, lambda: collect(args), args.serve, args.addr)
+        return serve_status(connector, lambda: collect(args), args.serve, args.addr,
+                            (lambda: lag(args)) if lag is not None else None)
     try:
         rows = collect(args)
+        lags = lag(args) if lag is not None else None
     except (SparkExtError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -138,5 +214,5 @@ def run(connector: str, argv: Sequence[str], description: str,
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
-    render(connector, rows, args.json)
+    render(connector, rows, args.json, lag=lags, sinks_asked=getattr(args, "sinks_asked", True))
     return 0

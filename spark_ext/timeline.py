@@ -15,10 +15,13 @@ may be off; their durations are measured on their own monotonic clocks.
 
 from __future__ import annotations
 
+import logging
+import os
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 def now_ms() -> float:
@@ -78,14 +81,43 @@ def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanT
 
 
 def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
-           writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float) -> str:
+           writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float, *, claim: Any = None,
+           retries: int = 0) -> str:
     """``line``, and the same figures as the sink's metrics card for a running exporter
-    (``spark_ext.monitoring.cards``: a local file, written only when an exporter serves)."""
+    (``spark_ext.monitoring.cards``: a local file, written only when an exporter serves).
+    ``claim``: the batch's ``commit.Claim`` (its fencing epoch, the in-doubt transactions
+    its take-over resolved); ``retries``: commit attempts retried."""
     from spark_ext.monitoring import cards
 
     fields = {"rows": rows, "transactions": commit.transactions, "decide_ms": round(commit.decide_ms, 1),
               "commit_ms": round(commit.commit_ms, 1), "dead_letters": commit.dead_letters,
               "batch_ms": round(max(ended_ms - plan.started_ms, 0.0), 1) if plan is not None else None,
-              "at": ended_ms / 1000}
+              "at": ended_ms / 1000, "retries": retries, "epoch": _epoch(claim),
+              "recovered": (claim.committed + claim.rolled_back) if claim is not None else 0}
     cards.write(query_id, label, batch_id, fields)
     return line(label, batch_id, query_id, rows, plan, writes, commit, ended_ms)
+
+
+def _epoch(claim: Any) -> int | None:
+    """A claim's fencing epoch: the fence itself (PostgreSQL) or its ``epoch`` (a Kafka
+    producer, a queue sink's or a routing sink's fence)."""
+    fence = getattr(claim, "fence", None)
+    epoch = fence if isinstance(fence, int) else getattr(fence, "epoch", None)
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+
+LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"
+
+
+def log_to_stderr() -> None:
+    """Send spark-ext's log records to stderr at ``$SPARK_EXT_LOG_LEVEL`` (default INFO),
+    unless this process configured logging itself: ``commit`` and ``abort`` run in a worker
+    no logging set-up of the job reaches (Spark forwards its stderr to the driver's)."""
+    pkg = logging.getLogger("spark_ext")
+    if logging.getLogger().handlers or pkg.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    pkg.addHandler(handler)
+    level = os.environ.get(LOG_LEVEL_ENV, "INFO").strip().upper()
+    pkg.setLevel(level if isinstance(logging.getLevelName(level), int) else logging.INFO)

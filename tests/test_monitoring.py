@@ -5,16 +5,21 @@ committed batches and rows, which its commit worker reports through a card."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from spark_ext import failpoints
 from spark_ext.errors import ConfigurationError
-from spark_ext.monitoring import serve
-from spark_ext.monitoring.exporter import Families, QueryWatcher, _lags
+from spark_ext.monitoring import cards, serve
+from spark_ext.monitoring.exporter import Families, QueryState, QueryWatcher, _lags
 from spark_ext.monitoring.metrics import BY_NAME
 from spark_ext.monitoring.sidecar import StatusFamilies
 from tests.support import kafka_util, pg_util
@@ -60,57 +65,173 @@ def test_a_taken_port_is_refused_naming_it(spark):
         taken.close()
 
 
+
+
+def test_a_sinks_card_keeps_running_totals_counting_a_batch_written_twice_once(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from spark_ext.commit import Claim
+    from spark_ext.timeline import CommitTimes, report
+
+    monkeypatch.setenv(cards.ENV, str(tmp_path))
+    claim = Claim(SimpleNamespace(epoch=7), committed=2, rolled_back=1)
+    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, claim=claim, retries=1)
+    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, claim=claim, retries=1)  # the same batch again
+    report("s", 4, "q1", 5, None, [], CommitTimes(1), 2000.0, claim=Claim(8))
+    [card] = cards.read("q1")
+    totals = (card["rows_total"], card["retries_total"], card["recovered_total"], card["epoch"])
+    assert totals == (15, 1, 3, 8)
+    watcher = QueryWatcher()
+    watcher.queries["q1"] = QueryState("jobs")
+    got = {(f.name, s.name): s.value for f in Families(watcher).collect() for s in f.samples}
+    assert got[("spark_ext_sink_recovered", "spark_ext_sink_recovered_total")] == 3
+    assert got[("spark_ext_sink_epoch", "spark_ext_sink_epoch")] == 8
+
+
+def test_queue_source_cards_are_served_until_they_are_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv(cards.ENV, str(tmp_path))
+    cards.write_source("h:1/queue/a", {"broker": "h:1", "queue": "/queue/a", "in_flight": 4, "depth": 9})
+    old = tmp_path / cards.SOURCES / "old.json"
+    old.write_text('{"broker": "h:1", "queue": "/queue/b", "in_flight": 1, "at": 0}')
+    fams = Families(QueryWatcher()).collect()
+    got = {(s.name, s.labels["queue"]): s.value for f in fams for s in f.samples}
+    assert got == {("spark_ext_queue_in_flight", "/queue/a"): 4, ("spark_ext_queue_depth", "/queue/a"): 9}
+
+
+def test_the_status_sidecar_serves_a_sources_lag_per_partition():
+    from spark_ext.status import SourceLag
+
+    fams = StatusFamilies("kafka", list, lambda: [SourceLag(0, "t", 1, 5, 12)]).collect()
+    [lag] = [s for f in fams for s in f.samples if s.name == "spark_ext_status_lag_records"]
+    assert lag.labels == {"connector": "kafka", "source": "0", "topic": "t", "partition": "1"}
+    assert lag.value == 7
+
+
+def test_a_bad_metrics_port_setting_is_refused_naming_it_and_a_good_one_serves_once(spark):
+    from spark_ext.monitoring import CONF_PORT, serve_configured
+
+    try:
+        spark.conf.set(CONF_PORT, "nine")
+        with pytest.raises(ConfigurationError, match=r"spark\.sparkext\.metrics\.port='nine' is not a port"):
+            serve_configured(spark)
+        spark.conf.set(CONF_PORT, "0")
+        exporter = serve_configured(spark)
+        assert exporter is not None and serve_configured(spark) is exporter
+        assert "spark_ext_query_active" in urllib.request.urlopen(exporter.url, timeout=10).read().decode()
+        exporter.stop()
+    finally:
+        spark.conf.unset(CONF_PORT)
+    assert serve_configured(spark) is None
+
+
 @pytest.mark.spark
 @pytest.mark.services
-def test_a_scrape_shows_the_batches_the_lag_falling_to_0_and_the_sinks_rows(spark, services, tmp_path):
-    from confluent_kafka import Producer
-
+def test_a_killed_and_restarted_kafka_to_postgresql_query_seen_through_its_exporter_and_sidecars(services,
+                                                                                                  tmp_path):
+    """The Kafka -> PostgreSQL ``exactly_once`` job of ``tests/drivers/kafka_to_jdbc_monitored``
+    (exporter on through ``spark.sparkext.metrics.port``), 12 batches of 250 records,
+    killed with kill -9 right after batch 4's decision and restarted, scraped all along,
+    with two ``spark-ext status --serve`` sidecars: ``jdbc`` (the sink) and ``kafka
+    --checkpoint`` (the source's lag from the checkpoint). The driver shows the batch id
+    rising and the lag falling to 0; after the kill the sidecars show the decided batch's
+    transactions in doubt and 2000 records of lag (what PostgreSQL lacks); the restart's
+    take-over resolves them (``recovered``), and in doubt and lag go back to 0."""
+    from spark_ext.options import checkpoint_sink_id
     topic = kafka_util.create_topic(services.kafka_bootstrap, 2, "mon")
-    producer = Producer({"bootstrap.servers": services.kafka_bootstrap})
-    for i in range(RECORDS):
-        producer.produce(topic, str(i).encode(), partition=i % 2)
-    producer.flush()
+    kafka_util.produce(services.kafka_bootstrap, topic, kafka_util.numbered(2, RECORDS))
     table = pg_util.table_name("mon")
-    pg_util.execute(services.postgres_url, f"CREATE TABLE {table} (id bigint, v text)")
-    exporter = serve(spark, port=0)
-    q = None
+    pg_util.execute(services.postgres_url, f"CREATE TABLE {table} (partition int, \"offset\" bigint, v text)")
+    ckpt, stop = tmp_path / "ck", tmp_path / "stop"
+    sink = checkpoint_sink_id(str(ckpt))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", cards.ENV: str(tmp_path / "cards"),
+           failpoints.LOG_ENV: str(tmp_path / "struck.log")}
+    with socket.socket() as probe:  # a free port, used by both runs in turn
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def driver(failpoint: str) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "tests.drivers.kafka_to_jdbc_monitored", services.kafka_bootstrap,
+                topic, str(ckpt), services.postgres_url, table, str(port), str(stop), failpoint]
+        return subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def query(got: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
+        """The job's query's samples by name (the sink's too); lag as the largest of any partition."""
+        out = {}
+        for name, samples in got.items():
+            mine = [v for lb, v in samples if lb.get("query") == "payments_monitored"]
+            if mine:
+                out[name] = mine[0]
+        return out
+
+    def sidecar(*args: str) -> tuple[subprocess.Popen[str], str]:
+        argv = [sys.executable, "-m", "spark_ext", "status", *args, "--serve", "0"]
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+        assert p.stdout is not None
+        return p, p.stdout.readline().split(" on ")[-1].strip()
+
+    def status() -> tuple[float | None, float | None, float | None, float]:
+        """(in doubt, finished, last batch) of the sink, and the source's lag summed."""
+        rows = {k: [v for lb, v in vs if lb.get("sink") == sink] for k, vs in scrape(jdbc_url).items()}
+        one = {k: (v[0] if v else None) for k, v in rows.items()}
+        lag = sum(v for _, v in scrape(kafka_url).get("spark_ext_status_lag_records", []))
+        return (one.get("spark_ext_status_in_doubt"), one.get("spark_ext_status_finished"),
+                one.get("spark_ext_status_last_batch"), lag)
+
+    jdbc_side, jdbc_url = sidecar("jdbc", "--url", services.postgres_url, "--sink", sink)
+    kafka_side, kafka_url = sidecar("kafka", "--bootstrap", services.kafka_bootstrap,
+                                    "--checkpoint", str(ckpt))
     try:
-        df = (spark.readStream.format("hzsource").option("connector", "kafka")
-              .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
-              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "250").load())
-        q = (df.selectExpr("offset * 2 + partition AS id", "CAST(value AS STRING) AS v").writeStream
-             .format("hzsink").option("connector", "jdbc").option("url", services.postgres_url)
-             .option("dbtable", table).option("checkpointLocation", str(tmp_path / "ck"))
-             .queryName("payments_mon").trigger(processingTime="200 milliseconds").start())
-        qid = str(q.id)
-        lags, batches, rows = [], [], 0.0
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            got = scrape(exporter.url)
-            mine = {k: [(lb, v) for lb, v in vs if lb.get("query_id") == qid] for k, vs in got.items()}
-            if mine.get("spark_ext_source_lag_records_max"):
-                lags.append(mine["spark_ext_source_lag_records_max"][0][1])
-            if mine.get("spark_ext_query_batch_id"):
-                batches.append(mine["spark_ext_query_batch_id"][0][1])
-            sink_rows = mine.get("spark_ext_sink_rows_total") or []
-            rows = sink_rows[0][1] if sink_rows else 0.0
-            if rows == RECORDS and lags and lags[-1] == 0:
+        first = driver("jdbc.after_decision@4")
+        seen: list[dict[str, float]] = []
+        while first.poll() is None:
+            try:
+                seen.append(query(scrape(url)))
+            except OSError:
+                pass  # not serving yet, or just killed
+            time.sleep(0.2)
+        assert first.returncode == -9, first.stderr.read()[-3000:] if first.stderr else ""
+        batches = [s["spark_ext_query_batch_id"] for s in seen if "spark_ext_query_batch_id" in s]
+        assert batches == sorted(batches) and batches and batches[-1] >= 2, batches
+        assert max(s.get("spark_ext_source_lag_records_max", 0) for s in seen) > 0
+        before = max(s.get("spark_ext_sink_epoch", 0) for s in seen)
+
+        doubt, finished, last, lag = status()
+        assert (finished, last) == (0, 4) and doubt is not None and doubt >= 1, (doubt, finished, last)
+        written = pg_util.query(services.postgres_url, f"SELECT count(*) FROM {table}")[0][0]
+        assert (written, lag) == (1000, RECORDS - 1000)  # batches 0-3 of 250 in, batch 4 prepared only
+
+        second = driver("-")
+        after: dict[str, float] = {}
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and second.poll() is None:
+            try:
+                after = query(scrape(url))
+            except OSError:
+                after = {}
+            batch = after.get("spark_ext_query_batch_id", 0)
+            if after.get("spark_ext_source_lag_records_max") == 0 and batch >= 11 \
+                    and after.get("spark_ext_sink_last_batch") == batch:
                 break
             time.sleep(0.3)
-        assert rows == RECORDS, (rows, lags, batches)
-        assert max(lags) > 0 and lags[-1] == 0, lags  # 12 batches of 250: behind at first, then caught up
-        assert batches == sorted(batches) and batches[-1] >= 5, batches
-        assert [lb["query"] for lb, _ in mine["spark_ext_query_active"]] == ["payments_mon"]
-        [(labels, last)] = mine["spark_ext_sink_last_batch"]
-        assert labels["sink"].startswith("jdbc sink ") and last == batches[-1]
-        assert {lb["partition"] for lb, _ in mine["spark_ext_source_lag_records"]} == {"0", "1"}
-        assert pg_util.query(services.postgres_url, f"SELECT count(*) FROM {table}") == [(RECORDS,)]
-        text = urllib.request.urlopen(exporter.url, timeout=10).read().decode()
+        assert after.get("spark_ext_source_lag_records_max") == 0, (after, second.poll())
+        assert after["spark_ext_query_batch_id"] > batches[-1]
+        assert after["spark_ext_sink_recovered_total"] >= 1  # the take-over finished batch 4
+        assert after["spark_ext_sink_epoch"] > before and after["spark_ext_query_active"] == 1
+        assert status() == (0, 1, after["spark_ext_query_batch_id"], 0)
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
         assert services.postgres_url.split("@")[0] not in text and "password" not in text
+        stop.touch()
+        assert second.wait(60) == 0, second.stderr.read()[-3000:] if second.stderr else ""
+        distinct = 'count(DISTINCT (partition, "offset"))'
+        rows = pg_util.query(services.postgres_url, f"SELECT count(*), {distinct} FROM {table}")
+        assert rows == [(RECORDS, RECORDS)]
     finally:
-        if q is not None:
-            q.stop()
-        exporter.stop()
+        stop.touch()
+        for p in (jdbc_side, kafka_side):
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(30) == 0
 
 
 def _group_lags(bootstrap: str, group: str) -> dict[int, tuple[int, int, int]]:
@@ -153,55 +274,3 @@ def test_kafkas_own_tool_shows_the_query_lag_through_the_opted_in_group(spark, s
     q.awaitTermination(180)
     assert q.exception() is None, q.exception()
     assert _group_lags(services.kafka_bootstrap, group) == {0: (600, 600, 0), 1: (600, 600, 0)}
-
-
-@pytest.mark.spark
-@pytest.mark.services
-def test_the_status_sidecar_shows_a_killed_querys_batch_in_doubt_and_its_restart_finishing_it(services,
-                                                                                                tmp_path):
-    """``spark-ext status jdbc ... --serve 0`` in a process of its own, scraped while an
-    exactly-once query into PostgreSQL is killed with kill -9 right after batch 1's
-    decision (batch 0 committed) and then restarted: in doubt goes from 0 to the batch's
-    prepared transactions and back to 0, finished from 1 to 0 to 1, the batch id rises."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from spark_ext.options import checkpoint_sink_id
-    from tests.support.pg_util import write_json_files
-    from tests.support.sinks import PostgresCase, run_driver
-
-    case = PostgresCase(services)
-    target = case.new_target()
-    write_json_files(tmp_path / "src", [40, 40, 40])
-    sink = checkpoint_sink_id(str(tmp_path / "ckpt"))
-    argv = [sys.executable, "-m", "spark_ext", "status", "jdbc", "--url", services.postgres_url,
-            "--sink", sink, "--serve", "0"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    sidecar = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert sidecar.stdout is not None
-        url = sidecar.stdout.readline().split(" on ")[-1].strip()
-        assert url.startswith("http://127.0.0.1:"), url
-
-        def state() -> tuple[float, float | None, float | None, float | None]:
-            got = scrape(url)
-            mine = {k: [v for lb, v in vs if lb.get("sink") == sink] for k, vs in got.items()}
-            one = {k: (v[0] if v else None) for k, v in mine.items()}
-            return (got["spark_ext_status_up"][0][1], one.get("spark_ext_status_in_doubt"),
-                    one.get("spark_ext_status_finished"), one.get("spark_ext_status_last_batch"))
-
-        assert state() == (1, None, None, None)  # nothing of the sink yet
-        crashed = run_driver(case, tmp_path, target, "jdbc.after_decision@1")
-        assert crashed.returncode == -9, crashed.stderr[-2000:]
-        up, doubt, finished, batch = state()
-        assert (up, finished, batch) == (1, 0, 1), (up, doubt, finished, batch)
-        assert doubt is not None and doubt >= 1, doubt  # the decided batch's prepared winners
-        done = run_driver(case, tmp_path, target)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert state() == (1, 0, 1, 2)
-        assert case.committed(target) == list(range(120))
-    finally:
-        sidecar.send_signal(signal.SIGTERM)
-        assert sidecar.wait(30) == 0

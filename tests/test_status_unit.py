@@ -6,9 +6,11 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from spark_ext import cli, registry
-from spark_ext.errors import ConnectorError
-from spark_ext.status import JSON_KEYS, SinkStatus, render, to_json
+from spark_ext.errors import ConnectorError, SparkExtError
+from spark_ext.status import JSON_KEYS, LAG_KEYS, SinkStatus, SourceLag, render, to_json
 
 DECIDED = SinkStatus(sink="ck-1a2b", target="public.ledger", batch=7, query="q-1", finished=False,
                      in_doubt=2, epoch=9, in_doubt_ids=("sx:ck-1a2b:9:7:0:0", "sx:ck-1a2b:9:7:1:0"))
@@ -109,3 +111,54 @@ def test_the_table_counts_dead_letters_only_where_a_sink_has_them():
     assert "dead" in out.getvalue() and "letters" in out.getvalue()
     row = next(line for line in out.getvalue().splitlines() if "pay" in line)
     assert row.rstrip(" │|").endswith(" 4")
+
+
+def _checkpoint(root, batches: dict[int, list[str]], committed: list[int]) -> str:
+    """A query checkpoint's offset and commit logs as Spark writes them."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    for n, sources in batches.items():
+        (root / "offsets" / str(n)).write_text("\n".join(["v1", '{"batchWatermarkMs":0}', *sources]))
+    for n in committed:
+        (root / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (root / "commits" / f".{n}.crc").write_text("")
+    return str(root)
+
+
+def test_a_checkpoints_committed_ends_are_the_last_committed_batchs_offsets(tmp_path):
+    from spark_ext.connectors.kafka.source.lag import kafka_offsets
+    from spark_ext.status import committed_offsets
+
+    ck = _checkpoint(tmp_path / "ck", {0: ['{"t":{"0":5,"1":7}}', '{"seq":1,"ids":[]}'],
+                                       1: ['{"t":{"0":9,"1":7}}', "-"], 2: ['{"t":{"0":12,"1":8}}', "-"]},
+                     committed=[0, 1])
+    got = committed_offsets(ck)
+    assert got is not None
+    batch, sources = got
+    assert batch == 1 and sources == [{"t": {"0": 9, "1": 7}}, None]  # batch 2 planned, not committed
+    assert kafka_offsets(sources[0]) == {("t", 0): 9, ("t", 1): 7}
+    assert kafka_offsets({"seq": 1, "ids": []}) is None and kafka_offsets(None) is None
+    assert committed_offsets(_checkpoint(tmp_path / "fresh", {0: ['{"t":{"0":1}}']}, committed=[])) is None
+    with pytest.raises(SparkExtError, match="not a directory on this host"):
+        committed_offsets(str(tmp_path / "nope"))
+
+
+def test_lag_rows_render_as_a_table_and_json_key_lag():
+    lag = [SourceLag(0, "payments", 0, 90, 100), SourceLag(0, "payments", 1, 50, 50)]
+    doc = json.loads(to_json("kafka", [], lag))
+    assert list(doc) == ["connector", "sinks", "lag"]
+    assert [list(r) for r in doc["lag"]] == [list(LAG_KEYS)] * 2
+    assert doc["lag"][0] == {"source": 0, "topic": "payments", "partition": 0, "end": 90, "latest": 100,
+                             "lag": 10}
+    out = io.StringIO()
+    render("kafka", [], as_json=False, out=out, lag=lag, sinks_asked=False)
+    text = out.getvalue()
+    assert "no kafka sinks" not in text and "source lag" in text
+    assert any(" 90 " in line and " 100 " in line and " 10 " in line for line in text.splitlines())
+
+
+def test_kafka_status_needs_a_sink_or_a_checkpoint(capsys):
+    assert cli.main(["status", "kafka", "--bootstrap", "localhost:1"]) == 1
+    assert "--checkpoint" in capsys.readouterr().err
+    assert cli.main(["status", "kafka", "--bootstrap", "localhost:1", "--prefix", "p"]) == 1
+    assert "both --prefix and --topic" in capsys.readouterr().err

@@ -3,6 +3,12 @@
     from spark_ext import monitoring
     monitoring.serve(spark, port=9108)     # before or after the queries start
 
+or, for a job whose settings live in ``spark-submit``'s command line or
+``spark-defaults.conf``: ``--conf spark.sparkext.metrics.port=9108`` (and optionally
+``spark.sparkext.metrics.addr``), and ``spark_ext.register(spark)`` once in the job, which
+starts the exporter when the setting is there. Spark runs none of our code in the
+driver's own Python process unless the job calls it, so a setting alone cannot start it.
+
 Driver only, in the driver's Python process: it registers a ``StreamingQueryListener``
 (every query of the session: Spark's progress, watermark, state, each Kafka source's lag
 per partition) and serves ``http://<addr>:<port>/metrics``, where each sink's own figures
@@ -41,6 +47,37 @@ class Exporter:
         self._server.server_close()
         self._thread.join(5)
         self._spark.streams.removeListener(self._watcher)
+        if _configured.get(id(self._spark)) is self:
+            del _configured[id(self._spark)]
+
+
+CONF_PORT = "spark.sparkext.metrics.port"
+CONF_ADDR = "spark.sparkext.metrics.addr"
+_configured: dict[int, Exporter] = {}  # id(spark) -> the exporter its settings started
+
+
+def serve_configured(spark: Any) -> Exporter | None:
+    """Start the exporter ``spark.sparkext.metrics.port`` asks for (once per session; None
+    without the setting). Raises ``ConfigurationError`` naming the setting for a bad value."""
+    port = spark.conf.get(CONF_PORT, None)
+    if port is None or not str(port).strip():
+        return None
+    if id(spark) in _configured:
+        return _configured[id(spark)]
+    try:
+        number = int(str(port).strip())
+        if not 0 <= number <= 65535:
+            raise ValueError
+    except ValueError:
+        raise ConfigurationError(f"{CONF_PORT}={port!r} is not a port: give 0-65535 (0: any free port), or "
+                                 "unset it to serve no metrics") from None
+    addr = spark.conf.get(CONF_ADDR, None) or "127.0.0.1"
+    try:
+        exporter = serve(spark, number, addr)
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{e} (set by {CONF_PORT} / {CONF_ADDR})") from None
+    _configured[id(spark)] = exporter
+    return exporter
 
 
 def serve(spark: Any, port: int = 9108, addr: str = "127.0.0.1") -> Exporter:

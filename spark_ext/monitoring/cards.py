@@ -17,12 +17,15 @@ import logging
 import os
 import re
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 ENV = "SPARK_EXT_METRICS_DIR"
+SUMMED = ("rows", "retries", "recovered")  # a card's per-batch figures also kept as running totals
 
 
 def root() -> Path:
@@ -38,7 +41,7 @@ def _name(label: str) -> str:
 
 
 def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any]) -> None:
-    """Replace the sink's card for ``query_id`` (its rows add up across batches). Never
+    """Replace the sink's card for ``query_id`` (``SUMMED`` figures add up across batches). Never
     raises: a card not written costs the dashboard one batch, never the query."""
     base = root()
     if not query_id or not base.is_dir():
@@ -49,12 +52,17 @@ def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any
         path = where / _name(label)
         try:
             old = json.loads(path.read_text())
-            total = int(old["rows_total"])
-            if int(old["batch"]) == batch_id:  # the same batch's card again: count its rows once
-                total -= int(old["rows"])
-        except (OSError, ValueError, TypeError, KeyError):
-            total = 0
-        card = {"sink": label, "batch": batch_id, **fields, "rows_total": total + int(fields.get("rows", 0))}
+        except (OSError, ValueError):
+            old = {}
+        card = {"sink": label, "batch": batch_id, **fields}
+        for key in SUMMED:
+            try:
+                total = int(old[f"{key}_total"])
+                if int(old["batch"]) == batch_id:  # the same batch's card again: count it once
+                    total -= int(old[key])
+            except (ValueError, TypeError, KeyError):
+                total = 0
+            card[f"{key}_total"] = total + int(fields.get(key) or 0)
         tmp = where / f".{path.name}.{os.getpid()}"
         tmp.write_text(json.dumps(card))
         os.replace(tmp, path)
@@ -76,3 +84,28 @@ def read(query_id: str) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue  # replaced while read: the next scrape has it
     return out
+
+
+SOURCES = "sources"  # the queue source's cards: by queue, no query id being known where they are written
+
+
+def write_source(label: str, fields: dict[str, Any]) -> None:
+    """Replace a source's card (``SOURCES``); never raises."""
+    base = root()
+    if not base.is_dir():
+        return
+    try:
+        where = base / SOURCES
+        where.mkdir(mode=0o700, exist_ok=True)
+        path = where / _name(label)
+        tmp = where / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(json.dumps({**fields, "at": time.time()}))
+        os.replace(tmp, path)
+    except Exception as e:  # noqa: BLE001 - a card must never fail the query
+        log.debug("could not write the metrics card of %s: %s", label, e)
+
+
+def read_sources(max_age_s: float) -> list[dict[str, Any]]:
+    """The source cards written within ``max_age_s`` (older ones: a query that stopped)."""
+    now = time.time()
+    return [c for c in read(SOURCES) if now - float(c.get("at", 0)) <= max_age_s]

@@ -24,6 +24,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 from spark_ext.monitoring import cards
 from spark_ext.monitoring.metrics import BY_NAME
 
+SOURCE_CARD_AGE_S = 300.0  # a queue source's card not renewed for this long: its query stopped
+
 
 @dataclass
 class QueryState:
@@ -120,6 +122,11 @@ class Families:
                 self._progress(fam, q, progress)
             for card in cards.read(qid):
                 self._card(fam, q, card, now)
+        for card in cards.read_sources(SOURCE_CARD_AGE_S):
+            labels = [str(card.get("broker", "")), str(card.get("queue", ""))]
+            for key in ("in_flight", "depth"):
+                if card.get(key) is not None:
+                    fam[f"spark_ext_queue_{key}"].add_metric(labels, card[key])
         yield from fam.values()
 
     @staticmethod
@@ -152,8 +159,9 @@ class Families:
     def _card(fam: dict[str, Any], q: list[str], card: dict[str, Any], now: float) -> None:
         s = [*q, str(card.get("sink", ""))]
         fam["spark_ext_sink_last_batch"].add_metric(s, card.get("batch", -1))
-        fam["spark_ext_sink_rows_total"].add_metric(s, card.get("rows_total", 0))
-        for key in ("transactions", "decide_ms", "commit_ms", "batch_ms"):
+        for key in ("rows", "retries", "recovered"):
+            fam[f"spark_ext_sink_{key}_total"].add_metric(s, card.get(f"{key}_total", 0))
+        for key in ("transactions", "decide_ms", "commit_ms", "batch_ms", "epoch"):
             if card.get(key) is not None:
                 fam[f"spark_ext_sink_{key}"].add_metric(s, card[key])
         if card.get("dead_letters") is not None:

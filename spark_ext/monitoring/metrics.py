@@ -45,6 +45,12 @@ METRICS: tuple[Metric, ...] = (
            "(the latest as the source last asked, at the batch's planning)"),
     Metric("spark_ext_source_lag_records_max", "gauge", (*QUERY, "source"),
            "Kafka source: the largest lag of any partition"),
+    Metric("spark_ext_queue_in_flight", "gauge", ("broker", "queue"),
+           "Queue source: messages received and not yet acknowledged (held, or in a batch not yet "
+           "committed), as of the source's last plan"),
+    Metric("spark_ext_queue_depth", "gauge", ("broker", "queue"),
+           "Queue source: the broker's message count of the queue, in flight included (asked at most every "
+           "5 s; absent without the manage permission)"),
     Metric("spark_ext_sink_last_batch", "gauge", (*QUERY, "sink"),
            "The last batch the sink committed (exactly_once: decided and finished)"),
     Metric("spark_ext_sink_rows_total", "counter", (*QUERY, "sink"),
@@ -62,6 +68,14 @@ METRICS: tuple[Metric, ...] = (
            "Rows the last batch set aside as dead letters (only for a sink with a destination)"),
     Metric("spark_ext_sink_seconds_since_commit", "gauge", (*QUERY, "sink"),
            "Seconds since the sink last committed a batch"),
+    Metric("spark_ext_sink_retries_total", "counter", (*QUERY, "sink"),
+           "Commit attempts retried after a retriable error (a database or broker away and back), "
+           "counted as the sink's rows are"),
+    Metric("spark_ext_sink_recovered_total", "counter", (*QUERY, "sink"),
+           "In-doubt transactions a take-over found and resolved (committed if decided, else rolled "
+           "back) before a committed batch: rises after a crash or a failed batch, counted as the rows are"),
+    Metric("spark_ext_sink_epoch", "gauge", (*QUERY, "sink"),
+           "The fencing epoch the last committed batch wrote under (exactly_once)"),
 )
 
 # Served by ``spark-ext status <connector> ... --serve PORT`` (``sidecar``), a process of its
@@ -81,6 +95,9 @@ STATUS_METRICS = (
            "The fencing epoch: one higher for every take-over (each batch plan, each restart)"),
     Metric("spark_ext_status_dead_letters", "gauge", STATUS,
            "Dead letters of the last decided batch (routing sinks with a dead-letter destination)"),
+    Metric("spark_ext_status_lag_records", "gauge", ("connector", "source", "topic", "partition"),
+           "Kafka source (status kafka --checkpoint): the broker's latest offset minus the end offset of the "
+           "last batch the query's checkpoint records as committed; grows while the query is down"),
 )
 METRICS = METRICS + STATUS_METRICS
 

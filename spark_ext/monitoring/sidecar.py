@@ -5,7 +5,8 @@ The driver's exporter (``serve``) dies with the driver, which is when its sinks'
 matters most: a batch decided and not finished, transactions in doubt. This one reads
 what ``spark-ext status`` reads (the sink's decision records, the system's prepared or
 open transactions, the fencing epoch) from the external system at every scrape, so it
-sees a crashed query's sinks, and the restart that finishes them. It holds no
+sees a crashed query's sinks, and the restart that finishes them; with ``--checkpoint``
+(Kafka) also the query's source lag, which grows while the query is down. It holds no
 connection between scrapes; a read that fails is ``spark_ext_status_up 0``, not an HTTP
 error, so an alert can tell "the database is away" from "the exporter is away".
 """
@@ -19,14 +20,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spark_ext.monitoring.metrics import BY_NAME
-from spark_ext.status import SinkStatus
+from spark_ext.status import SinkStatus, SourceLag
 
 
 class StatusFamilies:
     """One read of the sinks per scrape."""
 
-    def __init__(self, connector: str, read: Callable[[], list[SinkStatus]]) -> None:
-        self.connector, self.read = connector, read
+    def __init__(self, connector: str, read: Callable[[], list[SinkStatus]],
+                 lag: Callable[[], list[SourceLag] | None] | None = None) -> None:
+        self.connector, self.read, self.lag = connector, read, lag
         self._failing = False
 
     def collect(self) -> Iterator[Any]:
@@ -36,6 +38,7 @@ class StatusFamilies:
                for n in BY_NAME if n.startswith("spark_ext_status_")}
         try:
             rows = self.read()
+            lags = (self.lag() if self.lag is not None else None) or []
         except Exception as e:  # noqa: BLE001 - reported as a sample; the next scrape tries again
             if not self._failing:  # once per outage: a wrong password and a database down differ here
                 first = (str(e).strip().splitlines() or [""])[0]
@@ -56,10 +59,14 @@ class StatusFamilies:
                                 ("finished", None if r.finished is None else int(r.finished))):
                 if value is not None:
                     fam[f"spark_ext_status_{name}"].add_metric(labels, value)
+        for g in lags:
+            fam["spark_ext_status_lag_records"].add_metric(
+                [self.connector, str(g.source), g.topic, str(g.partition)], g.lag)
         yield from fam.values()
 
 
-def serve_status(connector: str, read: Callable[[], list[SinkStatus]], port: int, addr: str) -> int:
+def serve_status(connector: str, read: Callable[[], list[SinkStatus]], port: int, addr: str,
+                 lag: Callable[[], list[SourceLag] | None] | None = None) -> int:
     """Serve until SIGINT or SIGTERM; prints the URL first (``port=0``: any free port)."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server
@@ -68,7 +75,7 @@ def serve_status(connector: str, read: Callable[[], list[SinkStatus]], port: int
         return 1
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatusFamilies(connector, read))
+    registry.register(StatusFamilies(connector, read, lag))
     try:
         server, thread = start_http_server(port, addr=addr, registry=registry)
     except OSError as e:

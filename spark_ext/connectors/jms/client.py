@@ -315,6 +315,12 @@ class StompReceiver:
             self.check()
             return self._arrivals > 0
 
+    @property
+    def held(self) -> int:
+        """Messages received and not yet handed out."""
+        with self._lock:
+            return len(self._queue)
+
     def take(self, limit: int, exclude: set[str], stamped_by: int | None = None) -> list[Message]:
         """Up to ``limit`` received messages in arrival order, skipping ids in ``exclude``
         and, with ``stamped_by``, messages the broker stamped later (epoch ms)."""

@@ -73,6 +73,7 @@ from spark_ext.connector import SourceConnector
 from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.client import Message, StompReceiver
 from spark_ext.connectors.jms.config import SOURCE_OPTIONS, JmsSourceConfig
+from spark_ext.connectors.jms.gauges import QueueGauges
 from spark_ext.connectors.jms.ids import pack_ids, unpack_ids
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
@@ -171,6 +172,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         self._next_try = 0.0
         self._delays = _BACKOFF.delays()
         self._cutoff_ms: int | None = None  # Trigger.AvailableNow: messages stamped later wait
+        self._gauges = QueueGauges(cfg)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"cfg": self.cfg}
@@ -280,7 +282,14 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
             rx.ack(dupes)  # kept in _committed: this ack may be lost as well
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """Driver, before each batch: hand the next received messages to batch seq+1.
+        """Driver, before each batch: ``_plan``, then the figures for a metrics exporter."""
+        end = self._plan(start, limit)
+        held = self._rx.held if self._rx is not None else 0
+        self._gauges.planned(held + sum(len(b) for b in self._batches.values()))
+        return end
+
+    def _plan(self, start: dict, limit: ReadLimit) -> dict:
+        """Hand the next received messages to batch seq+1.
 
         Spark asks for the next batch only after the previous one committed (commit log
         written), so ``start`` is committed: its messages are acknowledged here. Spark's

@@ -7,6 +7,7 @@ a decided batch whose transactions the broker aborted (the driver was down longe
     spark-ext doctor kafka list    --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC
     spark-ext doctor kafka resolve --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC
     spark-ext status kafka         --bootstrap HOST:9092 --prefix PREFIX --topic COMMIT_TOPIC [--json]
+    spark-ext status kafka         --bootstrap HOST:9092 --checkpoint QUERY_CHECKPOINT   (source lag)
 
 ``PREFIX`` is the sink's ``transactionalIdPrefix`` (``spark-ext-<hash>`` when derived from
 the checkpoint location: the query's error message names it), ``COMMIT_TOPIC`` its
@@ -34,7 +35,7 @@ from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-from spark_ext.status import SinkStatus
+from spark_ext.status import SinkStatus, SourceLag
 from spark_ext.status import run as run_status
 
 
@@ -109,18 +110,41 @@ def sink_status(cfg: KafkaSinkConfig) -> SinkStatus:
                       in_doubt_ids=tuple(t.transactional_id for t in st.open))
 
 
-def _connection_arguments(p: argparse.ArgumentParser) -> None:
+def _connection_arguments(p: argparse.ArgumentParser, sink_required: bool = True) -> None:
     p.add_argument("--bootstrap", required=True, help="kafka.bootstrap.servers")
-    p.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
-    p.add_argument("--topic", required=True, help="the sink's commitTopic (by default its topic)")
+    p.add_argument("--prefix", required=sink_required, help="the sink's transactionalIdPrefix")
+    p.add_argument("--topic", required=sink_required, help="the sink's commitTopic (by default its topic)")
     p.add_argument("--command-config", help="a properties file of client security settings")
 
 
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    _connection_arguments(p, sink_required=False)
+    p.add_argument("--checkpoint", help="a query's checkpointLocation (local): show its Kafka source lag")
+
+
+def _sinks(a: argparse.Namespace) -> list[SinkStatus]:
+    if (a.prefix is None) != (a.topic is None):
+        raise SparkExtError("give both --prefix and --topic for a sink (or neither, with --checkpoint)")
+    if a.prefix is None and a.checkpoint is None:
+        raise SparkExtError("give --prefix and --topic (a sink's state), --checkpoint (a query's source "
+                            "lag), or both")
+    a.sinks_asked = a.prefix is not None
+    return [sink_status(_config(a.bootstrap, a.prefix, a.topic, a.command_config))] if a.sinks_asked else []
+
+
+def _lag(a: argparse.Namespace) -> list[SourceLag] | None:
+    if a.checkpoint is None:
+        return None
+    from spark_ext.connectors.kafka.source.lag import checkpoint_lag
+
+    return checkpoint_lag(a.bootstrap, a.checkpoint, _properties(a.command_config))
+
+
 def status(argv: list[str]) -> int:
-    """``spark-ext status kafka ...``: the sink of ``--prefix``, one row."""
-    return run_status("kafka", argv, "The Kafka sink's last decision and open transactions.",
-                      _connection_arguments,
-                      lambda a: [sink_status(_config(a.bootstrap, a.prefix, a.topic, a.command_config))])
+    """``spark-ext status kafka ...``: the sink of ``--prefix``, one row; with
+    ``--checkpoint``, the query's source lag per partition."""
+    return run_status("kafka", argv, "The Kafka sink's last decision and open transactions; a query's "
+                      "Kafka source lag.", _status_arguments, _sinks, _lag)
 
 
 def main(argv: list[str] | None = None) -> int:
