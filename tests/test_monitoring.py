@@ -126,6 +126,42 @@ def test_a_bad_metrics_port_setting_is_refused_naming_it_and_a_good_one_serves_o
 
 @pytest.mark.spark
 @pytest.mark.services
+def test_a_queue_sources_depth_and_in_flight_fall_to_0_as_it_reads(spark, services, tmp_path):
+    """600 messages on an Artemis queue read by the queue source, 100 a batch: the exporter
+    shows the queue's depth (the broker's own count) and the messages the source holds
+    unacknowledged, both above 0 while it reads and 0 once every batch is committed."""
+    from tests.support import stomp_util
+    from tests.support.jms import jms
+
+    dest = stomp_util.queue_name("depth")
+    stomp_util.send(services, dest, [f"m{i}" for i in range(600)])
+    exporter = serve(spark, port=0)
+    q = None
+    try:
+        q = (jms(spark, services, dest, maxMessagesPerTrigger="100").writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="200 milliseconds")
+             .start())
+        depths, flights = [], []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            got = scrape(exporter.url)
+            mine = {k: [v for lb, v in vs if lb.get("queue") == dest] for k, vs in got.items()}
+            depths += mine.get("spark_ext_queue_depth", [])
+            flights += mine.get("spark_ext_queue_in_flight", [])
+            if depths and flights and depths[-1] == 0 and flights[-1] == 0:
+                break
+            time.sleep(0.3)
+        assert depths and max(depths) > 0 and depths[-1] == 0, depths
+        assert max(flights) > 0 and flights[-1] == 0, flights
+        assert stomp_util.queue_counts(dest) == (0, 0)
+    finally:
+        if q is not None:
+            q.stop()
+        exporter.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.services
 def test_a_killed_and_restarted_kafka_to_postgresql_query_seen_through_its_exporter_and_sidecars(services,
                                                                                                   tmp_path):
     """The Kafka -> PostgreSQL ``exactly_once`` job of ``tests/drivers/kafka_to_jdbc_monitored``
