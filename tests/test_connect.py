@@ -76,6 +76,8 @@ def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, servi
     shutil.copy(kafka_to_jdbc_app.__file__, client)
     # Its own process: a Connect client cannot start beside the suite's classic session.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    env["SERVE_METRICS"] = "1"  # the client serves metrics: the queries' progress, and the sink's
+    # cards, which the server's commit worker writes on this same host
     res = subprocess.run([sys.executable, str(client), services.kafka_bootstrap, topic, services.postgres_url,
                           table, str(tmp_path / "ck"), connect_url], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
@@ -83,6 +85,9 @@ def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, servi
     assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
     batches = int(res.stdout.split("BATCHES", 1)[1].split()[0])
     assert batches >= 3  # 600 records, 200 a batch: several 2PC commits
+    metrics = dict(line.split()[1:] for line in res.stdout.splitlines() if line.startswith("METRIC "))
+    assert float(metrics["spark_ext_sink_rows_total"]) == 600, res.stdout
+    assert metrics["spark_ext_query_batch_id"] == metrics["spark_ext_sink_last_batch"] != "None", res.stdout
     rows = pg_util.query(services.postgres_url,
                          f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
     assert rows == [(600, 600)]

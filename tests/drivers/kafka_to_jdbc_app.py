@@ -6,8 +6,10 @@ Usage: ``spark-submit kafka_to_jdbc_app.py BOOTSTRAP TOPIC URL TABLE CHECKPOINT 
 ``FOREACH_BATCH_SINK_ID`` set, a ``foreachBatch`` function writes each batch with
 ``hzsink`` under that sink id (``batchId`` and ``queryId`` given: Connect's tasks know
 neither). Prints
-``BATCHES <n>`` (micro-batches with rows); exit status 0 when the query ended cleanly.
-It imports nothing of this repository, so tests can run a copy from any directory.
+``BATCHES <n>`` (micro-batches with rows); exit status 0 when the query ended cleanly. With
+``SERVE_METRICS`` set it serves ``spark_ext.monitoring`` in this process and prints the
+query's ``METRIC <name> <value>`` lines scraped from it at the end.
+It imports nothing of this repository's tests, so tests can run a copy from any directory.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ def main(argv: list[str]) -> int:
     if len(argv) > 5:
         builder = builder.remote(argv[5])
     spark = builder.getOrCreate()
+    exporter = None
+    if os.environ.get("SERVE_METRICS"):  # the metrics exporter in this process, Connect client or not
+        from spark_ext import monitoring
+
+        exporter = monitoring.serve(spark, port=0)
     r = (spark.readStream.format("hzsource").option("connector", "kafka")
          .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
          .option("startingOffsets", "earliest"))
@@ -52,9 +59,32 @@ def main(argv: list[str]) -> int:
         print(f"the query failed: {q.exception()}", file=sys.stderr)
         return 1
     print("SESSION", type(spark).__module__)
+    if exporter is not None:
+        _print_metrics(exporter.url, q.id)
     print("BATCHES", len([p for p in q.recentProgress if p.numInputRows > 0]))
     spark.stop()
     return 0
+
+
+def _print_metrics(url: str, query_id: object) -> None:
+    """``METRIC <name> <value>`` for the query's batch id and its sink's committed rows,
+    once the listener has the last progress (events reach a Connect client a little later)."""
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    deadline = time.monotonic() + 30
+    while True:
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        got = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.labels.get("query_id") == str(query_id)}
+        if got.get("spark_ext_sink_last_batch") == got.get("spark_ext_query_batch_id") is not None \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for name in ("spark_ext_query_batch_id", "spark_ext_sink_last_batch", "spark_ext_sink_rows_total"):
+        print("METRIC", name, got.get(name))
 
 
 if __name__ == "__main__":
