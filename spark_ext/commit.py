@@ -453,15 +453,19 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
 
         call_with_retries(attempt, f"commit of batch {batchId}", self.plan.commit_retries,
                           self.plan.retry_backoff_s)
+        label = committer.label if isinstance(committer, TwoPhaseCommitter) else self.plan.label
+        query_id = committables[0].query_id if committables else None
         if took and took[-1] is not None:
             reports = [m for m in messages if isinstance(m, TaskReport)]
             plans = [r.plan_times for r in reports if r.plan_times is not None]
-            label = committer.label if isinstance(committer, TwoPhaseCommitter) else self.plan.label
             log.info("%s", timeline.report(
-                label, batchId, committables[0].query_id if committables else None,
-                sum(c.rows for c in committables), plans[0] if plans else None,
+                label, batchId, query_id, sum(c.rows for c in committables), plans[0] if plans else None,
                 [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms(),
                 claim=claim, retries=len(tries) - 1))
+        elif claim is not None and claim.committed + claim.rolled_back:
+            # The replay of a batch its take-over finished (after a crash): no line, as nothing
+            # was committed now, but the metrics count what the take-over resolved.
+            timeline.recovered(label, batchId, query_id, claim, len(tries) - 1)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""

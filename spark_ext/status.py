@@ -97,10 +97,13 @@ class SourceLag:
 def committed_offsets(checkpoint: str) -> tuple[int, list[Any]] | None:
     """The last batch a query's checkpoint records as committed (``commits/<n>``) and each
     source's end offsets of it (``offsets/<n>``: parsed JSON, None for a source without);
-    None before the first committed batch. A local directory (or ``file:`` URI)."""
+    None before the first committed batch, and for a directory not there (yet: a sidecar
+    may start before its query). A local directory (or ``file:`` URI)."""
     root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+    if not root.exists():
+        return None
     if not root.is_dir():
-        raise SparkExtError(f"checkpoint {checkpoint} is not a directory on this host: give the query's "
+        raise SparkExtError(f"checkpoint {checkpoint} is not a directory: give the query's "
                             "checkpointLocation (a local path; copy a remote one here first)")
     done = sorted(int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit())
     if not done:
@@ -160,7 +163,8 @@ def lag_table(rows: Sequence[SourceLag]) -> Table:
 
 
 def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextIO | None = None,
-           lag: Sequence[SourceLag] | None = None, sinks_asked: bool = True) -> None:
+           lag: Sequence[SourceLag] | None = None) -> None:
+    """``lag``: a source's lag rows (None: not asked; then no rows says no sinks were found)."""
     out = out or sys.stdout
     if as_json:
         print(to_json(connector, rows, lag), file=out)
@@ -169,12 +173,13 @@ def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextI
     tables = []
     if rows:
         tables.append(table(connector, rows))
-    elif sinks_asked:
+    elif lag is None:
         console.print(f"no {connector} sinks found", markup=False)
     if lag:
         tables.append(lag_table(lag))
     elif lag is not None:
-        console.print("the checkpoint records no committed batch yet: no lag to show", markup=False)
+        console.print("no lag to show: the checkpoint has no committed batch (or is not there yet), or its "
+                      "query reads no Kafka topic", markup=False)
     for t in tables:
         if not console.is_terminal:  # a pipe or file: whole ids on one line, not folded to 80 columns
             wide = console.options.update_width(1000)
@@ -185,9 +190,11 @@ def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextI
 def run(connector: str, argv: Sequence[str], description: str,
         add_arguments: Callable[[argparse.ArgumentParser], None],
         collect: Callable[[argparse.Namespace], list[SinkStatus]],
-        lag: Callable[[argparse.Namespace], list[SourceLag] | None] | None = None) -> int:
+        lag: Callable[[argparse.Namespace], list[SourceLag] | None] | None = None,
+        check: Callable[[argparse.Namespace], None] | None = None) -> int:
     """Parse ``argv`` (the doctor's connection arguments and ``--json``), collect, print.
-    ``lag``: a connector's source lag (None when the arguments ask for none).
+    ``lag``: a connector's source lag (None when the arguments ask for none); ``check``:
+    refuses a combination of arguments (``SparkExtError``), before anything is read.
 
     Errors print one line, never a traceback: a driver's traceback can carry the URL.
     """
@@ -199,6 +206,12 @@ def run(connector: str, argv: Sequence[str], description: str,
     ap.add_argument("--addr", default="127.0.0.1", help="with --serve: the address to listen on")
     add_arguments(ap)
     args = ap.parse_args(list(argv))
+    try:
+        if check is not None:
+            check(args)
+    except SparkExtError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.serve is not None:
         from spark_ext.monitoring.sidecar import serve_status  # --json: no meaning for metrics
 
@@ -214,5 +227,5 @@ def run(connector: str, argv: Sequence[str], description: str,
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
-    render(connector, rows, args.json, lag=lags, sinks_asked=getattr(args, "sinks_asked", True))
+    render(connector, rows, args.json, lag=lags)
     return 0

@@ -21,7 +21,10 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_ext.commit import Claim
 
 
 def now_ms() -> float:
@@ -81,8 +84,8 @@ def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanT
 
 
 def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
-           writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float, *, claim: Any = None,
-           retries: int = 0) -> str:
+           writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float, *,
+           claim: Claim[Any] | None = None, retries: int = 0) -> str:
     """``line``, and the same figures as the sink's metrics card for a running exporter
     (``spark_ext.monitoring.cards``: a local file, written only when an exporter serves).
     ``claim``: the batch's ``commit.Claim`` (its fencing epoch, the in-doubt transactions
@@ -96,6 +99,16 @@ def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: Pla
               "recovered": (claim.committed + claim.rolled_back) if claim is not None else 0}
     cards.write(query_id, label, batch_id, fields)
     return line(label, batch_id, query_id, rows, plan, writes, commit, ended_ms)
+
+
+def recovered(label: str, batch_id: int, query_id: str | None, claim: Claim[Any], retries: int) -> None:
+    """The metrics card of a batch committed by its take-over, not by this commit (a replay
+    after a crash): its epoch and the transactions that take-over resolved."""
+    from spark_ext.monitoring import cards
+
+    cards.write(query_id, label, batch_id, {"rows": 0, "at": time.time(), "retries": retries,
+                                            "epoch": _epoch(claim),
+                                            "recovered": claim.committed + claim.rolled_back})
 
 
 def _epoch(claim: Any) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_the_table_counts_dead_letters_only_where_a_sink_has_them():
     assert row.rstrip(" │|").endswith(" 4")
 
 
-def _checkpoint(root, batches: dict[int, list[str]], committed: list[int]) -> str:
+def _checkpoint(root: Path, batches: dict[int, list[str]], committed: list[int]) -> str:
     """A query checkpoint's offset and commit logs as Spark writes them."""
     (root / "offsets").mkdir(parents=True)
     (root / "commits").mkdir()
@@ -139,8 +140,10 @@ def test_a_checkpoints_committed_ends_are_the_last_committed_batchs_offsets(tmp_
     assert kafka_offsets(sources[0]) == {("t", 0): 9, ("t", 1): 7}
     assert kafka_offsets({"seq": 1, "ids": []}) is None and kafka_offsets(None) is None
     assert committed_offsets(_checkpoint(tmp_path / "fresh", {0: ['{"t":{"0":1}}']}, committed=[])) is None
-    with pytest.raises(SparkExtError, match="not a directory on this host"):
-        committed_offsets(str(tmp_path / "nope"))
+    assert committed_offsets(str(tmp_path / "not-yet")) is None  # a sidecar started before its query
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SparkExtError, match="is not a directory"):
+        committed_offsets(str(tmp_path / "file"))
 
 
 def test_lag_rows_render_as_a_table_and_json_key_lag():
@@ -151,7 +154,7 @@ def test_lag_rows_render_as_a_table_and_json_key_lag():
     assert doc["lag"][0] == {"source": 0, "topic": "payments", "partition": 0, "end": 90, "latest": 100,
                              "lag": 10}
     out = io.StringIO()
-    render("kafka", [], as_json=False, out=out, lag=lag, sinks_asked=False)
+    render("kafka", [], as_json=False, out=out, lag=lag)
     text = out.getvalue()
     assert "no kafka sinks" not in text and "source lag" in text
     assert any(" 90 " in line and " 100 " in line and " 10 " in line for line in text.splitlines())

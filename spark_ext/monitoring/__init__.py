@@ -47,23 +47,35 @@ class Exporter:
         self._server.server_close()
         self._thread.join(5)
         self._spark.streams.removeListener(self._watcher)
-        if _configured.get(id(self._spark)) is self:
-            del _configured[id(self._spark)]
+        global _configured
+        if _configured is self:
+            for other in _watched.values():
+                other.streams.removeListener(self._watcher)
+            _configured = None
+            _watched.clear()
 
 
 CONF_PORT = "spark.sparkext.metrics.port"
 CONF_ADDR = "spark.sparkext.metrics.addr"
-_configured: dict[int, Exporter] = {}  # id(spark) -> the exporter its settings started
+_configured: Exporter | None = None  # the one exporter the settings started in this process
+_watched: dict[int, Any] = {}  # id() -> each other session whose queries it watches
 
 
 def serve_configured(spark: Any) -> Exporter | None:
-    """Start the exporter ``spark.sparkext.metrics.port`` asks for (once per session; None
-    without the setting). Raises ``ConfigurationError`` naming the setting for a bad value."""
+    """Start the exporter ``spark.sparkext.metrics.port`` asks for (None without the
+    setting). One per process: a later session (``spark.newSession()`` inherits the
+    setting) joins the running exporter instead of binding the port again. Raises
+    ``ConfigurationError`` naming the setting for a value that is not a port, or a port
+    another process holds."""
+    global _configured
     port = spark.conf.get(CONF_PORT, None)
     if port is None or not str(port).strip():
         return None
-    if id(spark) in _configured:
-        return _configured[id(spark)]
+    if _configured is not None:
+        if spark is not _configured._spark and id(spark) not in _watched:
+            spark.streams.addListener(_configured._watcher)
+            _watched[id(spark)] = spark
+        return _configured
     try:
         number = int(str(port).strip())
         if not 0 <= number <= 65535:
@@ -73,11 +85,11 @@ def serve_configured(spark: Any) -> Exporter | None:
                                  "unset it to serve no metrics") from None
     addr = spark.conf.get(CONF_ADDR, None) or "127.0.0.1"
     try:
-        exporter = serve(spark, number, addr)
+        _configured = serve(spark, number, addr)
     except ConfigurationError as e:
-        raise ConfigurationError(f"{e} (set by {CONF_PORT} / {CONF_ADDR})") from None
-    _configured[id(spark)] = exporter
-    return exporter
+        raise ConfigurationError(f"{e} (set by {CONF_PORT} / {CONF_ADDR}: each job on a host needs a port "
+                                 "of its own)") from None
+    return _configured
 
 
 def serve(spark: Any, port: int = 9108, addr: str = "127.0.0.1") -> Exporter:
@@ -115,4 +127,4 @@ def _state(name: str | None) -> Any:
     return QueryState(name or "")
 
 
-__all__ = ["Exporter", "serve"]
+__all__ = ["CONF_ADDR", "CONF_PORT", "Exporter", "serve", "serve_configured"]

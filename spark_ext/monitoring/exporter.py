@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from spark_ext.monitoring import cards
 from spark_ext.monitoring.metrics import BY_NAME
 
-SOURCE_CARD_AGE_S = 300.0  # a queue source's card not renewed for this long: its query stopped
+SOURCE_CARD_AGE_S = 300.0  # a queue source's card is renewed every 5 s while its reader lives
 
 
 @dataclass

@@ -49,8 +49,8 @@ METRICS: tuple[Metric, ...] = (
            "Queue source: messages received and not yet acknowledged (held, or in a batch not yet "
            "committed), as of the source's last plan"),
     Metric("spark_ext_queue_depth", "gauge", ("broker", "queue"),
-           "Queue source: the broker's message count of the queue, in flight included (asked at most every "
-           "5 s; absent without the manage permission)"),
+           "Queue source: the broker's message count of the queue, in flight included (asked every 5 s; "
+           "absent without the manage permission)"),
     Metric("spark_ext_sink_last_batch", "gauge", (*QUERY, "sink"),
            "The last batch the sink committed (exactly_once: decided and finished)"),
     Metric("spark_ext_sink_rows_total", "counter", (*QUERY, "sink"),

@@ -36,33 +36,37 @@ class StatusFamilies:
 
         fam = {n: GaugeMetricFamily(n, BY_NAME[n].help, labels=list(BY_NAME[n].labels))
                for n in BY_NAME if n.startswith("spark_ext_status_")}
-        try:
-            rows = self.read()
-            lags = (self.lag() if self.lag is not None else None) or []
-        except Exception as e:  # noqa: BLE001 - reported as a sample; the next scrape tries again
-            if not self._failing:  # once per outage: a wrong password and a database down differ here
-                first = (str(e).strip().splitlines() or [""])[0]
-                print(f"error: reading the {self.connector} sinks failed: {type(e).__name__}: {first}",
-                      file=sys.stderr, flush=True)
-            self._failing = True
-            fam["spark_ext_status_up"].add_metric([self.connector], 0)
-            yield from fam.values()
-            return
-        if self._failing:
+        # Read apart: a broker that cannot answer the lag leaves the sinks' rows served.
+        rows = self._read("sinks", self.read)
+        lags = self._read("source lag", self.lag) if self.lag is not None else []
+        ok = rows is not None and lags is not None
+        if ok and self._failing:
             print(f"reading the {self.connector} sinks works again", file=sys.stderr, flush=True)
-        self._failing = False
-        fam["spark_ext_status_up"].add_metric([self.connector], 1)
-        for r in rows:
+        self._failing = not ok
+        fam["spark_ext_status_up"].add_metric([self.connector], 1 if ok else 0)
+        for r in rows or []:
             labels = [self.connector, r.sink, r.target or ""]
             fam["spark_ext_status_in_doubt"].add_metric(labels, r.in_doubt)
             for name, value in (("last_batch", r.batch), ("epoch", r.epoch), ("dead_letters", r.dead_letters),
                                 ("finished", None if r.finished is None else int(r.finished))):
                 if value is not None:
                     fam[f"spark_ext_status_{name}"].add_metric(labels, value)
-        for g in lags:
+        for g in lags or []:
             fam["spark_ext_status_lag_records"].add_metric(
                 [self.connector, str(g.source), g.topic, str(g.partition)], g.lag)
         yield from fam.values()
+
+    def _read(self, what: str, read: Callable[[], Any]) -> Any:
+        """``read()``, or None when it failed (said once per outage: a wrong password and a
+        system that is down read differently here)."""
+        try:
+            return read() or []
+        except Exception as e:  # noqa: BLE001 - reported as a sample; the next scrape tries again
+            if not self._failing:
+                first = (str(e).strip().splitlines() or [""])[0]
+                print(f"error: reading the {self.connector} {what} failed: {type(e).__name__}: {first}",
+                      file=sys.stderr, flush=True)
+            return None
 
 
 def serve_status(connector: str, read: Callable[[], list[SinkStatus]], port: int, addr: str,

@@ -40,6 +40,10 @@ class ManagementError(ConnectorError):
     """A management operation failed on the broker (the broker's reason in the message)."""
 
 
+class ManagementRefusedError(ManagementError):
+    """The broker refused the management call: the user lacks the ``manage`` permission."""
+
+
 class QueueMissingError(ManagementError):
     """The broker has no queue (resource) of that name (AMQ229067)."""
 
@@ -162,9 +166,9 @@ class BrokerSession:
         value = result[0] if isinstance(result, list) and result else result
         if reply_headers.get("_AMQ_OperationSucceeded") != "true":
             if "AMQ229213" in str(value) or "not authorized" in str(value).lower():
-                raise ManagementError(
-                    f"{self.where} refused {what}: {value}. The sink's user needs the 'manage' permission "
-                    "on address activemq.management (security-settings in broker.xml)")
+                raise ManagementRefusedError(
+                    f"{self.where} refused {what}: {value}. The connector's user needs the 'manage' "
+                    "permission on address activemq.management (security-settings in broker.xml)")
             error = QueueMissingError if "AMQ229067" in str(value) else ManagementError
             raise error(f"{self.where}: {what} failed: {value}")
         return value

@@ -456,6 +456,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         self._acked_seqs = {s for s in self._acked_seqs if s > seq - 16} | set(done)
 
     def stop(self) -> None:
+        self._gauges.close()
         if self._rx is not None:
             self._rx.close()
             self._rx = None

@@ -122,14 +122,18 @@ def _status_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", help="a query's checkpointLocation (local): show its Kafka source lag")
 
 
-def _sinks(a: argparse.Namespace) -> list[SinkStatus]:
+def _check(a: argparse.Namespace) -> None:
     if (a.prefix is None) != (a.topic is None):
         raise SparkExtError("give both --prefix and --topic for a sink (or neither, with --checkpoint)")
     if a.prefix is None and a.checkpoint is None:
         raise SparkExtError("give --prefix and --topic (a sink's state), --checkpoint (a query's source "
                             "lag), or both")
-    a.sinks_asked = a.prefix is not None
-    return [sink_status(_config(a.bootstrap, a.prefix, a.topic, a.command_config))] if a.sinks_asked else []
+
+
+def _sinks(a: argparse.Namespace) -> list[SinkStatus]:
+    if a.prefix is None:
+        return []
+    return [sink_status(_config(a.bootstrap, a.prefix, a.topic, a.command_config))]
 
 
 def _lag(a: argparse.Namespace) -> list[SourceLag] | None:
@@ -144,7 +148,7 @@ def status(argv: list[str]) -> int:
     """``spark-ext status kafka ...``: the sink of ``--prefix``, one row; with
     ``--checkpoint``, the query's source lag per partition."""
     return run_status("kafka", argv, "The Kafka sink's last decision and open transactions; a query's "
-                      "Kafka source lag.", _status_arguments, _sinks, _lag)
+                      "Kafka source lag.", _status_arguments, _sinks, _lag, _check)
 
 
 def main(argv: list[str] | None = None) -> int:
