@@ -1,7 +1,8 @@
 """MkDocs hook: the reference's option tables, generated from the code at build time.
 
 A page writes ``<!-- options: sink jdbc -->`` (or ``source kafka``, ``windows``) where
-its table goes (``<!-- metrics -->``: the metrics the exporter serves);
+its table goes (``<!-- metrics -->``: the metrics the exporter serves; ``<!-- kafka-parity -->``:
+the Kafka source's options against Spark's own);
 ``on_page_markdown`` replaces the marker with the options the connector's ``OptionSpec``
 documents (name, default, description), in the order they are declared. The connector's
 parser reads its defaults from the same declarations, so the table shows what the code
@@ -61,10 +62,22 @@ def render(markdown: str) -> str:
         kind, name = m.group(1), m.group(2)
         return table(spec_for(kind, name), f"options: {kind} {name}".strip())
 
-    return METRICS_MARKER.sub(lambda _: metrics_table(), MARKER.sub(one, markdown))
+    done = METRICS_MARKER.sub(lambda _: metrics_table(), MARKER.sub(one, markdown))
+    return PARITY_MARKER.sub(lambda _: parity_table(), done)
 
 
 METRICS_MARKER = re.compile(r"<!--\s*metrics\s*-->")
+PARITY_MARKER = re.compile(r"<!--\s*kafka-parity\s*-->")
+
+
+def parity_table() -> str:
+    """The Kafka source against Spark's (``spark_ext.connectors.kafka.source.parity``)."""
+    from spark_ext.connectors.kafka.source.parity import PARITY
+
+    rows = ["| option | Spark's `kafka` source | `hzsource` | since PySpark |", "| --- | --- | --- | --- |"]
+    for p in PARITY:
+        rows.append(f"| `{p.option}` | {_cell(p.spark)} | {_cell(p.ours)} | {p.since} |")
+    return "\n".join(rows)
 
 
 def metrics_table() -> str:

@@ -37,6 +37,7 @@ try:
         ReadAllAvailable,
         ReadLimit,
         ReadMaxRows,
+        ReadMinRows,
         SupportsTriggerAvailableNow,
     )
 
@@ -56,6 +57,12 @@ except ImportError:  # before 4.2: stand-ins, so readers define the same methods
         """Stand-in: PySpark before 4.2 passes no read limit."""
 
         max_rows: int
+
+    @dataclass(frozen=True)
+    class ReadMinRows(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in: PySpark before 4.2 passes no read limit."""
+
+        min_rows: int
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in: PySpark before 4.2 never calls ``prepareForTriggerAvailableNow``."""

@@ -358,3 +358,46 @@ def test_a_high_watermark_short_of_the_planned_end_for_the_whole_poll_timeout_is
     assert now[0] >= 20  # only after the whole wait
     skipping, _ = _lagging_reader(monkeypatch, [5], fail_on_loss=False)
     assert list(skipping) == []
+
+
+def test_time_positions_follow_sparks_precedence_and_refuse_bad_values():
+    from spark_ext.connectors.kafka.source.positions import duration_ms, position, strategy
+
+    def opts(**kv: str) -> Options:
+        return Options({k.lower(): v for k, v in kv.items()}, "test")
+
+    both = opts(startingTimestamp="1000", startingOffsetsByTimestamp='{"t": {"0": 5}}',
+                startingOffsets="earliest")
+    assert position(both, "starting", None) == StartingOffsets("timestamp", option="startingTimestamp",
+                                                              timestamp=1000)
+    by = position(opts(startingOffsetsByTimestamp='{"t": {"0": 5, "1": 7}}'), "starting", None)
+    assert (by.kind, by.specific, by.by_time) == ("by_timestamp", {("t", 0): 5, ("t", 1): 7}, True)
+    assert position(opts(), "ending", None).kind == "latest"
+    with pytest.raises(InvalidOptionError, match=r"Expected a single long value, got 'noon'"):
+        position(opts(endingTimestamp="noon"), "ending", None)
+    with pytest.raises(InvalidOptionError, match=r"Expected e\.g\."):
+        position(opts(startingOffsetsByTimestamp='{"t": [1]}'), "starting", None)
+    assert strategy(opts(startingOffsetsByTimestampStrategy="LATEST")) == "latest"
+    with pytest.raises(InvalidOptionError, match=r"'error'.*or 'latest'"):
+        strategy(opts(startingOffsetsByTimestampStrategy="nearest"))
+    assert [duration_ms("d", v) for v in ("15m", "30s", "500ms", "2h", "1d", "250", "1min")] == \
+        [900_000, 30_000, 500, 7_200_000, 86_400_000, 250, 60_000]
+    with pytest.raises(InvalidOptionError, match="expected a duration"):
+        duration_ms("maxTriggerDelay", "soon")
+
+
+def test_the_pacer_lets_the_first_trigger_through_then_waits_for_the_minimum_or_the_delay(monkeypatch):
+    from spark_ext.connectors.kafka.source import positions
+
+    now = [1_000_000.0]
+    monkeypatch.setattr(positions.time, "time", lambda: now[0])
+    pacer = positions.TriggerPacer(min_records=100, max_delay_ms=3000)
+    start = {("t", 0): 0}
+    assert not pacer.wait(start, {("t", 0): 10})  # the first trigger of a run never waits
+    now[0] += 1
+    assert pacer.wait(start, {("t", 0): 99})  # 99 new < 100, 1 s < 3 s: wait
+    assert not pacer.wait(start, {("t", 0): 100})  # enough: go, and the clock restarts
+    now[0] += 2.9
+    assert pacer.wait(start, {("t", 0): 1})
+    now[0] += 0.1
+    assert not pacer.wait(start, {("t", 0): 1})  # 3 s since the last batch: go with what there is

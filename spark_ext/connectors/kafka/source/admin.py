@@ -151,6 +151,26 @@ class KafkaMetadata:
 
         return self._retry(doing, fetch)
 
+    def for_timestamps(self, stamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """Per partition, the earliest offset whose record timestamp is at or after the
+        given one (epoch ms); None where no record is that late."""
+        if not stamps:
+            return {}
+
+        def fetch() -> dict[TopicPartition, int | None]:
+            req = {KTopicPartition(t, p): OffsetSpec.for_timestamp(ts) for (t, p), ts in stamps.items()}
+            futures = self._admin.list_offsets(
+                req, isolation_level=self._level, request_timeout=self._cfg.metadata_timeout_s
+            )
+            got = {(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+            unknown = sorted(tp for tp, o in got.items() if o < -1)
+            if unknown:  # as in _offsets: no leader just now (-1 is "no record that late")
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                f"no offset known for {describe(unknown)}", retriable=True))
+            return {tp: None if o == -1 else o for tp, o in got.items()}
+
+        return self._retry("reading offsets by timestamp", fetch)
+
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         return self._offsets(tps, OffsetSpec.earliest(), "reading earliest offsets")
 

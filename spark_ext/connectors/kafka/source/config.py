@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, normalize
 from spark_ext.connectors.kafka.source.offsets import StartingOffsets, TopicPartition, parse_assign
+from spark_ext.connectors.kafka.source.positions import duration_ms, position, strategy
 from spark_ext.errors import InvalidOptionError, MissingOptionError
 from spark_ext.options import Option, Options, OptionSpec, redact
 
@@ -28,9 +30,28 @@ SOURCE_OPTIONS = OptionSpec.of(
     Option("startingOffsets", "`latest`, `earliest`, or JSON per partition with -2 = earliest, -1 = latest; "
            "JSON must name every subscribed partition.",
            shown="`latest` (streams), `earliest` (batch reads)"),
+    Option("startingTimestamp", "Start every partition at its first record with a timestamp at or after "
+           "this one (epoch ms). Wins over `startingOffsetsByTimestamp` and `startingOffsets`; a stream "
+           "uses it only when it starts without a checkpoint.", shown="none"),
+    Option("startingOffsetsByTimestamp", "The same per partition: `{\"payments\": {\"0\": 1700000000000}}`, "
+           "naming every subscribed partition. Wins over `startingOffsets`.", shown="none"),
+    Option("startingOffsetsByTimestampStrategy", "A partition with no record at or after its start "
+           "timestamp: `error` fails the query naming it; `latest` starts it at its latest offset.",
+           default="error"),
     Option("endingOffsets", "Batch reads only: `latest` or JSON.", shown="`latest`"),
+    Option("endingTimestamp", "Batch reads only: end every partition before its first record with a "
+           "timestamp at or after this one (none: at its latest offset). Wins over the other two.",
+           shown="none"),
+    Option("endingOffsetsByTimestamp", "Batch reads only: the same per partition (JSON as "
+           "`startingOffsetsByTimestamp`). Wins over `endingOffsets`.", shown="none"),
     Option("maxOffsetsPerTrigger", "Admission control: at most this many records a batch, spread over "
            "partitions by backlog. PySpark 4.2 or later. (`Trigger.AvailableNow` is supported.)"),
+    Option("minOffsetsPerTrigger", "Skip a trigger while fewer new records than this are available, "
+           "until `maxTriggerDelay` passed since the last batch (the first trigger of a run never waits). "
+           "At most `maxOffsetsPerTrigger`. Ignored by `Trigger.Once` and `Trigger.AvailableNow`. PySpark "
+           "4.2 or later.", shown="none"),
+    Option("maxTriggerDelay", "With `minOffsetsPerTrigger`: the longest a trigger is skipped (`15m`, "
+           "`30s`, `500ms`; a bare number is ms).", default="15m"),
     Option("failOnDataLoss", "`true`: fail naming topic, partition and missing range; `false`: log once and "
            "continue from the earliest available offset.", default=True),
     Option("includeHeaders", "Add the column `headers array<struct<key string, value binary>>`.",
@@ -184,6 +205,9 @@ class KafkaSourceConfig:
     metadata_retries: int
     retry_interval_ms: int
     group_id: str = field(default="spark-ext-kafka-source")
+    timestamp_strategy: str = "error"  # startingOffsetsByTimestampStrategy
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 900_000
     fetcher: str = "wire"
     security: KafkaSecurity = PLAINTEXT  # for the wire fetcher; librdkafka reads ``client``
     commit_group: str | None = None  # commitOffsetsToGroup
@@ -221,8 +245,8 @@ class KafkaSourceConfig:
             raise MissingOptionError(
                 "hzsource connector 'kafka' needs option 'kafka.bootstrap.servers' (host:port,...)"
             )
-        ending = StartingOffsets.parse(opts.get_str("endingoffsets"), "endingOffsets")
-        if ending.kind == "earliest" or -2 in ending.specific.values():
+        ending = position(opts, "ending", None)
+        if not ending.by_time and (ending.kind == "earliest" or -2 in ending.specific.values()):
             raise InvalidOptionError(
                 "option 'endingOffsets' cannot be earliest (-2); use 'latest' or JSON offsets"
             )
@@ -233,8 +257,7 @@ class KafkaSourceConfig:
         return KafkaSourceConfig(
             client=client,
             subscription=_subscription(opts),
-            starting=StartingOffsets.parse(
-                opts.get_str("startingoffsets", "earliest" if batch else "latest")),
+            starting=position(opts, "starting", "earliest" if batch else "latest"),
             ending=ending,
             max_offsets_per_trigger=opts.get_int("maxoffsetspertrigger", minimum=1),
             fail_on_data_loss=opts.get_bool("failondataloss", spec.default_bool("failOnDataLoss")),
@@ -250,7 +273,22 @@ class KafkaSourceConfig:
             fetcher=fetcher,
             security=security,
             commit_group=_commit_group(opts),
+            timestamp_strategy=strategy(opts),
+            **_pacing(opts),
         )
+
+
+def _pacing(opts: Options) -> dict[str, Any]:
+    """``minOffsetsPerTrigger`` / ``maxTriggerDelay``, refused as Spark refuses them."""
+    low = opts.get_int("minoffsetspertrigger", minimum=0)
+    high = opts.get_int("maxoffsetspertrigger", minimum=1)
+    if low is not None and high is not None and low > high:
+        raise InvalidOptionError(f"The value of minOffsetPerTrigger({low}) is higher than the "
+                                 f"maxOffsetsPerTrigger({high}): lower minOffsetsPerTrigger or raise "
+                                 "maxOffsetsPerTrigger")
+    delay = opts.get_str("maxtriggerdelay") or SOURCE_OPTIONS.default_str("maxTriggerDelay")
+    return {"min_offsets_per_trigger": low or None,
+            "max_trigger_delay_ms": duration_ms("maxTriggerDelay", delay)}
 
 
 def _commit_group(opts: Options) -> str | None:

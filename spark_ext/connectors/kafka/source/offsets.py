@@ -56,17 +56,26 @@ _OFFSETS_SHAPE = '\'{"topic": {"0": 23, "1": -2}}\' (-2 = earliest, -1 = latest)
 
 @dataclass(frozen=True)
 class StartingOffsets:
-    """Parsed ``startingOffsets``: ``earliest``, ``latest`` or per-partition offsets."""
+    """Where a read starts or ends: ``earliest``, ``latest``, ``specific`` offsets per
+    partition, or by record time (``timestamp``: one for every partition;
+    ``by_timestamp``: ``specific`` holds a timestamp per partition), and the option that
+    said so (for messages)."""
 
     kind: str
     specific: PartitionOffsets = field(default_factory=dict)
+    option: str = "startingOffsets"
+    timestamp: int | None = None
+
+    @property
+    def by_time(self) -> bool:
+        return self.kind in ("timestamp", "by_timestamp")
 
     @staticmethod
     def parse(value: str | None, option: str = "startingOffsets") -> StartingOffsets:
         if value is None or value.strip().lower() == "latest":
-            return StartingOffsets("latest")
+            return StartingOffsets("latest", option=option)
         if value.strip().lower() == "earliest":
-            return StartingOffsets("earliest")
+            return StartingOffsets("earliest", option=option)
         doc = _json(option, value, f"'earliest', 'latest' or JSON like {_OFFSETS_SHAPE}")
         bad = InvalidOptionError(
             f"option {option!r} is {value!r}; expected 'earliest', 'latest' or JSON like {_OFFSETS_SHAPE}"
@@ -82,7 +91,7 @@ class StartingOffsets:
                         or not isinstance(off, int) or off < EARLIEST or int(p) < 0:
                     raise bad
                 specific[(topic, int(p))] = off
-        return StartingOffsets("specific", specific)
+        return StartingOffsets("specific", specific, option)
 
 
 def parse_assign(value: str) -> tuple[TopicPartition, ...]:

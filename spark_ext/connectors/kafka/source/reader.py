@@ -44,7 +44,13 @@ from pyspark.sql.types import (
 )
 
 from spark_ext import compat, failpoints
-from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from spark_ext.compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
@@ -57,12 +63,15 @@ from spark_ext.connectors.kafka.source.offsets import (
     KafkaRange,
     KafkaRanges,
     PartitionOffsets,
+    StartingOffsets,
+    TopicPartition,
     describe,
     from_json,
     plan_ranges,
     rate_limit,
     to_json,
 )
+from spark_ext.connectors.kafka.source.positions import TriggerPacer, stamps_for
 from spark_ext.connectors.kafka.source.wire_reader import WireRangeReader
 from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
 from spark_ext.options import Options
@@ -120,13 +129,18 @@ class _Planner:
             self._meta = KafkaMetadata(self.cfg)
         return self._meta
 
-    def resolve(self, spec_kind: str, specific: PartitionOffsets, option: str) -> PartitionOffsets:
-        """``earliest`` / ``latest`` / JSON -> concrete offsets for every current partition."""
+    def resolve(self, pos: StartingOffsets, start: bool = True) -> PartitionOffsets:
+        """``earliest`` / ``latest`` / JSON / by timestamp -> concrete offsets for every
+        current partition. ``start``: a start (a timestamp no record reaches follows
+        ``startingOffsetsByTimestampStrategy``), else an end (the latest offset)."""
         tps = self.meta.partitions(strict=True)
+        spec_kind, specific, option = pos.kind, pos.specific, pos.option
         if spec_kind == "earliest":
             return self.meta.earliest(tps)
         if spec_kind == "latest":
             return self.meta.latest(tps)
+        if spec_kind == "timestamp":
+            return self._by_time(stamps_for(pos, tps), pos, start)
         unknown = set(specific) - set(tps)
         if unknown:
             raise InvalidOptionError(
@@ -139,10 +153,25 @@ class _Planner:
                 f"option {option!r} must give an offset for every subscribed partition; missing "
                 f"{describe(missing)} (use -2 for earliest, -1 for latest)"
             )
+        if spec_kind == "by_timestamp":
+            return self._by_time(dict(specific), pos, start)
         early = self.meta.earliest(tps) if EARLIEST in specific.values() else {}
         late = self.meta.latest(tps) if LATEST in specific.values() else {}
         return {tp: early[tp] if o == EARLIEST else late[tp] if o == LATEST else o
                 for tp, o in specific.items()}
+
+    def _by_time(self, stamps: dict[TopicPartition, int], pos: StartingOffsets,
+                 start: bool) -> PartitionOffsets:
+        found = self.meta.for_timestamps(stamps)
+        none = sorted(tp for tp, o in found.items() if o is None)
+        if none and start and self.cfg.timestamp_strategy == "error":
+            which = ", ".join(f"topic-partition {t}-{p} and timestamp {stamps[(t, p)]}" for t, p in none)
+            raise InvalidOptionError(
+                f"option {pos.option!r}: No offset matched from request of {which}: no record is that "
+                "late. Give an earlier timestamp, or set startingOffsetsByTimestampStrategy=latest to start "
+                "such partitions at their latest offset")
+        late = self.meta.latest(none) if none else {}
+        return {tp: o if o is not None else late[tp] for tp, o in found.items()}
 
     def ranges(self, start: PartitionOffsets, end: PartitionOffsets) -> list[KafkaRange | KafkaRanges]:
         """Deterministic ranges; partitions new since ``start`` are read from offset 0."""
@@ -171,10 +200,12 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         # on a release whose latestOffset() is not given one (None: not known yet).
         self._known: PartitionOffsets | None = None
         self._group = GroupCommitter(cfg) if cfg.commit_group else None
+        low = cfg.min_offsets_per_trigger
+        self._pacer = TriggerPacer(low, cfg.max_trigger_delay_ms) if low else None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_target": None, "_latest": None, "_warned": {}, "_known": None,
-                "_group": None}
+                "_group": None, "_pacer": None}
 
     def check_reachable(self) -> None:
         """Driver, at query start: the brokers answer and the subscription exists.
@@ -192,13 +223,18 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
 
     def initialOffset(self) -> dict:
         """Driver, when a query starts without a checkpoint: resolve ``startingOffsets``."""
-        st = self._cfg.starting
-        return to_json(self._plan.resolve(st.kind, st.specific, "startingOffsets"))
+        return to_json(self._plan.resolve(self._cfg.starting))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """Driver: ``maxOffsetsPerTrigger`` as Spark's admission control."""
+        """Driver: ``maxOffsetsPerTrigger`` (else ``minOffsetsPerTrigger``) as Spark's
+        admission control. PySpark carries one limit, not Spark's composite of both: the
+        other is applied from the options, and ``Trigger.Once`` still replaces either by
+        ``ReadAllAvailable``, which turns both off."""
         n = self._cfg.max_offsets_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        if n:
+            return ReadMaxRows(n)
+        low = self._cfg.min_offsets_per_trigger
+        return ReadMinRows(low) if low else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Driver, once, with ``Trigger.AvailableNow``: fix the target at today's latest."""
@@ -275,6 +311,9 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         recreated = {tp for tp, s in begin.items() if tp in latest and latest[tp] < s}
         end = {**begin, **latest}
         end = {tp: o if tp in recreated else max(o, begin.get(tp, 0)) for tp, o in end.items()}
+        if self._pacer is not None and not isinstance(limit, ReadAllAvailable) \
+                and self._pacer.wait(begin, end):
+            return start  # fewer new records than minOffsetsPerTrigger, and maxTriggerDelay not over
         if isinstance(limit, ReadMaxRows):
             from_ = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}
             end = rate_limit(from_, end, limit.max_rows)
@@ -357,14 +396,13 @@ class KafkaBatchReader(Shipped, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """Driver: resolve both ends now, then plan ranges."""
-        st, en = self._cfg.starting, self._cfg.ending
-        start = self._plan.resolve(st.kind, st.specific, "startingOffsets")
-        end = self._plan.resolve(en.kind, en.specific, "endingOffsets")
+        start = self._plan.resolve(self._cfg.starting)
+        end = self._plan.resolve(self._cfg.ending, start=False)
         behind = {tp for tp, e in end.items() if start.get(tp, 0) > e}
         if behind:
             raise InvalidOptionError(
-                f"startingOffsets is after endingOffsets for {describe(behind)}; "
-                "fix the offsets of the batch read"
+                f"{self._cfg.starting.option} is after {self._cfg.ending.option} for {describe(behind)}; "
+                "fix the start or the end of the batch read"
             )
         return self._plan.ranges({tp: start.get(tp, 0) for tp in end}, end)
 
@@ -388,19 +426,42 @@ class KafkaSource(SourceConnector):
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
         cfg = KafkaSourceConfig.parse(options)
-        if cfg.max_offsets_per_trigger:
-            compat.require_admission_control(
-                "option maxOffsetsPerTrigger", "drop the option (each batch then reads all available)")
+        for name, what in (("endingoffsets", "ending offset"), ("endingtimestamp", "ending timestamp"),
+                           ("endingoffsetsbytimestamp", "ending timestamp")):
+            if options.get_str(name) is not None:
+                given = SOURCE_OPTIONS.option(name).name
+                raise InvalidOptionError(f"{what} not valid in streaming queries: option {given!r} is for "
+                                         "batch reads (spark.read); drop it, or stop the stream yourself")
+        for option, n in (("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger),
+                          ("minOffsetsPerTrigger", cfg.min_offsets_per_trigger)):
+            if n:
+                compat.require_admission_control(
+                    f"option {option}", "drop the option (each batch then reads all available)")
+        _warn_group_id(options)
         reader = KafkaStreamReader(cfg)
         reader.check_reachable()
         return reader
 
     def reader(self, options: Options, schema: StructType) -> DataSourceReader:
         cfg = KafkaSourceConfig.parse(options, batch=True)
-        if cfg.starting.kind == "latest" or LATEST in cfg.starting.specific.values():
+        st = cfg.starting
+        if not st.by_time and (st.kind == "latest" or LATEST in st.specific.values()):
             raise InvalidOptionError(
                 "option 'startingOffsets' cannot be latest for a batch read (spark.read)"
             )
-        if cfg.max_offsets_per_trigger:
-            log.warning("option maxOffsetsPerTrigger is ignored by batch reads")
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if options.get_str(name.lower()) is not None:
+                log.warning("option %s is ignored by batch reads", name)
+        _warn_group_id(options)
         return KafkaBatchReader(cfg)
+
+
+def _warn_group_id(options: Options) -> None:
+    """Spark's warnings for a ``group.id`` of the user's: it is used, and it is risky."""
+    if options.get_str("kafka.group.id") is None:
+        return
+    log.warning("Kafka option 'kafka.group.id' has been set on this query: queries or sources sharing a "
+                "group id interfere with each other's authorization and quotas; the source joins no group "
+                "and commits nothing to it")
+    if options.get_str("groupidprefix") is not None:
+        log.warning("option groupIdPrefix is ignored, as option kafka.group.id has been set")

@@ -1,0 +1,233 @@
+"""``format("hzsource")`` against Spark's own ``format("kafka")``, option by option, on the same
+topic in the same session: the same rows, the same batch boundaries where Spark defines
+them (``minOffsetsPerTrigger`` / ``maxTriggerDelay``), and a refusal wherever Spark refuses,
+with Spark's reason in ours. The options and what each does are in
+``spark_ext.connectors.kafka.source.parity``; every entry there has a case here."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from spark_ext.connectors.kafka.source.parity import PARITY
+from tests.support.kafka_util import create_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+PER_PARTITION = 50
+SECOND = 1000
+
+
+def stamped_topic(bootstrap: str) -> tuple[str, int]:
+    """2 partitions of 50 records, record i of each stamped ``base + i`` seconds."""
+    topic = create_topic(bootstrap, 2, "stamps")
+    base = (int(time.time()) - 86_400) * 1000
+    p = Producer({"bootstrap.servers": bootstrap})
+    for part in (0, 1):
+        for i in range(PER_PARTITION):
+            p.produce(topic, f"{part}-{i}".encode(), partition=part, timestamp=base + i * SECOND)
+    assert p.flush(30) == 0
+    return topic, base
+
+
+def _reader(spark: Any, fmt: str, services: Any, topic: str, stream: bool, opts: dict[str, str]) -> Any:
+    r = spark.readStream if stream else spark.read
+    r = r.format(fmt).option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+    if fmt == "hzsource":
+        r = r.option("connector", "kafka")
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def batch_rows(spark: Any, fmt: str, services: Any, topic: str,
+               opts: dict[str, str]) -> list[tuple[int, int]]:
+    df = _reader(spark, fmt, services, topic, False, opts)
+    return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+
+
+def stream_batches(spark: Any, fmt: str, services: Any, topic: str, opts: dict[str, str], tmp: Any,
+                   trigger: dict[str, Any] | None = None, until: Any = None) -> list[tuple[float, list]]:
+    """Each micro-batch with rows: (when it ran, its sorted (partition, offset)). AvailableNow
+    unless ``trigger``; then it runs until ``until(batches)`` is true (at most 90 s)."""
+    got: list[tuple[float, list]] = []
+
+    def each(df: Any, batch_id: int) -> None:
+        rows = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+        if rows:
+            got.append((time.monotonic(), rows))
+
+    df = _reader(spark, fmt, services, topic, True, opts)
+    q = (df.writeStream.foreachBatch(each).option("checkpointLocation", str(tmp / f"ck-{fmt}"))
+         .trigger(**(trigger or {"availableNow": True})).start())
+    try:
+        if trigger is None:
+            q.awaitTermination(120)
+        else:
+            deadline = time.monotonic() + 90
+            while not until(got) and time.monotonic() < deadline and q.isActive:
+                time.sleep(0.1)
+        assert q.exception() is None, q.exception()
+    finally:
+        q.stop()
+    return got
+
+
+def expected(partition_from: dict[int, int],
+             partition_to: dict[int, int] | None = None) -> list[tuple[int, int]]:
+    to = partition_to or {0: PER_PARTITION, 1: PER_PARTITION}
+    return sorted((p, o) for p in (0, 1) for o in range(partition_from[p], to[p]))
+
+
+def test_every_documented_option_has_a_differential_case():
+    cases = {c for c in BATCH_CASES} | {c for c in STREAM_CASES} | {e[0] for e in REFUSED} | PACING_CASES
+    assert {row.option for row in PARITY} <= {c.split("+")[0] for c in cases}, \
+        {row.option for row in PARITY} - {c.split("+")[0] for c in cases}
+
+
+def _cases(base: int, topic: str) -> dict[str, tuple[dict[str, str], list[tuple[int, int]]]]:
+    by_ts = json.dumps({topic: {"0": base + 5 * SECOND, "1": base + 20 * SECOND}})
+    return {
+        "startingTimestamp": ({"startingTimestamp": str(base + 10 * SECOND)}, expected({0: 10, 1: 10})),
+        "startingTimestamp+between": ({"startingTimestamp": str(base + 10 * SECOND - 1)},
+                                      expected({0: 10, 1: 10})),
+        "startingTimestamp+wins": ({"startingTimestamp": str(base + 40 * SECOND),
+                                    "startingOffsets": "earliest", "startingOffsetsByTimestamp": by_ts},
+                                   expected({0: 40, 1: 40})),
+        "startingOffsetsByTimestamp": ({"startingOffsetsByTimestamp": by_ts}, expected({0: 5, 1: 20})),
+        "startingOffsetsByTimestampStrategy": ({"startingTimestamp": str(base + 10_000 * SECOND),
+                                                "startingOffsetsByTimestampStrategy": "latest"}, []),
+        "endingTimestamp": ({"endingTimestamp": str(base + 30 * SECOND)},
+                            expected({0: 0, 1: 0}, {0: 30, 1: 30})),
+        "endingTimestamp+past": ({"endingTimestamp": str(base + 10_000 * SECOND)}, expected({0: 0, 1: 0})),
+        "endingOffsetsByTimestamp": (
+            {"startingOffsetsByTimestamp": by_ts,
+             "endingOffsetsByTimestamp": json.dumps({topic: {"0": base + 7 * SECOND,
+                                                              "1": base + 45 * SECOND}})},
+            expected({0: 5, 1: 20}, {0: 7, 1: 45})),
+        "kafka.group.id": ({"kafka.group.id": f"parity-{topic}"}, expected({0: 0, 1: 0})),
+    }
+
+
+BATCH_CASES = ("startingTimestamp", "startingTimestamp+between", "startingTimestamp+wins",
+               "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingTimestamp",
+               "endingTimestamp+past", "endingOffsetsByTimestamp", "kafka.group.id")
+
+
+def test_batch_reads_return_the_rows_spark_returns_for_each_time_option(spark, services):
+    topic, base = stamped_topic(services.kafka_bootstrap)
+    cases = _cases(base, topic)
+    assert set(cases) == set(BATCH_CASES)
+    for name, (opts, want) in cases.items():
+        spark_rows = batch_rows(spark, "kafka", services, topic, opts)
+        ours = batch_rows(spark, "hzsource", services, topic, opts)
+        assert (name, ours) == (name, spark_rows)
+        assert (name, ours) == (name, want)  # and what the option means, not only what Spark does
+
+
+STREAM_CASES = ("startingTimestamp+availableNow", "startingOffsetsByTimestamp+availableNow",
+                "startingOffsetsByTimestampStrategy+availableNow")
+
+
+def test_streams_start_where_spark_starts_for_each_time_option(spark, services, tmp_path):
+    topic, base = stamped_topic(services.kafka_bootstrap)
+    cases = _cases(base, topic)
+    for name in STREAM_CASES:
+        opts, want = cases[name.split("+")[0]]
+        run = tmp_path / name
+        run.mkdir()
+        spark_rows = sorted(r for _, rows in stream_batches(spark, "kafka", services, topic, opts, run)
+                            for r in rows)
+        ours = sorted(r for _, rows in stream_batches(spark, "hzsource", services, topic, opts, run)
+                      for r in rows)
+        assert (name, ours) == (name, spark_rows) == (name, want)
+
+
+# (option, options, stream?, a phrase of Spark's reason that ours must carry)
+REFUSED = [
+    ("startingTimestamp", {"startingTimestamp": "yesterday"}, False, "Expected a single long value"),
+    ("startingOffsetsByTimestamp", {"startingOffsetsByTimestamp": "{\"t\": 5}"}, False, "Expected e.g."),
+    ("startingOffsetsByTimestampStrategy+error", {"startingTimestamp": "9999999999999"}, False,
+     "No offset matched"),
+    ("startingOffsetsByTimestampStrategy+bad",
+     {"startingOffsetsByTimestampStrategy": "nearest", "startingTimestamp": "0"}, False,
+     "startingOffsetsByTimestampStrategy"),
+    ("endingOffsetsByTimestamp+stream", {"endingOffsetsByTimestamp": "{}"}, True,
+     "ending timestamp not valid in streaming"),
+    ("endingOffsets+stream", {"endingOffsets": "latest"}, True, "ending offset not valid in streaming"),
+    ("minOffsetsPerTrigger+above-max", {"minOffsetsPerTrigger": "500", "maxOffsetsPerTrigger": "100"},
+     True, "is higher than the maxOffsetsPerTrigger"),
+    ("maxTriggerDelay+bad", {"minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, True,
+     "maxTriggerDelay"),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[r[0] for r in REFUSED])
+def test_what_spark_refuses_we_refuse_with_its_reason(spark, services, tmp_path, case):
+    topic, _ = stamped_topic(services.kafka_bootstrap) if "Strategy+error" in case[0] else ("t", 0)
+    _, opts, stream, phrase = case
+
+    def run(fmt: str) -> str:
+        with pytest.raises(Exception) as e:
+            if stream:
+                stream_batches(spark, fmt, services, topic, opts, tmp_path)
+            else:
+                batch_rows(spark, fmt, services, topic, opts)
+        return str(e.value)
+
+    spark_said, ours = run("kafka"), run("hzsource")
+    if phrase != "startingOffsetsByTimestampStrategy" and phrase != "maxTriggerDelay":
+        assert phrase in spark_said, spark_said[:2000]  # the phrase is Spark's, checked on Spark
+    assert phrase in ours, ours[:2000]
+
+
+PACING_CASES = {"minOffsetsPerTrigger", "maxTriggerDelay"}
+
+
+def test_min_offsets_per_trigger_holds_batches_back_as_spark_does_until_max_trigger_delay(spark, services,
+                                                                                         tmp_path):
+    """100 records ready: the first trigger never waits (one batch of 100). 100 more: fewer
+    than minOffsetsPerTrigger=150, so no batch until maxTriggerDelay (3 s) passed since the
+    last. Then 200 at once (one transaction, read_committed): at or above the minimum, a
+    batch at the next trigger. Spark and ours: the same three batches."""
+    topic = ""
+    opts = {"minOffsetsPerTrigger": "150", "maxTriggerDelay": "3s", "startingOffsets": "earliest",
+            "kafka.isolation.level": "read_committed"}
+    producer = Producer({"bootstrap.servers": services.kafka_bootstrap, "transactional.id": f"pace-{topic}"})
+    producer.init_transactions()
+
+    def send(n: int) -> float:
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(topic, b"x", partition=i % 2)
+        producer.commit_transaction()
+        return time.monotonic()
+
+    results = {}
+    for fmt in ("kafka", "hzsource"):
+        topic = create_topic(services.kafka_bootstrap, 2, "pace")  # each run its own
+        send(100)
+        sent: list[float] = []
+
+        def until(got: list, sent: list[float] = sent) -> bool:
+            if len(got) == 1 and not sent:
+                sent.append(send(100))
+            elif len(got) == 2 and len(sent) == 1:
+                sent.append(send(200))
+            return len(got) >= 3
+
+        run = tmp_path / fmt
+        run.mkdir()
+        got = stream_batches(spark, fmt, services, topic, opts, run, {"processingTime": "200 milliseconds"},
+                             until)
+        sizes = [len(rows) for _, rows in got]
+        held = got[1][0] - got[0][0] if len(got) > 1 else 0.0
+        results[fmt] = (sizes, held)
+    for sizes, held in results.values():
+        assert sizes == [100, 100, 200], results
+        assert held >= 2.0, results  # the second batch waited out most of maxTriggerDelay
+    producer.flush()
