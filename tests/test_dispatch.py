@@ -67,8 +67,13 @@ def test_register_registers_both_formats(spark):
         def register(self, cls) -> None:
             registered.append(cls.name())
 
+    class Conf:  # no spark.sparkext.metrics.port: register starts no exporter
+        def get(self, key: str, default: str | None = None) -> str | None:
+            return default
+
     class Session:
         dataSource = Recorder()
+        conf = Conf()
 
     spark_ext.register(Session())  # type: ignore[arg-type]
     assert registered == ["hzsource", "hzsink"]
