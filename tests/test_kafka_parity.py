@@ -156,7 +156,7 @@ REFUSED = [
     ("startingOffsetsByTimestampStrategy+bad",
      {"startingOffsetsByTimestampStrategy": "nearest", "startingTimestamp": "0"}, False,
      "startingOffsetsByTimestampStrategy"),
-    ("endingOffsetsByTimestamp+stream", {"endingOffsetsByTimestamp": "{}"}, True,
+    ("endingOffsetsByTimestamp+stream", {"endingOffsetsByTimestamp": "{\"t\": {\"0\": 5}}"}, True,
      "ending timestamp not valid in streaming"),
     ("endingOffsets+stream", {"endingOffsets": "latest"}, True, "ending offset not valid in streaming"),
     ("minOffsetsPerTrigger+above-max", {"minOffsetsPerTrigger": "500", "maxOffsetsPerTrigger": "100"},

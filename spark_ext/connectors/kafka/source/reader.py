@@ -91,8 +91,12 @@ def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterato
     """Executor: an input partition's ranges as Arrow batches, one range after another."""
     if isinstance(partition, KafkaRanges):
         return itertools.chain.from_iterable(read_range(cfg, r) for r in partition.ranges)
-    assert isinstance(partition, KafkaRange)
-    return read_range(cfg, partition)
+    if isinstance(partition, KafkaRange):
+        return read_range(cfg, partition)
+    # A batch read with nothing to read (an empty topic, a start at the end): PySpark runs
+    # one task with a bare InputPartition(None) where ``partitions`` planned none.
+    assert type(partition) is InputPartition and partition.value is None, partition
+    return iter(())
 
 
 def source_schema(include_headers: bool) -> StructType:
