@@ -33,6 +33,7 @@ def _verified(out: str) -> None:
         assert any(line.startswith(item) for line in lines), (item, out[-3000:])
 
 
+@pytest.mark.campaign  # two minutes of the suite: make faults runs it; test_submit.py keeps spark-submit
 def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) -> None:
     """Also the companion jar as users name it: spark-submit --packages with this release's
     coordinate, from a directory outside the checkout; the windows query folds in the JVM
