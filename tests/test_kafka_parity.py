@@ -34,9 +34,12 @@ def stamped_topic(bootstrap: str) -> tuple[str, int]:
     return topic, base
 
 
-def _reader(spark: Any, fmt: str, services: Any, topic: str, stream: bool, opts: dict[str, str]) -> Any:
+def _reader(spark: Any, fmt: str, services: Any, topic: str | None, stream: bool,
+            opts: dict[str, str]) -> Any:
     r = spark.readStream if stream else spark.read
-    r = r.format(fmt).option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+    r = r.format(fmt).option("kafka.bootstrap.servers", services.kafka_bootstrap)
+    if topic is not None:
+        r = r.option("subscribe", topic)
     if fmt == "hzsource":
         r = r.option("connector", "kafka")
     for k, v in opts.items():
@@ -50,14 +53,16 @@ def batch_rows(spark: Any, fmt: str, services: Any, topic: str,
     return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
 
 
-def stream_batches(spark: Any, fmt: str, services: Any, topic: str, opts: dict[str, str], tmp: Any,
-                   trigger: dict[str, Any] | None = None, until: Any = None) -> list[tuple[float, list]]:
-    """Each micro-batch with rows: (when it ran, its sorted (partition, offset)). AvailableNow
-    unless ``trigger``; then it runs until ``until(batches)`` is true (at most 90 s)."""
+def stream_batches(spark: Any, fmt: str, services: Any, topic: str | None, opts: dict[str, str], tmp: Any,
+                   trigger: dict[str, Any] | None = None, until: Any = None,
+                   cols: tuple[str, ...] = ("partition", "offset")) -> list[tuple[float, list]]:
+    """Each micro-batch with rows: (when it ran, its sorted ``cols``). AvailableNow unless
+    ``trigger``; then it runs until ``until(batches)`` is true (at most 90 s). ``topic``
+    None: the options name what is read (``subscribePattern``)."""
     got: list[tuple[float, list]] = []
 
     def each(df: Any, batch_id: int) -> None:
-        rows = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+        rows = sorted(tuple(r) for r in df.select(*cols).collect())
         if rows:
             got.append((time.monotonic(), rows))
 
@@ -185,7 +190,7 @@ def test_what_spark_refuses_we_refuse_with_its_reason(spark, services, tmp_path,
     assert phrase in ours, ours[:2000]
 
 
-PACING_CASES = {"minOffsetsPerTrigger", "maxTriggerDelay"}
+PACING_CASES = {"minOffsetsPerTrigger", "maxTriggerDelay", "subscribePattern", "failOnDataLoss"}
 
 
 def test_min_offsets_per_trigger_holds_batches_back_as_spark_does_until_max_trigger_delay(spark, services,
@@ -231,3 +236,78 @@ def test_min_offsets_per_trigger_holds_batches_back_as_spark_does_until_max_trig
         assert sizes == [100, 100, 200], results
         assert held >= 2.0, results  # the second batch waited out most of maxTriggerDelay
     producer.flush()
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_records_deleted_by_retention_while_down_fail_or_are_skipped_as_spark_does(spark, services, tmp_path,
+                                                                                   fail):
+    """A stream reads 100 records and stops; 100 more arrive and retention deletes offsets
+    below 150 before the restart. ``failOnDataLoss=true``: both fail the restart (ours names
+    the range); ``false``: both go on from 150."""
+    from tests.support.kafka_util import delete_records_before, produce
+
+    opts = {"startingOffsets": "earliest", "failOnDataLoss": str(fail).lower()}
+    results: dict[str, list[int] | str] = {}
+    for fmt in ("kafka", "hzsource"):
+        topic = create_topic(services.kafka_bootstrap, 1, "loss")
+        produce(services.kafka_bootstrap, topic, [(0, None, b"a")] * 100)
+        first = stream_batches(spark, fmt, services, topic, opts, tmp_path)
+        produce(services.kafka_bootstrap, topic, [(0, None, b"b")] * 100)
+        delete_records_before(services.kafka_bootstrap, topic, 0, 150)
+        try:
+            again = stream_batches(spark, fmt, services, topic, opts, tmp_path)  # the same checkpoint
+            results[fmt] = sorted(o for _, rows in first + again for _, o in rows)
+        except Exception as e:  # noqa: BLE001 - the outcome compared is "it failed"
+            results[fmt] = str(e)
+    if fail:
+        assert all(isinstance(r, str) for r in results.values()), results
+        ours = str(results["hzsource"])
+        assert "records 100..149" in ours and "failOnDataLoss=false" in ours
+    else:
+        assert results["hzsource"] == results["kafka"] == list(range(100)) + list(range(150, 200))
+
+
+def test_subscribe_pattern_takes_a_new_topic_and_outlives_a_deleted_one_as_spark_does(spark, services,
+                                                                                      tmp_path):
+    """``subscribePattern`` while topics come and go: 10 records on topic a, then topic b
+    created with 10 (read from its start, as Spark does), then a deleted and 10 more on b
+    (``failOnDataLoss=false``: the stream goes on). Topic ``ab`` matches a prefix of the
+    pattern only and is never read (the pattern matches whole names)."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.support.kafka_util import produce, unique_topic
+
+    admin = AdminClient({"bootstrap.servers": services.kafka_bootstrap})
+    results = {}
+    for fmt in ("kafka", "hzsource"):
+        stem = unique_topic(f"pat-{fmt}")
+        names: dict[str, str] = {}
+
+        def make(name: str, records: int, stem: str = stem, names: dict[str, str] = names) -> None:
+            names[name] = create_topic(services.kafka_bootstrap, 1, f"{stem}-{name}")
+            produce(services.kafka_bootstrap, names[name], [(0, None, b"x")] * records)
+
+        make("a", 10)
+        make("ab", 5)
+        steps: list[str] = []
+
+        def until(got: list, steps: list[str] = steps, make: Any = make,
+                  names: dict[str, str] = names) -> bool:
+            n = sum(len(rows) for _, rows in got)
+            if n >= 10 and not steps:
+                steps.append("b")
+                make("b", 10)
+            elif n >= 20 and steps == ["b"]:
+                steps.append("deleted")
+                admin.delete_topics([names["a"]])[names["a"]].result(30)
+                produce(services.kafka_bootstrap, names["b"], [(0, None, b"y")] * 10)
+            return n >= 30
+
+        opts = {"subscribePattern": f"{stem}-[a-z]-[0-9a-f]+", "startingOffsets": "earliest",
+                "failOnDataLoss": "false"}
+        got = stream_batches(spark, fmt, services, None, opts, tmp_path,
+                             {"processingTime": "300 milliseconds"}, until,
+                             cols=("topic", "partition", "offset"))
+        results[fmt] = sorted((t.split("-")[-2], p, o) for _, rows in got for t, p, o in rows)
+    want = sorted([("a", 0, o) for o in range(10)] + [("b", 0, o) for o in range(20)])
+    assert results["hzsource"] == results["kafka"] == want, results
