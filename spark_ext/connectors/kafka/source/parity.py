@@ -36,6 +36,11 @@ PARITY: tuple[Parity, ...] = (
            "than `maxOffsetsPerTrigger` is refused", "Same; ignored by `Trigger.AvailableNow` (Spark may end "
            "such a run with records below the minimum unread)", "4.2"),
     Parity("maxTriggerDelay", "Default `15m`; Spark's time strings", "Same", "4.2"),
+    Parity("subscribePattern", "Topics matching the whole name; a topic created while running is read "
+           "from its start, a deleted one is data loss (`failOnDataLoss`)", "Same", "4.0"),
+    Parity("failOnDataLoss", "`true` fails when records were deleted before they were read (retention, a "
+           "deleted topic); `false` goes on from the earliest available", "Same; the error names the "
+           "partition and the deleted range", "4.0"),
     Parity("kafka.group.id", "Used as the consumers' group id, with a warning; `groupIdPrefix` then "
            "ignored; nothing committed", "Same (the wire fetcher joins no group at all)", "4.0"),
 )
