@@ -38,13 +38,25 @@ def kafka_libs() -> Path:
     return libs
 
 
+# Spark's Kafka connector per PySpark line where the default (4.2.0) does not run: (connector,
+# token provider), both from Maven Central.
+_BASELINE_FOR = {"4.0": ("4.0.1", "4.0.0")}
+
+
 def baseline_jars() -> list[str]:
-    """Jars of Spark's own Kafka connector and the PostgreSQL JDBC driver, for ``spark.jars``."""
-    libs = CACHE / "spark-baseline-1"
+    """Jars of Spark's own Kafka connector (built for the installed PySpark's line) and the
+    PostgreSQL JDBC driver, for ``spark.jars``."""
+    import pyspark
+
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    pinned = _BASELINE_FOR.get(line)
+    libs = CACHE / ("spark-baseline-1" if pinned is None else f"spark-baseline-1-spark{line}")
     if not list(libs.glob("spark-sql-kafka-*.jar")) or not list(libs.glob("postgresql-*.jar")):
         log(f"resolving Spark's Kafka connector and the PostgreSQL JDBC driver into {libs}")
+        versions = [] if pinned is None else [f"-Dspark.kafka.version={pinned[0]}",
+                                              f"-Dspark.token.version={pinned[1]}"]
         _mvn("-f", str(ROOT / "services" / "spark-baseline-pom.xml"), "dependency:copy-dependencies",
-             f"-DoutputDirectory={libs}", "-DincludeScope=runtime")
+             f"-DoutputDirectory={libs}", "-DincludeScope=runtime", *versions)
     return sorted(str(p) for p in libs.glob("*.jar"))
 
 

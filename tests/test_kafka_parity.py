@@ -123,6 +123,7 @@ BATCH_CASES = ("startingTimestamp", "startingTimestamp+between", "startingTimest
                "endingTimestamp+past", "endingOffsetsByTimestamp", "kafka.group.id")
 
 
+@pytest.mark.compat  # batch reads need no read limit: the oldest release has them
 def test_batch_reads_return_the_rows_spark_returns_for_each_time_option(spark, services):
     topic, base = stamped_topic(services.kafka_bootstrap)
     cases = _cases(base, topic)

@@ -94,8 +94,8 @@ def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterato
     if isinstance(partition, KafkaRange):
         return read_range(cfg, partition)
     # A batch read with nothing to read (an empty topic, a start at the end): PySpark runs
-    # one task with a bare InputPartition(None) where ``partitions`` planned none.
-    assert type(partition) is InputPartition and partition.value is None, partition
+    # one task where ``partitions`` planned none, given a bare InputPartition(None) (4.0: None).
+    assert partition is None or (type(partition) is InputPartition and partition.value is None), partition
     return iter(())
 
 
