@@ -189,7 +189,7 @@ class OptionSpec:
 
     def int_of(self, opts: Options, name: str, minimum: int | None = None) -> int:
         """Integer option ``name`` of ``opts``, else its declared default."""
-        return opts.get_int_or(name.lower(), self.default_int(name), minimum=minimum)
+        return opts.get_int_or(name, self.default_int(name), minimum=minimum)  # messages spell it so
 
     def seconds_of(self, opts: Options, name: str, minimum: int | None = None) -> float:
         """A milliseconds option (``...Ms``) of ``opts`` in seconds, else its declared default."""

@@ -38,7 +38,7 @@ def _reader(spark: Any, fmt: str, services: Any, topic: str | None, stream: bool
             opts: dict[str, str]) -> Any:
     r = spark.readStream if stream else spark.read
     r = r.format(fmt).option("kafka.bootstrap.servers", services.kafka_bootstrap)
-    if topic is not None:
+    if topic is not None and not {"assign", "subscribePattern"} & set(opts):
         r = r.option("subscribe", topic)
     if fmt == "hzsource":
         r = r.option("connector", "kafka")
@@ -88,10 +88,10 @@ def expected(partition_from: dict[int, int],
     return sorted((p, o) for p in (0, 1) for o in range(partition_from[p], to[p]))
 
 
-def test_every_documented_option_has_a_differential_case():
+def test_every_row_of_the_parity_table_has_a_differential_case():
     cases = {c for c in BATCH_CASES} | {c for c in STREAM_CASES} | {e[0] for e in REFUSED} | PACING_CASES
-    assert {row.option for row in PARITY} <= {c.split("+")[0] for c in cases}, \
-        {row.option for row in PARITY} - {c.split("+")[0] for c in cases}
+    covered = {part for c in cases for part in c.split("+")}
+    assert {row.option for row in PARITY} <= covered, {row.option for row in PARITY} - covered
 
 
 def _cases(base: int, topic: str) -> dict[str, tuple[dict[str, str], list[tuple[int, int]]]]:
@@ -114,13 +114,27 @@ def _cases(base: int, topic: str) -> dict[str, tuple[dict[str, str], list[tuple[
              "endingOffsetsByTimestamp": json.dumps({topic: {"0": base + 7 * SECOND,
                                                               "1": base + 45 * SECOND}})},
             expected({0: 5, 1: 20}, {0: 7, 1: 45})),
-        "kafka.group.id": ({"kafka.group.id": f"parity-{topic}"}, expected({0: 0, 1: 0})),
+        # Options that change how a read runs, not what it returns: all at once, the rows unchanged.
+        NEUTRAL: ({"kafka.group.id": f"parity-{topic}", "minPartitions": "7", "maxRecordsPerPartition": "7",
+                   "includeHeaders": "true", "groupIdPrefix": "parity", "kafkaConsumer.pollTimeoutMs": "5000",
+                   "fetchOffset.numRetries": "1", "fetchOffset.retryIntervalMs": "5",
+                   "failOnDataLoss": "false", "kafka.isolation.level": "read_committed"}, expected({0: 0, 1: 0})),
+        "subscribe": ({}, expected({0: 0, 1: 0})),
+        "assign": ({"assign": json.dumps({topic: [1]})}, [(1, o) for o in range(PER_PARTITION)]),
+        "startingOffsets": ({"startingOffsets": json.dumps({topic: {"0": 10, "1": -2}})},
+                            expected({0: 10, 1: 0})),
+        "endingOffsets": ({"endingOffsets": json.dumps({topic: {"0": 20, "1": -1}})},
+                          expected({0: 0, 1: 0}, {0: 20, 1: PER_PARTITION})),
     }
 
 
+NEUTRAL = ("kafka.group.id+minPartitions+maxRecordsPerPartition+includeHeaders+groupIdPrefix"
+           "+kafkaConsumer.pollTimeoutMs+fetchOffset.numRetries+fetchOffset.retryIntervalMs+failOnDataLoss"
+           "+kafka.isolation.level")
 BATCH_CASES = ("startingTimestamp", "startingTimestamp+between", "startingTimestamp+wins",
                "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingTimestamp",
-               "endingTimestamp+past", "endingOffsetsByTimestamp", "kafka.group.id")
+               "endingTimestamp+past", "endingOffsetsByTimestamp", "subscribe", "assign", "startingOffsets",
+               "endingOffsets", NEUTRAL)
 
 
 @pytest.mark.compat  # batch reads need no read limit: the oldest release has them
@@ -136,13 +150,17 @@ def test_batch_reads_return_the_rows_spark_returns_for_each_time_option(spark, s
 
 
 STREAM_CASES = ("startingTimestamp+availableNow", "startingOffsetsByTimestamp+availableNow",
-                "startingOffsetsByTimestampStrategy+availableNow")
+                "startingOffsetsByTimestampStrategy+availableNow", "maxOffsetsPerTrigger")
 
 
 def test_streams_start_where_spark_starts_for_each_time_option(spark, services, tmp_path):
     topic, base = stamped_topic(services.kafka_bootstrap)
     cases = _cases(base, topic)
-    for name in STREAM_CASES:
+    capped = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "30"}
+    sizes = {fmt: [len(rows) for _, rows in stream_batches(spark, fmt, services, topic, capped, tmp_path)]
+             for fmt in ("kafka", "hzsource")}
+    assert sizes["hzsource"] == sizes["kafka"] == [30, 30, 30, 10], sizes  # the same batch boundaries
+    for name in STREAM_CASES[:-1]:
         opts, want = cases[name.split("+")[0]]
         run = tmp_path / name
         run.mkdir()
@@ -169,6 +187,9 @@ REFUSED = [
      True, "is higher than the maxOffsetsPerTrigger"),
     ("maxTriggerDelay+bad", {"minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, True,
      "maxTriggerDelay"),
+    ("kafka.*+auto.offset.reset", {"kafka.auto.offset.reset": "earliest"}, False, "is not supported"),
+    ("minPartitions+zero", {"minPartitions": "0"}, False, "minPartitions"),
+    ("subscribe+and+assign", {"assign": "{\"t\": [0]}", "subscribePattern": "t.*"}, False, "assign"),
 ]
 
 
@@ -186,7 +207,7 @@ def test_what_spark_refuses_we_refuse_with_its_reason(spark, services, tmp_path,
         return str(e.value)
 
     spark_said, ours = run("kafka"), run("hzsource")
-    if phrase != "startingOffsetsByTimestampStrategy" and phrase != "maxTriggerDelay":
+    if phrase not in ("startingOffsetsByTimestampStrategy", "maxTriggerDelay"):
         assert phrase in spark_said, spark_said[:2000]  # the phrase is Spark's, checked on Spark
     assert phrase in ours, ours[:2000]
 

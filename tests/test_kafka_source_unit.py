@@ -90,7 +90,7 @@ def test_merged_tasks_are_balanced_and_keep_max_records() -> None:
 def test_min_records_per_partition_option() -> None:
     assert parse().min_records_per_partition == 10_000
     assert parse(minRecordsPerPartition="0").min_records_per_partition == 0
-    with pytest.raises(InvalidOptionError, match=r"minrecordsperpartition.*>= 0"):
+    with pytest.raises(InvalidOptionError, match=r"minRecordsPerPartition.*>= 0"):
         parse(minRecordsPerPartition="-1")
 
 
@@ -144,7 +144,7 @@ def test_no_subscription_rejected() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-5", "ten"])
 def test_max_offsets_per_trigger_must_be_positive_integer(value: str) -> None:
-    with pytest.raises(InvalidOptionError, match="maxoffsetspertrigger"):
+    with pytest.raises(InvalidOptionError, match="maxOffsetsPerTrigger"):
         parse(maxoffsetspertrigger=value)
 
 

@@ -259,11 +259,11 @@ class KafkaSourceConfig:
             subscription=_subscription(opts),
             starting=position(opts, "starting", "earliest" if batch else "latest"),
             ending=ending,
-            max_offsets_per_trigger=opts.get_int("maxoffsetspertrigger", minimum=1),
-            fail_on_data_loss=opts.get_bool("failondataloss", spec.default_bool("failOnDataLoss")),
-            include_headers=opts.get_bool("includeheaders", spec.default_bool("includeHeaders")),
-            min_partitions=opts.get_int("minpartitions", minimum=1),
-            max_records_per_partition=opts.get_int("maxrecordsperpartition", minimum=1),
+            max_offsets_per_trigger=opts.get_int("maxOffsetsPerTrigger", minimum=1),
+            fail_on_data_loss=opts.get_bool("failOnDataLoss", spec.default_bool("failOnDataLoss")),
+            include_headers=opts.get_bool("includeHeaders", spec.default_bool("includeHeaders")),
+            min_partitions=opts.get_int("minPartitions", minimum=1),
+            max_records_per_partition=opts.get_int("maxRecordsPerPartition", minimum=1),
             min_records_per_partition=spec.int_of(opts, "minRecordsPerPartition", minimum=0),
             poll_timeout_ms=spec.int_of(opts, "kafkaConsumer.pollTimeoutMs", minimum=1),
             metadata_timeout_s=api_timeout / 1000.0,
@@ -280,13 +280,13 @@ class KafkaSourceConfig:
 
 def _pacing(opts: Options) -> dict[str, Any]:
     """``minOffsetsPerTrigger`` / ``maxTriggerDelay``, refused as Spark refuses them."""
-    low = opts.get_int("minoffsetspertrigger", minimum=0)
-    high = opts.get_int("maxoffsetspertrigger", minimum=1)
+    low = opts.get_int("minOffsetsPerTrigger", minimum=0)
+    high = opts.get_int("maxOffsetsPerTrigger", minimum=1)
     if low is not None and high is not None and low > high:
         raise InvalidOptionError(f"The value of minOffsetPerTrigger({low}) is higher than the "
                                  f"maxOffsetsPerTrigger({high}): lower minOffsetsPerTrigger or raise "
                                  "maxOffsetsPerTrigger")
-    delay = opts.get_str("maxtriggerdelay") or SOURCE_OPTIONS.default_str("maxTriggerDelay")
+    delay = opts.get_str("maxTriggerDelay") or SOURCE_OPTIONS.default_str("maxTriggerDelay")
     return {"min_offsets_per_trigger": low or None,
             "max_trigger_delay_ms": duration_ms("maxTriggerDelay", delay)}
 

@@ -19,6 +19,29 @@ class Parity:
 
 
 PARITY: tuple[Parity, ...] = (
+    Parity("subscribe", "A comma list of topics; exactly one of `subscribe`, `subscribePattern`, `assign`",
+           "Same; a topic that does not exist fails the query at start (Spark waits for it)", "4.0"),
+    Parity("assign", "JSON of topics and partitions", "Same", "4.0"),
+    Parity("startingOffsets", "`latest` (streams) / `earliest` (batch) or JSON, -2 earliest, -1 latest",
+           "Same; the JSON must name every subscribed partition", "4.0"),
+    Parity("endingOffsets", "Batch: `latest` or JSON; refused by a stream", "Same", "4.0"),
+    Parity("maxOffsetsPerTrigger", "At most this many records a batch, shared by the partitions' backlog",
+           "Same batch sizes (a remainder may fall on another partition)", "4.2"),
+    Parity("minPartitions", "Split ranges into at least this many tasks; must be positive", "Same rows; "
+           "small ranges may share a task (`minRecordsPerPartition`)", "4.0"),
+    Parity("maxRecordsPerPartition", "Split ranges so no task reads more than this", "Same", "4.0"),
+    Parity("includeHeaders", "Adds `headers array<struct<key, value>>`", "Same schema and values", "4.0"),
+    Parity("groupIdPrefix", "Prefix of the generated group ids", "The clients' `group.id`; no group is "
+           "joined", "4.0"),
+    Parity("kafkaConsumer.pollTimeoutMs", "How long an executor polls", "How long a task or the planner "
+           "waits through a broker outage", "4.0"),
+    Parity("fetchOffset.numRetries", "Retries of the driver's offset requests", "Same", "4.0"),
+    Parity("fetchOffset.retryIntervalMs", "Wait between those retries", "Same", "4.0"),
+    Parity("kafka.isolation.level", "Client setting, default `read_uncommitted`", "Default `read_committed`: "
+           "a pipeline behind a transactional sink never sees aborted records", "4.0"),
+    Parity("kafka.*", "Client settings; `auto.offset.reset`, `enable.auto.commit`, the deserializers and "
+           "interceptors refused", "Same refusals with the fix named; Java security names translated for "
+           "librdkafka", "4.0"),
     Parity("startingTimestamp", "Every partition starts at its first record with a timestamp at or after "
            "it; wins over the other two start options", "Same", "4.0"),
     Parity("startingOffsetsByTimestamp", "The same per partition; the JSON must name every assigned "
