@@ -71,7 +71,7 @@ def stream_batches(spark: Any, fmt: str, services: Any, topic: str | None, opts:
          .trigger(**(trigger or {"availableNow": True})).start())
     try:
         if trigger is None:
-            q.awaitTermination(120)
+            assert q.awaitTermination(120), f"{fmt}: still running after 120 s"
         else:
             deadline = time.monotonic() + 90
             while not until(got) and time.monotonic() < deadline and q.isActive:
@@ -219,46 +219,51 @@ PACING_CASES = {"minOffsetsPerTrigger", "maxTriggerDelay", "subscribePattern", "
 def test_min_offsets_per_trigger_holds_batches_back_as_spark_does_until_max_trigger_delay(spark, services,
                                                                                          tmp_path):
     """100 records ready: the first trigger never waits (one batch of 100). 100 more: fewer
-    than minOffsetsPerTrigger=150, so no batch until maxTriggerDelay (3 s) passed since the
+    than minOffsetsPerTrigger=150, so no batch until maxTriggerDelay (5 s) passed since the
     last. Then 200 at once (one transaction, read_committed): at or above the minimum, a
-    batch at the next trigger. Spark and ours: the same three batches."""
-    topic = ""
-    opts = {"minOffsetsPerTrigger": "150", "maxTriggerDelay": "3s", "startingOffsets": "earliest",
+    batch at the next trigger. Spark and ours: the same three batches, the second held."""
+    from tests.support.kafka_util import unique_topic
+
+    opts = {"minOffsetsPerTrigger": "150", "maxTriggerDelay": "5s", "startingOffsets": "earliest",
             "kafka.isolation.level": "read_committed"}
-    producer = Producer({"bootstrap.servers": services.kafka_bootstrap, "transactional.id": f"pace-{topic}"})
+    producer = Producer({"bootstrap.servers": services.kafka_bootstrap,
+                         "transactional.id": unique_topic("pace-tx")})
     producer.init_transactions()
-
-    def send(n: int) -> float:
-        producer.begin_transaction()
-        for i in range(n):
-            producer.produce(topic, b"x", partition=i % 2)
-        producer.commit_transaction()
-        return time.monotonic()
-
     results = {}
-    for fmt in ("kafka", "hzsource"):
-        topic = create_topic(services.kafka_bootstrap, 2, "pace")  # each run its own
-        send(100)
-        sent: list[float] = []
+    try:
+        for fmt in ("kafka", "hzsource"):
+            topic = create_topic(services.kafka_bootstrap, 2, "pace")  # each run its own
 
-        def until(got: list, sent: list[float] = sent) -> bool:
-            if len(got) == 1 and not sent:
-                sent.append(send(100))
-            elif len(got) == 2 and len(sent) == 1:
-                sent.append(send(200))
-            return len(got) >= 3
+            def send(n: int, topic: str = topic) -> float:
+                producer.begin_transaction()
+                for i in range(n):
+                    producer.produce(topic, b"x", partition=i % 2)
+                producer.commit_transaction()
+                return time.monotonic()
 
-        run = tmp_path / fmt
-        run.mkdir()
-        got = stream_batches(spark, fmt, services, topic, opts, run, {"processingTime": "200 milliseconds"},
-                             until)
-        sizes = [len(rows) for _, rows in got]
-        held = got[1][0] - got[0][0] if len(got) > 1 else 0.0
-        results[fmt] = (sizes, held)
+            send(100)
+            sent: list[float] = []
+
+            def until(got: list, sent: list[float] = sent, send: Any = send) -> bool:
+                if len(got) == 1 and not sent:
+                    sent.append(send(100))
+                elif len(got) == 2 and len(sent) == 1:
+                    sent.append(send(200))
+                return len(got) >= 3
+
+            run = tmp_path / fmt
+            run.mkdir()
+            got = stream_batches(spark, fmt, services, topic, opts, run,
+                                 {"processingTime": "200 milliseconds"}, until)
+            sizes = [len(rows) for _, rows in got]
+            # From the moment the second 100 were there: without the pacing, a batch within a trigger or two.
+            held = got[1][0] - sent[0] if len(got) > 1 and sent else 0.0
+            results[fmt] = (sizes, held)
+    finally:
+        producer.flush()
     for sizes, held in results.values():
         assert sizes == [100, 100, 200], results
-        assert held >= 2.0, results  # the second batch waited out most of maxTriggerDelay
-    producer.flush()
+        assert held >= 2.5, results  # held back for most of the 5 s since the first batch
 
 
 @pytest.mark.parametrize("fail", [True, False])
@@ -280,8 +285,9 @@ def test_records_deleted_by_retention_while_down_fail_or_are_skipped_as_spark_do
         try:
             again = stream_batches(spark, fmt, services, topic, opts, tmp_path)  # the same checkpoint
             results[fmt] = sorted(o for _, rows in first + again for _, o in rows)
-        except Exception as e:  # noqa: BLE001 - the outcome compared is "it failed"
+        except Exception as e:  # noqa: BLE001 - the outcome compared is "it failed", for data loss
             results[fmt] = str(e)
+            assert "failOnDataLoss" in results[fmt], results[fmt][:2000]
     if fail:
         assert all(isinstance(r, str) for r in results.values()), results
         ours = str(results["hzsource"])

@@ -274,7 +274,7 @@ class KafkaSourceConfig:
             security=security,
             commit_group=_commit_group(opts),
             timestamp_strategy=strategy(opts),
-            **_pacing(opts),
+            **({} if batch else _pacing(opts)),
         )
 
 

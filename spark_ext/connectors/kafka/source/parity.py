@@ -58,7 +58,8 @@ PARITY: tuple[Parity, ...] = (
            "`maxTriggerDelay` passed since the last batch; the first trigger of a run never waits; larger "
            "than `maxOffsetsPerTrigger` is refused", "Same; ignored by `Trigger.AvailableNow` (Spark may end "
            "such a run with records below the minimum unread)", "4.2"),
-    Parity("maxTriggerDelay", "Default `15m`; Spark's time strings", "Same", "4.2"),
+    Parity("maxTriggerDelay", "Default `15m`; Spark's time strings", "Same units (`us`, `ms`, `s`, `m`, "
+           "`min`, `h`, `d`; a bare number is ms); a negative delay is refused", "4.2"),
     Parity("subscribePattern", "Topics matching the whole name; a topic created while running is read "
            "from its start, a deleted one is data loss (`failOnDataLoss`)", "Same", "4.0"),
     Parity("failOnDataLoss", "`true` fails when records were deleted before they were read (retention, a "

@@ -28,11 +28,10 @@ _UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3
 
 
 def _timestamp(option: str, value: str) -> int:
-    try:
+    if re.fullmatch(r"-?[0-9]+", value.strip()):  # Spark's toLong: no underscores, no other digits
         return int(value.strip())
-    except ValueError:
-        raise InvalidOptionError(f"option {option!r}: Expected a single long value, got {value!r} (epoch "
-                                 "milliseconds, e.g. 1700000000000)") from None
+    raise InvalidOptionError(f"option {option!r}: Expected a single long value, got {value!r} (epoch "
+                             "milliseconds, e.g. 1700000000000)")
 
 
 def _timestamps(option: str, value: str) -> PartitionOffsets:
@@ -80,7 +79,7 @@ def strategy(opts: Options) -> str:
 
 def duration_ms(option: str, value: str) -> int:
     """Spark's time strings (``15m``, ``30s``, ``500ms``, ``1h``; a bare number is ms)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    m = re.fullmatch(r"\s*([0-9]+)([a-z]*)\s*", value.lower())
     if m is None or m.group(2) not in (*_UNITS_MS, ""):
         raise InvalidOptionError(f"option {option!r} is {value!r}; expected a duration such as 15m, 30s, "
                                  "500ms or 1h (a bare number is milliseconds)")

@@ -95,8 +95,9 @@ def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterato
         return read_range(cfg, partition)
     # A batch read with nothing to read (an empty topic, a start at the end): PySpark runs
     # one task where ``partitions`` planned none, given a bare InputPartition(None) (4.0: None).
-    assert partition is None or (type(partition) is InputPartition and partition.value is None), partition
-    return iter(())
+    if partition is None or (type(partition) is InputPartition and partition.value is None):
+        return iter(())
+    raise TypeError(f"the Kafka source cannot read a {type(partition).__name__}: {partition!r}")
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -153,9 +154,10 @@ class _Planner:
             )
         missing = set(tps) - set(specific)
         if missing:
+            what = "a timestamp" if spec_kind == "by_timestamp" else "an offset (-2 earliest, -1 latest)"
             raise InvalidOptionError(
-                f"option {option!r} must give an offset for every subscribed partition; missing "
-                f"{describe(missing)} (use -2 for earliest, -1 for latest)"
+                f"option {option!r} must give {what} for every subscribed partition; missing "
+                f"{describe(missing)}"
             )
         if spec_kind == "by_timestamp":
             return self._by_time(dict(specific), pos, start)
@@ -315,12 +317,12 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         recreated = {tp for tp, s in begin.items() if tp in latest and latest[tp] < s}
         end = {**begin, **latest}
         end = {tp: o if tp in recreated else max(o, begin.get(tp, 0)) for tp, o in end.items()}
+        counted_from = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}  # as ranges() reads
         if self._pacer is not None and not isinstance(limit, ReadAllAvailable) \
-                and self._pacer.wait(begin, end):
+                and self._pacer.wait(counted_from, end):
             return start  # fewer new records than minOffsetsPerTrigger, and maxTriggerDelay not over
         if isinstance(limit, ReadMaxRows):
-            from_ = {tp: 0 if tp in recreated else begin.get(tp, 0) for tp in end}
-            end = rate_limit(from_, end, limit.max_rows)
+            end = rate_limit(counted_from, end, limit.max_rows)
         return self._remember(to_json(end))
 
     def _toward_target(self, begin: PartitionOffsets, limit: ReadLimit | None) -> dict:
@@ -464,8 +466,8 @@ def _warn_group_id(options: Options) -> None:
     """Spark's warnings for a ``group.id`` of the user's: it is used, and it is risky."""
     if options.get_str("kafka.group.id") is None:
         return
-    log.warning("Kafka option 'kafka.group.id' has been set on this query: queries or sources sharing a "
-                "group id interfere with each other's authorization and quotas; the source joins no group "
-                "and commits nothing to it")
+    log.warning("Kafka option 'kafka.group.id' has been set on this query: the source joins no group and "
+                "reads nothing back from it, but ACLs and quotas on that group are shared with every other "
+                "client using it (commitOffsetsToGroup commits to its own group)")
     if options.get_str("groupidprefix") is not None:
         log.warning("option groupIdPrefix is ignored, as option kafka.group.id has been set")
