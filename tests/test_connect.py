@@ -119,6 +119,7 @@ def test_exactly_once_writes_inside_foreach_batch_through_spark_connect(connect_
     assert pg_util.prepared(services.postgres_url, sink_id) == []
 
 
+@pytest.mark.campaign  # make faults: windows through Connect (make test keeps Kafka -> PostgreSQL)
 def test_windows_with_their_state_in_files_through_spark_connect(connect_url, tmp_path: Path) -> None:
     """A Connect client has no JVM: the windows fold in Python, and stage 2 keeps its state
     in files (``state_location``) on the server's executors. The windows are those of the

@@ -218,6 +218,7 @@ def test_an_idle_query_acknowledges_what_committed_within_a_trigger(spark, servi
     assert count(url, table) == 3000
 
 
+@pytest.mark.campaign  # 35 s of the suite: make faults runs it
 def test_a_poison_message_fails_every_start_and_is_never_acknowledged(spark, services, tmp_path):
     """What docs/failures.md promises: a message whose batch always fails (here the first message,
     so it is in the first batch however the rest is split) fails the query; nothing of

@@ -177,7 +177,7 @@ def test_broker_down_fails_at_start(spark, services, tmp_path):
 
 @pytest.mark.parametrize(("opts", "needle"), [
     ({"destination": "orders"}, "expected /queue/"),
-    ({"maxMessagesPerTrigger": "0"}, "maxmessagespertrigger"),
+    ({"maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
     ({"brokerUrl": "http://x"}, "brokerUrl"),
 ])
 def test_bad_options_fail_at_load(spark, services, opts, needle):

@@ -266,6 +266,7 @@ def test_min_offsets_per_trigger_holds_batches_back_as_spark_does_until_max_trig
         assert held >= 2.5, results  # held back for most of the 5 s since the first batch
 
 
+@pytest.mark.campaign  # make faults; make test keeps test_kafka_source.py's own data-loss cases
 @pytest.mark.parametrize("fail", [True, False])
 def test_records_deleted_by_retention_while_down_fail_or_are_skipped_as_spark_does(spark, services, tmp_path,
                                                                                    fail):

@@ -132,8 +132,7 @@ def test_new_partitions_are_read_from_offset_zero(spark, services, tmp_path):
     assert [o for p, o in got if p == 3] == list(range(10))
 
 
-# The default (wire) fetcher's data loss is compared with Spark's own source in test_kafka_parity.py.
-@pytest.mark.parametrize("fetcher", ["librdkafka"])
+@pytest.mark.parametrize("fetcher", FETCHERS)
 @pytest.mark.parametrize("fail", [True, False])
 def test_fail_on_data_loss(spark, services, tmp_path, fail, fetcher):
     topic = create_topic(services.kafka_bootstrap, 1, "loss")
@@ -239,7 +238,7 @@ def test_unknown_client_setting_fails_at_start(spark, services, tmp_path):
 @pytest.mark.parametrize(("opts", "needle"), [
     ({"assign": '{"t": [0]}'}, "exactly one of"),
     ({"startingOffsets": "{oops"}, "startingOffsets"),
-    ({"maxOffsetsPerTrigger": "0"}, "maxoffsetspertrigger"),
+    ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
 ])
 def test_bad_options_fail_at_load(spark, services, opts, needle):
     with pytest.raises(Exception, match=needle):
