@@ -38,7 +38,6 @@ def register(spark: SparkSession) -> None:
 
     spark.dataSource.register(HzSource)
     spark.dataSource.register(HzSink)
-    if spark.conf.get("spark.sparkext.metrics.port", None):
-        from spark_ext.monitoring import serve_configured
+    from spark_ext.monitoring import serve_configured
 
-        serve_configured(spark)
+    serve_configured(spark)

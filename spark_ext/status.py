@@ -94,6 +94,21 @@ class SourceLag:
                 "latest": self.latest, "lag": self.lag}
 
 
+def kafka_offsets(doc: Any) -> dict[tuple[str, int], int] | None:
+    """A source's offsets as ``{(topic, partition): offset}`` if they have the shape Spark's
+    Kafka source and ours write (``{"topic": {"0": 42}}``), None for any other source's.
+    Here, not under the Kafka connector: the exporter uses it without the Kafka extra."""
+    if not isinstance(doc, dict) or not doc:
+        return None
+    out = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict) or not all(str(p).isdigit() and type(o) is int
+                                                  for p, o in parts.items()):
+            return None
+        out.update({(str(topic), int(p)): o for p, o in parts.items()})
+    return out
+
+
 def committed_offsets(checkpoint: str) -> tuple[int, list[Any]] | None:
     """The last batch a query's checkpoint records as committed (``commits/<n>``) and each
     source's end offsets of it (``offsets/<n>``: parsed JSON, None for a source without);

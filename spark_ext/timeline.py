@@ -95,8 +95,7 @@ def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: Pla
     fields = {"rows": rows, "transactions": commit.transactions, "decide_ms": round(commit.decide_ms, 1),
               "commit_ms": round(commit.commit_ms, 1), "dead_letters": commit.dead_letters,
               "batch_ms": round(max(ended_ms - plan.started_ms, 0.0), 1) if plan is not None else None,
-              "at": ended_ms / 1000, "retries": retries, "epoch": _epoch(claim),
-              "recovered": (claim.committed + claim.rolled_back) if claim is not None else 0}
+              "at": ended_ms / 1000, **_claimed(claim, retries)}
     cards.write(query_id, label, batch_id, fields)
     return line(label, batch_id, query_id, rows, plan, writes, commit, ended_ms)
 
@@ -106,9 +105,13 @@ def recovered(label: str, batch_id: int, query_id: str | None, claim: Claim[Any]
     after a crash): its epoch and the transactions that take-over resolved."""
     from spark_ext.monitoring import cards
 
-    cards.write(query_id, label, batch_id, {"rows": 0, "at": time.time(), "retries": retries,
-                                            "epoch": _epoch(claim),
-                                            "recovered": claim.committed + claim.rolled_back})
+    cards.write(query_id, label, batch_id, {"rows": 0, "at": time.time(), **_claimed(claim, retries)})
+
+
+def _claimed(claim: Claim[Any] | None, retries: int) -> dict[str, Any]:
+    """A card's figures of the batch's claim and its commit's retries."""
+    recovered = (claim.committed + claim.rolled_back) if claim is not None else 0
+    return {"retries": retries, "epoch": _epoch(claim), "recovered": recovered}
 
 
 def _epoch(claim: Any) -> int | None:

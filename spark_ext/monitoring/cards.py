@@ -63,11 +63,16 @@ def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any
             except (ValueError, TypeError, KeyError):
                 total = 0
             card[f"{key}_total"] = total + int(fields.get(key) or 0)
-        tmp = where / f".{path.name}.{os.getpid()}"
-        tmp.write_text(json.dumps(card))
-        os.replace(tmp, path)
+        _replace(path, card)
     except Exception as e:  # noqa: BLE001 - after the commit: a card must never fail the batch
         log.debug("could not write the metrics card of %s: %s", label, e)
+
+
+def _replace(path: Path, card: dict[str, Any]) -> None:
+    """Write ``card`` beside ``path`` and rename it over: a reader sees the old card or the new."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(json.dumps(card))
+    os.replace(tmp, path)
 
 
 def read(query_id: str) -> list[dict[str, Any]]:
@@ -98,9 +103,7 @@ def write_source(label: str, fields: dict[str, Any]) -> None:
         where = base / SOURCES
         where.mkdir(mode=0o700, exist_ok=True)
         path = where / _name(label)
-        tmp = where / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
-        tmp.write_text(json.dumps({**fields, "at": time.time()}))
-        os.replace(tmp, path)
+        _replace(path, {**fields, "at": time.time()})
     except Exception as e:  # noqa: BLE001 - a card must never fail the query
         log.debug("could not write the metrics card of %s: %s", label, e)
 

@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_ext.monitoring import cards
 from spark_ext.monitoring.metrics import BY_NAME
+from spark_ext.status import kafka_offsets
 
 SOURCE_CARD_AGE_S = 300.0  # a queue source's card is renewed every 5 s while its reader lives
 
@@ -87,18 +88,10 @@ def _offsets(value: Any) -> Any:
 
 def _lags(offsets_end: Any, offsets_latest: Any) -> dict[tuple[str, str], int]:
     """Per (topic, partition): latest minus end, for a Kafka source's offsets ({topic: {p: n}})."""
-    end, latest = _offsets(offsets_end), _offsets(offsets_latest)
-    if not isinstance(end, dict) or not isinstance(latest, dict):
+    end, latest = kafka_offsets(_offsets(offsets_end)), kafka_offsets(_offsets(offsets_latest))
+    if end is None or latest is None:
         return {}
-    out = {}
-    for topic, parts in latest.items():
-        if not isinstance(parts, dict):
-            return {}  # not a Kafka source's offsets
-        for p, n in parts.items():
-            done = end.get(topic, {}).get(p) if isinstance(end.get(topic), dict) else None
-            if isinstance(n, int) and isinstance(done, int):
-                out[(str(topic), str(p))] = max(n - done, 0)
-    return out
+    return {(t, str(p)): max(n - end[(t, p)], 0) for (t, p), n in latest.items() if (t, p) in end}
 
 
 class Families:

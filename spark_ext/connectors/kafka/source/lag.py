@@ -9,24 +9,11 @@ from the running query, so a stopped or crashed query's lag shows too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
-from spark_ext.connectors.kafka.source.offsets import PartitionOffsets, from_json
 from spark_ext.options import Options
-from spark_ext.status import SourceLag, committed_offsets
-
-
-def kafka_offsets(doc: Any) -> PartitionOffsets | None:
-    """A source's offsets if they are Kafka's shape (None for any other source's)."""
-    if not isinstance(doc, Mapping) or not doc:
-        return None
-    for parts in doc.values():
-        if not isinstance(parts, Mapping) or not all(
-                str(p).isdigit() and type(o) is int for p, o in parts.items()):
-            return None
-    return from_json(doc)
+from spark_ext.status import SourceLag, committed_offsets, kafka_offsets
 
 
 def checkpoint_lag(bootstrap: str, checkpoint: str,
