@@ -117,8 +117,9 @@ class KafkaMetadata:
             missing = [t for t in sub.topics if t not in topics]
             if strict and missing:
                 raise UnknownTopicError(
-                    f"topic(s) {', '.join(missing)} do not exist on {self._cfg.bootstrap}; create them "
-                    "first (readers never auto-create topics) or fix option 'subscribe'"
+                    f"topic(s) {', '.join(missing)} do not exist on {self._cfg.bootstrap} (Kafka's "
+                    "UNKNOWN_TOPIC_OR_PARTITION: This server does not host this topic-partition); "
+                    "create them first (readers never auto-create topics) or fix option 'subscribe'"
                 )
             return sorted((t, p) for t in sub.topics if t in topics for p in range(topics[t]))
         missing_tp = [(t, p) for t, p in sub.assigned if p >= topics.get(t, 0)]

@@ -20,7 +20,8 @@ class Parity:
 
 PARITY: tuple[Parity, ...] = (
     Parity("subscribe", "A comma list of topics; exactly one of `subscribe`, `subscribePattern`, `assign`",
-           "Same; a topic that does not exist fails the query at start (Spark waits for it)", "4.0"),
+           "Same; a topic that does not exist fails the query at start, as Spark's admin-based "
+           "offset reader does", "4.0"),
     Parity("assign", "JSON of topics and partitions", "Same", "4.0"),
     Parity("startingOffsets", "`latest` (streams) / `earliest` (batch) or JSON, -2 earliest, -1 latest",
            "Same; the JSON must name every subscribed partition", "4.0"),
