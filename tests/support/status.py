@@ -21,7 +21,7 @@ def where(case: SinkCase, target: str, ckpt: Path) -> list[str]:
     """The connection arguments the doctor takes, for the sink of this checkpoint."""
     s = case.services
     if case.name == "jdbc":
-        return ["--url", s.postgres_url, "--sink", checkpoint_sink_id(str(ckpt))]
+        return ["--url", case.url, "--sink", checkpoint_sink_id(str(ckpt))]  # type: ignore[attr-defined]
     if case.name == "kafka":
         return ["--bootstrap", s.kafka_bootstrap, "--prefix", kafka_sink.prefix_of(ckpt), "--topic", target]
     return ["--broker", f"stomp://{s.stomp_host}:{s.stomp_port}", "--user", s.stomp_user,
@@ -30,7 +30,8 @@ def where(case: SinkCase, target: str, ckpt: Path) -> list[str]:
 
 def secrets(case: SinkCase) -> list[str]:
     s = case.services
-    return [p for p in (make_url(s.postgres_url).password, s.stomp_password) if p]
+    return [p for p in (make_url(s.postgres_url).password, make_url(s.postgres_tls_admin_url).password,
+                        s.stomp_password) if p]
 
 
 def status(case: SinkCase, target: str, ckpt: Path, capsys, monkeypatch) -> dict[str, Any]:

@@ -2,8 +2,12 @@
 
 ``url`` is a SQLAlchemy URL (``postgresql+psycopg2://user:pw@host:5432/db``) or Spark's
 JDBC form (``jdbc:postgresql://host:5432/db``) with ``user`` / ``password`` options.
-The password travels inside the config to executors (they must connect) but is never
-part of a message or a log line: ``safe_url`` is what we show.
+A password given inline travels inside the config to executors (they must connect) but
+is never part of a message or a log line: ``safe_url`` is what we show. One given by
+``passwordFile`` / ``passwordEnv`` travels as the file's or variable's name and is read
+at each connect (``open_url``). TLS settings (``sslmode``, ``sslrootcert``, ``sslcert``,
+``sslkey``) ride in the URL's query and reach every connection; pgjdbc's ``ssl=true``
+means ``sslmode=verify-full``, as it does for pgjdbc.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from sqlalchemy.exc import ArgumentError
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
+from spark_ext.secrets import Secret, secret, secret_options
 
 SINK_OPTIONS = OptionSpec.of(
     Option("url", "SQLAlchemy URL (`postgresql+psycopg2://user@host:5432/db`) or Spark's "
            "`jdbc:postgresql://host:5432/db`.", required=True),
     Option("user", "Overrides the URL's user."),
-    Option("password", "Overrides the URL's password; never logged."),
+    Option("password", "Overrides the URL's password; never logged (prefer `passwordFile`)."),
+    *secret_options(),
     Option("dbtable", "`table` or `schema.table`; must exist unless `createTable` is true.", required=True),
     Option("createTable", "Create the table when missing: columns from the DataFrame, `upsertKeys` as "
            "primary key.", default=False),
@@ -54,7 +60,7 @@ def parse_url(value: str, user: str | None, password: str | None) -> URL:
                     f"option 'url' names JDBC scheme {parts.scheme!r}; this sink writes PostgreSQL only "
                     "(jdbc:postgresql://host:5432/db)"
                 )
-            query = dict(parse_qsl(parts.query))
+            query = _libpq_query(dict(parse_qsl(parts.query)))
             url = URL.create(
                 "postgresql+psycopg2", username=query.pop("user", None), password=query.pop("password", None),
                 host=parts.hostname, port=parts.port, database=parts.path.lstrip("/") or None, query=query,
@@ -78,6 +84,17 @@ def parse_url(value: str, user: str | None, password: str | None) -> URL:
     return url
 
 
+def _libpq_query(query: dict[str, str]) -> dict[str, str]:
+    """pgjdbc's ``ssl=true`` as libpq says it: pgjdbc then verifies the server's
+    certificate and name (``verify-full``) unless ``sslmode`` says otherwise."""
+    ssl = query.pop("ssl", None)
+    if ssl is not None and ssl.lower() not in ("true", "false"):
+        raise InvalidOptionError(f"option 'url' has ssl={ssl!r}; expected ssl=true or ssl=false")
+    if ssl is not None and ssl.lower() == "true":
+        query.setdefault("sslmode", "verify-full")
+    return query
+
+
 @dataclass(frozen=True)
 class JdbcSinkConfig:
     """Everything writers and committers need. No connections; secrets never in repr."""
@@ -92,6 +109,7 @@ class JdbcSinkConfig:
     lock_timeout_ms: int
     guarantee: Guarantee
     reconnect_timeout_s: float = 180.0  # how long a restarting server is waited for
+    password: Secret | None = None  # by reference (passwordFile / passwordEnv): read at each connect
 
     def __repr__(self) -> str:
         return f"JdbcSinkConfig({self.safe_url}, {self.qualified}, sink_id={self.sink_id!r})"
@@ -99,6 +117,10 @@ class JdbcSinkConfig:
     @property
     def safe_url(self) -> str:
         return self.url.render_as_string(hide_password=True)
+
+    def open_url(self) -> URL:
+        """The URL to connect with: a password given by reference is read now."""
+        return self.url if self.password is None else self.url.set(password=self.password.reveal())
 
     @property
     def qualified(self) -> str:
@@ -108,7 +130,11 @@ class JdbcSinkConfig:
     def parse(opts: Options, guarantee: Guarantee) -> JdbcSinkConfig:
         spec = SINK_OPTIONS
         spec.check(opts.raw(), "hzsink connector 'jdbc'")
-        url = parse_url(opts.require("url"), opts.get_str("user"), opts.get_str("password"))
+        pw = secret(opts)
+        url = parse_url(opts.require("url"), opts.get_str("user"), pw.value if pw else None)
+        if pw is not None and pw.by_reference and url.password is not None:
+            raise InvalidOptionError(f"option 'url' carries a password and option '{pw.option}"
+                                     f"{'File' if pw.file else 'Env'}' gives one too; drop it from the URL")
         dbtable = opts.require("dbtable").strip()
         schema, _, table = dbtable.rpartition(".")
         if not table:
@@ -127,6 +153,7 @@ class JdbcSinkConfig:
             lock_timeout_ms=spec.int_of(opts, "lockTimeoutMs", minimum=1),
             guarantee=guarantee,
             reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
+            password=pw if pw is not None and pw.by_reference else None,
         )
 
 

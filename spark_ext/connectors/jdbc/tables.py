@@ -125,14 +125,36 @@ class JdbcSinkSetup:
 def engine(cfg: JdbcSinkConfig) -> sa.Engine:
     """Connections that wait out a restarting server, as every connection of the sink does."""
     return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool,
-                            creator=lambda: connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id))
+                            creator=lambda: connect(cfg.open_url(), cfg.reconnect_timeout_s, cfg.sink_id))
+
+
+# libpq's words for a refused connection -> the fix, checked in this order.
+_FIXES = (
+    ("certificate verify failed", "the server's certificate is not signed by the CA in the URL's "
+     "sslrootcert (or none is given): point sslrootcert at the CA that signed it"),
+    ("does not match host name", "the server's certificate does not name the URL's host: connect by a "
+     "name the certificate carries"),
+    ("certificate expired", "a certificate has expired (the client's sslcert, or the server's): renew it"),
+    ("requires a valid client certificate", "the server logs this user in by certificate: add sslcert "
+     "and sslkey to the URL"),
+    ("no encryption", "the server refuses clear text: add sslmode=verify-full and sslrootcert to the URL"),
+    ("server does not support SSL", "the server does not serve TLS: enable ssl on it, or lower sslmode"),
+    ("could not open certificate file", "the URL's sslcert cannot be read on this host"),
+    ("could not load private key file", "the URL's sslkey cannot be read on this host"),
+    ("has group or world access", "the URL's sslkey is readable by others: chmod 0600 it"),
+    ("root certificate file", "the URL's sslrootcert cannot be read on this host"),
+    ("password authentication failed", "check the user and the password (url, password, passwordFile or "
+     "passwordEnv)"),
+)
 
 
 def connect_error(cfg: JdbcSinkConfig, e: Exception) -> ConnectorError:
-    """A clear error that never shows the password."""
+    """A clear error naming the server and the fix, never the password."""
     orig = getattr(e, "orig", None) or e
-    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-    return ConnectorError(f"cannot use PostgreSQL at {cfg.safe_url}: {text}")
+    text = str(orig).strip()
+    first = text.splitlines()[0] if text else type(orig).__name__
+    fix = next((f for words, f in _FIXES if words in text), None)
+    return ConnectorError(f"cannot use PostgreSQL at {cfg.safe_url}: {first}" + (f"; {fix}" if fix else ""))
 
 
 def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> SqlPlan:

@@ -158,7 +158,7 @@ class Db:
 
     def __init__(self, cfg: JdbcSinkConfig) -> None:
         try:
-            self.conn = connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id)
+            self.conn = connect(cfg.open_url(), cfg.reconnect_timeout_s, cfg.sink_id)
         except psycopg2.OperationalError as e:
             raise RetriableCommitError(
                 f"cannot reach PostgreSQL at {cfg.safe_url}: {str(e).strip()}"

@@ -81,7 +81,7 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
         cfg = self.cfg
         try:
-            conn = connect(cfg.url, cfg.reconnect_timeout_s, cfg.sink_id, self.epoch)
+            conn = connect(cfg.open_url(), cfg.reconnect_timeout_s, cfg.sink_id, self.epoch)
         except psycopg2.Error as e:
             raise ConnectorError(f"cannot connect to PostgreSQL at {cfg.safe_url}: {e}".strip()) from None
         try:
@@ -264,7 +264,7 @@ class PreparingJdbcWriter(JdbcWriter):
         cfg = self.cfg
         limit, ours = "?", "?"
         try:
-            other = connect(cfg.url, 0.0, cfg.sink_id)
+            other = connect(cfg.open_url(), 0.0, cfg.sink_id)
             try:
                 with other.cursor() as cur:
                     cur.execute("SHOW max_prepared_transactions")
@@ -310,7 +310,7 @@ class PreparingJdbcWriter(JdbcWriter):
                    and started_before(g, self.fence, task.task_attempt_id)]
         if not earlier:
             return
-        other = connect(self.cfg.url, self.cfg.reconnect_timeout_s, self.cfg.sink_id)
+        other = connect(self.cfg.open_url(), self.cfg.reconnect_timeout_s, self.cfg.sink_id)
         other.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
         try:
             for gid in earlier:

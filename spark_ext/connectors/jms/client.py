@@ -22,6 +22,7 @@ from spark_ext.connectors.jms.config import JmsSourceConfig
 from spark_ext.errors import ConnectorError
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Deadline
+from spark_ext.secrets import reveal
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class StompReceiver:
             raise ConnectorError(f"cannot connect to {who}: {type(e).__name__}: {e}. "
                                  "Check options host/port (or brokerUrl)") from None
         try:
-            conn.login(cfg.user, cfg.password, _HEARTBEAT_MS, cfg.connect_timeout_s)
+            conn.login(cfg.user, reveal(cfg.password), _HEARTBEAT_MS, cfg.connect_timeout_s)
         except wire.WireError as e:
             conn.close()
             raise ConnectorError(f"the STOMP broker at {cfg.host}:{cfg.port} refused the login: {e}. "

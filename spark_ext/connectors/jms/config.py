@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec
+from spark_ext.secrets import Secret, secret, secret_options
 
 #: The broker's address and login, shared by the queue source and sink.
 BROKER_OPTIONS = (
@@ -15,7 +16,8 @@ BROKER_OPTIONS = (
     Option("port", "The broker's STOMP acceptor port.", default=61613),
     Option("brokerUrl", "`stomp://host:port`; wins over `host` and `port`."),
     Option("user", "The broker login."),
-    Option("password", "The broker password; never logged."),
+    Option("password", "The broker password; never logged (prefer `passwordFile`)."),
+    *secret_options(what="the broker password"),
 )
 
 SOURCE_OPTIONS = OptionSpec.of(
@@ -55,7 +57,7 @@ class JmsSourceConfig:
     host: str
     port: int
     user: str | None
-    password: str | None
+    password: Secret | None  # read where each connection logs in
     destination: str
     guarantee: Guarantee
     max_per_trigger: int
@@ -96,7 +98,7 @@ class JmsSourceConfig:
             host=host,
             port=port,
             user=opts.get_str("user"),
-            password=opts.get_str("password"),
+            password=secret(opts),
             destination=dest,
             guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee(spec.default_str("guarantee"))),
             max_per_trigger=spec.int_of(opts, "maxMessagesPerTrigger", minimum=1),

@@ -19,6 +19,7 @@ import threading
 from spark_ext.connectors.jms.config import JmsSourceConfig
 from spark_ext.connectors.jms.session import BrokerSession, ManagementRefusedError
 from spark_ext.monitoring import cards
+from spark_ext.secrets import reveal
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ class QueueGauges:
         None when it could not be read this time."""
         cfg = self.cfg
         try:
-            with BrokerSession(cfg.host, cfg.port, cfg.user, cfg.password, cfg.connect_timeout_s) as s:
+            login = (cfg.user, reveal(cfg.password))
+            with BrokerSession(cfg.host, cfg.port, *login, cfg.connect_timeout_s) as s:
                 return int(s.attribute(f"queue.{self.queue}", "MessageCount"))
         except ManagementRefusedError as e:
             log.info("the queue source reports no queue depth: %s", e)

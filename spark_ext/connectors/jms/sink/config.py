@@ -1,7 +1,8 @@
 """Options of the queue sink (STOMP), parsed on the driver into a frozen, picklable config.
 
-The password travels inside the config to executors (they log in) but never into a
-message or a log line (``__repr__``).
+A password given inline travels inside the config to executors (they log in) but never
+into a message or a log line (``__repr__``); one given by ``passwordFile`` / ``passwordEnv``
+travels as the file's or variable's name and is read where each connection logs in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from spark_ext.connectors.jms.config import BROKER_OPTIONS, broker_address, dest
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
+from spark_ext.secrets import Secret, secret
 
 SINK_OPTIONS = OptionSpec.of(
     *BROKER_OPTIONS,
@@ -44,7 +46,7 @@ class JmsSinkConfig:
     host: str
     port: int
     user: str | None
-    password: str | None
+    password: Secret | None  # read where each connection logs in
     destination: str
     guarantee: Guarantee
     sink_id: str
@@ -100,7 +102,7 @@ class JmsSinkConfig:
             host=host,
             port=port,
             user=opts.get_str("user"),
-            password=opts.get_str("password"),
+            password=secret(opts),
             destination=dest,
             guarantee=guarantee,
             sink_id=_sink_id(opts, guarantee),

@@ -34,6 +34,7 @@ from spark_ext.connectors.jms.sink.records import (
     send_frames,
 )
 from spark_ext.deadletters import Refusal, SetsAside
+from spark_ext.secrets import reveal
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def token_for(sink_id: str, epoch: int, task: TaskInfo) -> str:
 
 def open_session(cfg: JmsSinkConfig) -> BrokerSession:
     """A session; a broker that is away (restarting, frozen) is waited for up to reconnectTimeoutMs."""
-    return connect(cfg.host, cfg.port, cfg.user, cfg.password, cfg.timeout_s, cfg.reconnect_timeout_s)
+    return connect(cfg.host, cfg.port, cfg.user, reveal(cfg.password), cfg.timeout_s, cfg.reconnect_timeout_s)
 
 
 def _send_all(session: BrokerSession, batches: Iterator[pa.RecordBatch], common: bytes,

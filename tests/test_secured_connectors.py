@@ -1,0 +1,173 @@
+"""PostgreSQL over TLS and passwords given by reference, against the real servers.
+
+The second local PostgreSQL takes TLS only (``services/postgres_tls.py``); the sink
+conformance suite already writes to it with ``verify-full`` and a client certificate
+(``tests/support/sinks.py``). Here: each wrong TLS setting fails at start naming the
+server and the fix; passwords come from a file or an environment variable; and no secret,
+inline or by reference, reaches Spark's event log, the UI, a checkpoint, a log line or an
+error message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql.types import LongType, StructField, StructType
+from sqlalchemy.engine import make_url
+
+from spark_ext.connectors.jdbc.config import JdbcSinkConfig
+from spark_ext.connectors.jdbc.tables import prepare_tables
+from spark_ext.connectors.jms.session import BrokerSession
+from spark_ext.errors import ConnectorError, InvalidOptionError
+from spark_ext.guarantees import Guarantee
+from spark_ext.options import Options
+from tests.support import pg_util, stomp_util
+from tests.support.kafka_util import create_topic, numbered, produce
+
+pytestmark = [pytest.mark.services]
+
+SCHEMA = StructType([StructField("id", LongType())])
+
+
+def _config(url: str, **opts: str) -> JdbcSinkConfig:
+    return JdbcSinkConfig.parse(Options({"url": url, "dbtable": "tls_t", "sinkId": "tls-check", **opts},
+                                        "hzsink"), Guarantee.EXACTLY_ONCE)
+
+
+def _with(url: str, **query: str | None) -> str:
+    u = make_url(url)
+    q = {**u.query, **query}
+    return u.set(query={k: v for k, v in q.items() if v is not None}).render_as_string(hide_password=False)
+
+
+# (case, how the URL is spoiled, libpq's words, the fix ours adds)
+WRONG_TLS = [
+    ("clear text", lambda s, u: _with(s.postgres_tls_admin_url, sslmode="disable", sslrootcert=None),
+     "no encryption", "refuses clear text"),
+    ("a CA that did not sign the server", lambda s, u: _with(u, sslrootcert=str(s.pki / "other-ca.pem")),
+     "certificate verify failed", "not signed by the CA"),
+    ("a host name the certificate lacks", lambda s, u: _with(u.replace("@127.0.0.1:", "@db.invalid:"),
+                                                             hostaddr="127.0.0.1"),
+     "does not match host name", "does not name the URL's host"),
+    ("an expired client certificate", lambda s, u: _with(u, sslcert=str(s.pki / "expired.pem"),
+                                                         sslkey=str(s.pki / "expired.key")),
+     "certificate expired", "renew it"),
+    ("no client certificate", lambda s, u: _with(u, sslcert=None, sslkey=None),
+     "requires a valid client certificate", "add sslcert and sslkey"),
+]
+
+
+@pytest.mark.parametrize("case", WRONG_TLS, ids=[c[0] for c in WRONG_TLS])
+def test_a_wrong_tls_setting_fails_at_start_naming_the_server_and_the_fix(services, case):
+    _, spoil, words, fix = case
+    url = spoil(services, services.postgres_tls_url)
+    with pytest.raises(ConnectorError) as e:
+        prepare_tables(_config(url), SCHEMA, need_2pc=True)  # what the sink runs at query start
+    msg = str(e.value)
+    assert "cannot use PostgreSQL at " in msg and ":5433/" in msg, msg
+    assert words in msg and fix in msg, msg
+    assert make_url(url).password is None or ":***@" in msg, msg  # the URL shown without its password
+
+
+def test_a_password_user_connects_over_verified_tls_with_its_password_from_a_file(services, tmp_path):
+    role, pw = f"tls_pw_{uuid.uuid4().hex[:8]}", f"Pg-{uuid.uuid4().hex}"
+    pg_util.execute(services.postgres_tls_admin_url, f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{pw}'")
+    try:
+        secret_file = tmp_path / "pg-password"
+        secret_file.write_text(f"{pw}\n")
+        admin = make_url(services.postgres_tls_admin_url)
+        url = admin._replace(username=role, password=None).render_as_string(hide_password=False)
+        cfg = _config(url, passwordFile=str(secret_file), createTable="true")
+        assert pw not in repr(cfg) and pw not in str(cfg.__dict__)  # the file's name travels, not the value
+        prepare_tables(cfg, SCHEMA, need_2pc=True)  # connects: verify-full, the password from the file
+        assert pg_util.query(services.postgres_tls_admin_url, "SELECT count(*) FROM tls_t") == [(0,)]
+        secret_file.write_text("not-the-password\n")  # read again at each connect: a rotated file counts
+        with pytest.raises(ConnectorError, match="password authentication failed"):
+            prepare_tables(cfg, SCHEMA, need_2pc=True)
+    finally:
+        pg_util.execute(services.postgres_tls_admin_url, f"DROP TABLE IF EXISTS tls_t; DROP ROLE {role}")
+
+
+@pytest.mark.parametrize("opts", [{"passwordFile": "/nonexistent/pg-password"},
+                                  {"passwordEnv": "SPARK_EXT_TEST_UNSET_PASSWORD"},
+                                  {"password": "x", "passwordFile": "/tmp/x"}])
+def test_a_password_reference_that_leads_nowhere_fails_at_start_naming_the_option(services, opts):
+    os.environ.pop("SPARK_EXT_TEST_UNSET_PASSWORD", None)
+    with pytest.raises(InvalidOptionError) as e:
+        _config(services.postgres_url, **opts)
+    name = next(iter(opts)) if len(opts) == 1 else "passwordFile"
+    assert f"'{name}'" in str(e.value), str(e.value)
+
+
+@pytest.mark.spark
+def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(services, sasl_ssl,
+                                                                            tmp_path):
+    """Four queries from the SASL_SSL Kafka listener (its password inline, as Spark's own
+    Kafka users write it): into PostgreSQL with passwordFile, with password as an option,
+    into the queue with passwordEnv, and with a wrong passwordFile. Each secret is unique
+    to this run; none may appear in the event log, the UI's SQL, jobs and environment pages,
+    the checkpoints, the driver's INFO log and output, or the failing query's error."""
+    tag = uuid.uuid4().hex[:8]
+    roles = {name: (f"leak_{name}_{tag}", f"Pg-{name}-{uuid.uuid4().hex}") for name in ("file", "inline")}
+    for role, pw in roles.values():
+        pg_util.execute(services.postgres_url, f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{pw}'")
+    stomp_user, stomp_pw = f"leak_{tag}", f"Stomp-{uuid.uuid4().hex}"
+    with BrokerSession(services.stomp_host, services.stomp_port, services.stomp_user, services.stomp_password,
+                       10) as s:
+        s.call("broker", "addUser", stomp_user, stomp_pw, "amq", True)
+    wrong_pw = f"Wrong-{uuid.uuid4().hex}"
+    try:
+        topic = create_topic(services.kafka_bootstrap, 2, "leak")
+        produce(services.kafka_bootstrap, topic, numbered(2, 200))
+        tables = {n: pg_util.table_name(f"leak_{n}") for n in roles}
+        for t in tables.values():
+            pg_util.execute(services.postgres_url, f"CREATE TABLE {t} (p int, o bigint, v text)")
+        (tmp_path / "pw").write_text(roles["file"][1] + "\n")
+        (tmp_path / "wrong").write_text(wrong_pw + "\n")
+        base = make_url(services.postgres_url)._replace(password=None)
+        queue = stomp_util.queue_name("leak")
+        spec = {
+            "bootstrap": sasl_ssl.bootstrap, "kafka_options": sasl_ssl.spark_options(), "topic": topic,
+            "by_file": {"url": base.set(username=roles["file"][0]).render_as_string(hide_password=False),
+                        "password_file": str(tmp_path / "pw"), "table": tables["file"]},
+            "inline": {"url": base.set(username=roles["inline"][0]).render_as_string(hide_password=False),
+                       "password": roles["inline"][1], "table": tables["inline"]},
+            "stomp": {"host": services.stomp_host, "port": services.stomp_port, "user": stomp_user,
+                      "password_env": "LEAK_STOMP_PASSWORD", "queue": queue},
+            "wrong_file": str(tmp_path / "wrong"),
+        }
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        out = tmp_path / "out"
+        env = {**os.environ, "LEAK_STOMP_PASSWORD": stomp_pw}
+        res = subprocess.run([sys.executable, "-m", "tests.drivers.secrets_leak", str(tmp_path / "spec.json"),
+                              str(out)], env=env, capture_output=True, text=True, timeout=400,
+                             cwd=Path(__file__).resolve().parent.parent)
+        assert res.returncode == 0, res.stderr[-4000:]
+        for t in tables.values():  # the secrets worked: every record landed
+            assert pg_util.query(services.postgres_url, f"SELECT count(*) FROM {t}") == [(200,)]
+        assert len(stomp_util.drain(services, queue)) == 200
+        error = (out / "errors.txt").read_text()
+        assert "password authentication failed" in error and "passwordFile" in error, error[-2000:]
+
+        secrets = [pw for _, pw in roles.values()] + [stomp_pw, wrong_pw, str(sasl_ssl.password)]
+        places = {"stdout": res.stdout, "stderr": res.stderr, "error": error,
+                  "ui": (out / "ui.json").read_text()}
+        for f in out.rglob("*"):  # the event log and the checkpoints
+            if f.is_file():
+                places[str(f.relative_to(tmp_path))] = f.read_bytes().decode("utf-8", "replace")
+        assert any(k.startswith("out/events/") for k in places) and any("/ck-by-file/" in k for k in places)
+        assert len(res.stderr) > 10_000  # an INFO log worth searching
+        leaks = [(where, s[:8]) for where, text in places.items() for s in secrets if s in text]
+        assert leaks == [], leaks
+    finally:
+        with BrokerSession(services.stomp_host, services.stomp_port, services.stomp_user,
+                           services.stomp_password, 10) as s:
+            s.call("broker", "removeUser", stomp_user)
+        for role, _ in roles.values():
+            pg_util.execute(services.postgres_url, f"DROP OWNED BY {role}; DROP ROLE IF EXISTS {role}")
