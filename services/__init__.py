@@ -34,8 +34,10 @@ from services.common import (
     POSTGRES_PORT,
     POSTGRES_TLS_PORT,
     POSTGRES_USER,
+    STOMP_MTLS_PORT,
     STOMP_PASSWORD,
     STOMP_PORT,
+    STOMP_TLS_PORT,
     STOMP_USER,
     ServiceDiedError,
     ServiceError,
@@ -83,6 +85,8 @@ def write_env() -> Path:
         f"@{HOST}:{POSTGRES_TLS_PORT}/{POSTGRES_DB}?sslmode=verify-full&sslrootcert={PKI / 'ca.pem'}",
         f"PKI_DIR={PKI}",
         f"STOMP_HOST={HOST}",
+        f"STOMP_TLS_URL=stomp+ssl://{HOST}:{STOMP_TLS_PORT}",  # the CA: PKI_DIR/ca.pem
+        f"STOMP_MTLS_URL=stomp+ssl://{HOST}:{STOMP_MTLS_PORT}",  # wants a client certificate
         f"STOMP_PORT={STOMP_PORT}",
         f"STOMP_USER={STOMP_USER}",
         f"STOMP_PASSWORD={STOMP_PASSWORD}",

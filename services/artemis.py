@@ -13,8 +13,10 @@ from services.common import (
     CACHE,
     HOST,
     LOCAL,
+    STOMP_MTLS_PORT,
     STOMP_PASSWORD,
     STOMP_PORT,
+    STOMP_TLS_PORT,
     STOMP_USER,
     ServiceError,
     _mvn,
@@ -95,7 +97,30 @@ def _stomp_prefixes(etc: Path) -> None:
     anycast queue. Set through ``broker.properties`` (read after broker.xml), the same
     file docker-compose.yml mounts.
     """
-    (etc / "broker.properties").write_text(BROKER_PROPERTIES.read_text())
+    (etc / "broker.properties").write_text(BROKER_PROPERTIES.read_text() + "".join(
+        f"{line}\n" for line in tls_acceptors()))
+
+
+def tls_acceptors() -> list[str]:
+    """Two more STOMP acceptors, over TLS with the local CA's server certificate: one that
+    takes any client, one that also wants a client certificate the CA signed. Local only
+    (docker-compose.yml's broker has the plain acceptor)."""
+    from services.pki import STORE_PASSWORD, make_pki
+
+    pki = make_pki()
+    out = []
+    for name, port, mutual in (("stomptls", STOMP_TLS_PORT, False), ("stompmtls", STOMP_MTLS_PORT, True)):
+        params = {"host": HOST, "port": port, "protocols": "STOMP", "sslEnabled": "true",
+                  "keyStorePath": pki / "server.p12", "keyStoreType": "PKCS12",
+                  "keyStorePassword": STORE_PASSWORD,
+                  "anycastPrefix": "/queue/", "multicastPrefix": "/topic/"}
+        if mutual:
+            params.update({"needClientAuth": "true", "trustStorePath": pki / "ca-trust.p12",
+                           "trustStoreType": "PKCS12", "trustStorePassword": STORE_PASSWORD})
+        out.append(f"acceptorConfigurations.{name}.factoryClassName="
+                   "org.apache.activemq.artemis.core.remoting.impl.netty.NettyAcceptorFactory")
+        out += [f"acceptorConfigurations.{name}.params.{k}={v}" for k, v in params.items()]
+    return out
 
 
 def artemis_up() -> None:

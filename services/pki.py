@@ -6,7 +6,9 @@ PKCS12.
 Everything lives in ``.local/pki``: ``ca.pem`` for clients to trust, and per name a
 certificate ``<name>.pem`` and its key ``<name>.key`` (mode 0600: libpq refuses a client
 key others can read). ``expired`` is the certificate login's certificate with its validity
-ended, signed by the same CA, for the tests of a refused handshake; ``other-ca.pem`` a CA nobody signed with.
+ended, signed by the same CA, for the tests of a refused handshake; ``other-ca.pem`` a CA
+nobody signed with; ``server.p12`` and ``ca-trust.p12`` the server's key and the CA as
+PKCS12 stores for the JVM (Artemis).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from services.common import HOST, LOCAL, ServiceError, log
 PKI = LOCAL / "pki"
 SERVER_SANS = f"subjectAltName=DNS:localhost,IP:{HOST}"
 CERT_USER = "sparkext_cert"  # PostgreSQL's certificate-only login (its CN is the role name)
+STORE_PASSWORD = "sparkext-pki"  # the JVM broker's key and trust stores; not a client secret
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -68,7 +71,7 @@ def make_pki() -> Path:
     """The CA, a server certificate for loopback, the certificate login's client
     certificate (and an expired one) and a stranger CA. Idempotent."""
     want = ("ca.pem", "server.pem", "server.key", f"{CERT_USER}.pem", f"{CERT_USER}.key", "expired.pem",
-            "other-ca.pem")
+            "other-ca.pem", "server.p12", "ca-trust.p12")
     if all((PKI / f).exists() for f in want):
         return PKI
     PKI.mkdir(parents=True, exist_ok=True)
@@ -80,6 +83,16 @@ def make_pki() -> Path:
     _issue(PKI, "expired", CERT_USER, None, start="20200101000000Z")
     _ca(PKI, "other-ca")
     (PKI / "other-ca.key").unlink()
+    # For the JVM (Artemis): the server's key and chain, and a trust store of the CA.
+    _openssl("pkcs12", "-export", "-in", "server.pem", "-inkey", "server.key", "-certfile", "ca.pem",
+             "-name", "server", "-out", "server.p12", "-passout", f"pass:{STORE_PASSWORD}", cwd=PKI)
+    from services.kafka_tls import keytool
+
+    res = subprocess.run([keytool(), "-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem",
+                          "-keystore", "ca-trust.p12", "-storetype", "PKCS12", "-storepass", STORE_PASSWORD],
+                         cwd=PKI, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ServiceError(f"keytool -importcert failed:\n{res.stdout}\n{res.stderr}")
     os.chmod(PKI, 0o755)
     log(f"made a local CA, server and client certificates in {PKI}")
     return PKI

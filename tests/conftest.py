@@ -59,6 +59,18 @@ class Services:
     postgres_tls_url: str  # the TLS-only server's certificate login, verify-full
     postgres_tls_admin_url: str  # the same server's password user, verify-full
     pki: Path  # the local CA (ca.pem, other-ca.pem) and certificates
+    stomp_tls_url: str  # stomp+ssl:// of the broker's TLS acceptor (its CA: pki / ca.pem)
+    stomp_mtls_url: str  # the same, asking for a client certificate
+
+    def stomp_tls(self, mutual: bool = False) -> dict[str, str]:
+        """The queue connectors' options for the TLS acceptor (login included)."""
+        tls = {"brokerUrl": self.stomp_mtls_url if mutual else self.stomp_tls_url,
+               "tlsCaFile": str(self.pki / "ca.pem"), "user": self.stomp_user,
+               "password": self.stomp_password}
+        if mutual:
+            tls.update(tlsCertFile=str(self.pki / "sparkext_cert.pem"),
+                       tlsKeyFile=str(self.pki / "sparkext_cert.key"))
+        return tls
 
 
 def _service_env(keys: tuple[str, ...], what: str) -> dict[str, str]:
@@ -78,7 +90,8 @@ def services() -> Services:
     v = _service_env(SERVICE_KEYS, "service addresses")
     return Services(v["KAFKA_BOOTSTRAP_SERVERS"], v["POSTGRES_URL"], v["STOMP_HOST"],
                     int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"], v["POSTGRES_TLS_URL"],
-                    v["POSTGRES_TLS_ADMIN_URL"], Path(v["PKI_DIR"]))
+                    v["POSTGRES_TLS_ADMIN_URL"], Path(v["PKI_DIR"]), v["STOMP_TLS_URL"],
+                    v["STOMP_MTLS_URL"])
 
 
 

@@ -110,9 +110,10 @@ def test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in
     sent = [f"p{i}" for i in range(400)]
     send(services, dest, sent)
     base = [*driver_argv(services, dest, tmp_path / "ckpt", table), "400"]
+    tls = [f"{k}={v}" for k, v in services.stomp_tls().items()]  # over TLS, the broker's CA checked
     landed = 0
     for point in KILLS:
-        crashed = subprocess.run([*base, point], start_new_session=True, capture_output=True, text=True,
+        crashed = subprocess.run([*base, point, *tls], start_new_session=True, capture_output=True, text=True,
                                  timeout=300)
         assert crashed.returncode == -9, f"{point}: {crashed.stderr[-2000:]}"
         committed = [b for (b,) in query(url, f"SELECT body FROM {table}")]
@@ -121,7 +122,7 @@ def test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in
         assert len(set(committed)) == len(committed), point
         assert set(committed) <= set(sent)
         landed = len(committed)
-    done = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*base, "-", *tls], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
     assert sorted(b for b, _ in rows) == sorted(sent)

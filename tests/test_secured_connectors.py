@@ -108,8 +108,9 @@ def test_a_password_reference_that_leads_nowhere_fails_at_start_naming_the_optio
 @pytest.mark.spark
 def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(services, sasl_ssl,
                                                                             tmp_path):
-    """Four queries from the SASL_SSL Kafka listener (its password inline, as Spark's own
-    Kafka users write it): into PostgreSQL with passwordFile, with password as an option,
+    """Four queries from the SASL_SSL Kafka listener (its password by passwordFile, and for
+    one inline, as Spark's own Kafka users write it): into PostgreSQL with passwordFile,
+    with password as an option,
     into the queue with passwordEnv, and with a wrong passwordFile. Each secret is unique
     to this run; none may appear in the event log, the UI's SQL, jobs and environment pages,
     the checkpoints, the driver's INFO log and output, or the failing query's error."""
@@ -129,11 +130,16 @@ def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(s
         for t in tables.values():
             pg_util.execute(services.postgres_url, f"CREATE TABLE {t} (p int, o bigint, v text)")
         (tmp_path / "pw").write_text(roles["file"][1] + "\n")
+        (tmp_path / "kafka-pw").write_text(f"{sasl_ssl.password}\n")
+        # The SASL login by reference: the JAAS config gives way to a user name and passwordFile.
+        by_file = {"kafka.sasl.jaas.config": None, "kafka.sasl.username": str(sasl_ssl.user),
+                   "passwordFile": str(tmp_path / "kafka-pw")}
         (tmp_path / "wrong").write_text(wrong_pw + "\n")
         base = make_url(services.postgres_url)._replace(password=None)
         queue = stomp_util.queue_name("leak")
         spec = {
             "bootstrap": sasl_ssl.bootstrap, "kafka_options": sasl_ssl.spark_options(), "topic": topic,
+            "kafka_by_file": by_file,
             "by_file": {"url": base.set(username=roles["file"][0]).render_as_string(hide_password=False),
                         "password_file": str(tmp_path / "pw"), "table": tables["file"]},
             "inline": {"url": base.set(username=roles["inline"][0]).render_as_string(hide_password=False),
@@ -171,3 +177,71 @@ def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(s
             s.call("broker", "removeUser", stomp_user)
         for role, _ in roles.values():
             pg_util.execute(services.postgres_url, f"DROP OWNED BY {role}; DROP ROLE IF EXISTS {role}")
+
+
+def _queue_sink(services, **opts: str | None):
+    """The queue sink's config over the TLS acceptor; an option given as None is dropped."""
+    from spark_ext.connectors.jms.sink.config import JmsSinkConfig
+
+    base = {"destination": "/queue/tls-check", "sinkId": "tls-check", "reconnectTimeoutMs": "0",
+            "connectTimeoutMs": "2000", **services.stomp_tls()}
+    merged = {k: v for k, v in {**base, **opts}.items() if v is not None}
+    return JmsSinkConfig.parse(Options(merged, "hzsink"), Guarantee.EXACTLY_ONCE)
+
+
+# (case, options over the TLS acceptor's, what ours must say)
+WRONG_STOMP_TLS = [
+    ("a CA that did not sign the broker", lambda s: {"tlsCaFile": str(s.pki / "other-ca.pem")},
+     "point tlsCaFile at the CA that signed it"),
+    ("no client certificate for a broker that wants one", lambda s: {"brokerUrl": s.stomp_mtls_url},
+     "set tlsCertFile and tlsKeyFile"),
+    ("an expired client certificate", lambda s: {"brokerUrl": s.stomp_mtls_url,
+                                                 "tlsCertFile": str(s.pki / "expired.pem"),
+                                                 "tlsKeyFile": str(s.pki / "expired.key")},
+     "does not accept tlsCertFile"),
+    ("clear text against the TLS acceptor", lambda s: {"brokerUrl": s.stomp_tls_url.replace("+ssl", ""),
+                                                        "tlsCaFile": None},
+     "use brokerUrl=stomp+ssl://"),
+    ("TLS against the clear-text acceptor", lambda s: {"brokerUrl": f"stomp+ssl://{s.stomp_host}:{s.stomp_port}"},
+     "TLS acceptor port"),
+]
+
+
+@pytest.mark.parametrize("case", WRONG_STOMP_TLS, ids=[c[0] for c in WRONG_STOMP_TLS])
+def test_a_wrong_queue_tls_setting_fails_at_start_naming_the_broker_and_the_fix(services, case):
+    from spark_ext.connectors.jms.sink.writer import open_session
+
+    _, spoil, fix = case
+    cfg = _queue_sink(services, **spoil(services))
+    with pytest.raises(ConnectorError) as e:
+        open_session(cfg).close()
+    msg = str(e.value)
+    assert f"{services.stomp_host}:" in msg and fix in msg, msg
+    assert services.stomp_password not in msg.replace("STOMP", "")
+
+
+def test_the_queue_connectors_log_in_over_mutual_tls_and_read_what_they_wrote(services):
+    """A client certificate the broker's CA signed: the sink's session sends, the source's
+    client receives, both over the acceptor that demands the certificate."""
+    from spark_ext.connectors.jms.client import StompReceiver
+    from spark_ext.connectors.jms.config import JmsSourceConfig
+    from spark_ext.connectors.jms.sink.writer import open_session
+
+    queue = stomp_util.queue_name("mtls")
+    cfg = _queue_sink(services, **services.stomp_tls(mutual=True), destination=queue)
+    assert cfg.tls is not None and cfg.tls.cert_file is not None
+    with open_session(cfg) as s:
+        assert s.attribute("broker", "Version")
+    src = JmsSourceConfig.parse(Options({**services.stomp_tls(mutual=True), "destination": queue},
+                                        "hzsource"))
+    assert src.tls == cfg.tls
+    stomp_util.send(services, queue, ["over-mtls"])
+    receiver = StompReceiver(src)
+    try:
+        receiver.connect()  # the source's subscription, the certificate presented
+        assert receiver.await_arrival(30)
+        got = receiver.take(10, set())
+        assert len(got) == 1 and got[0].frame.endswith(b"\n\nover-mtls"), got
+        assert receiver.ack([m.message_id for m in got]) == []
+    finally:
+        receiver.close()

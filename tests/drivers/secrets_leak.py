@@ -2,13 +2,15 @@
 the UI on, so a test can look for the secrets wherever Spark and we write.
 
 Usage: python -m tests.drivers.secrets_leak SPEC_JSON OUT_DIR
-SPEC_JSON (a file): ``bootstrap`` (SASL_SSL), ``kafka_options`` (its login inline), ``topic``;
+SPEC_JSON (a file): ``bootstrap`` (SASL_SSL), ``kafka_options`` (its login inline), ``topic``,
+``kafka_by_file`` (options that replace the inline login by ``passwordFile``);
 ``by_file`` (a PostgreSQL URL without password, ``password_file``, ``table``); ``inline``
 (a URL, ``password``, ``table``: the password as an option); ``stomp`` (``host``, ``port``,
 ``user``, ``password_env``, ``queue``); ``wrong_file`` (a password file with a wrong password).
-Four AvailableNow queries from the secured Kafka: into PostgreSQL with ``passwordFile``,
-into PostgreSQL with ``password``, into the queue with ``passwordEnv``, and into
-PostgreSQL with a wrong ``passwordFile`` (it fails; its error goes to ``OUT/errors.txt``).
+Four AvailableNow queries from the secured Kafka (its password by ``passwordFile``, or
+inline for the second): into PostgreSQL with ``passwordFile``, into PostgreSQL with
+``password``, into the queue with ``passwordEnv``, and into PostgreSQL with a wrong
+``passwordFile`` (it fails; its error goes to ``OUT/errors.txt``).
 The UI's SQL and environment pages go to ``OUT/ui.json``; the event log to ``OUT/events``.
 """
 
@@ -35,12 +37,18 @@ def main(spec_file: str, out: str) -> int:
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
     spark = spark_ext.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("INFO")  # the most a log says
-    r = (spark.readStream.format("hzsource").option("connector", "kafka")
-         .option("kafka.bootstrap.servers", spec["bootstrap"]).option("subscribe", spec["topic"])
-         .option("startingOffsets", "earliest"))
-    for k, v in spec["kafka_options"].items():  # SASL_SSL, the login inline in the JAAS config
-        r = r.option(k, v)
-    src = r.load().selectExpr("partition AS p", "offset AS o", "CAST(value AS STRING) AS v")
+    def source(**login: str | None) -> Any:
+        r = (spark.readStream.format("hzsource").option("connector", "kafka")
+             .option("kafka.bootstrap.servers", spec["bootstrap"]).option("subscribe", spec["topic"])
+             .option("startingOffsets", "earliest"))
+        for k, v in {**spec["kafka_options"], **login}.items():
+            if v is not None:  # None: an inline setting the login by reference drops
+                r = r.option(k, v)
+        return r.load().selectExpr("partition AS p", "offset AS o", "CAST(value AS STRING) AS v")
+
+    inline = source()  # the SASL login inline in the JAAS config, as Spark's Kafka users write it
+    by_file = source(**spec["kafka_by_file"])  # kafka.sasl.username and passwordFile
+    src = by_file
 
     def run(name: str, df: Any = src, **opts: str) -> str | None:
         w = (df.writeStream.format("hzsink").option("checkpointLocation", f"{out}/ck-{name}")
@@ -59,7 +67,7 @@ def main(spec_file: str, out: str) -> int:
     f, i, s = spec["by_file"], spec["inline"], spec["stomp"]
     errors = [
         run("by-file", connector="jdbc", url=f["url"], dbtable=f["table"], passwordFile=f["password_file"]),
-        run("inline", connector="jdbc", url=i["url"], dbtable=i["table"], password=i["password"]),
+        run("inline", inline, connector="jdbc", url=i["url"], dbtable=i["table"], password=i["password"]),
         run("queue", src.selectExpr("v AS body"), connector="jms", host=s["host"], port=str(s["port"]),
             user=s["user"], passwordEnv=s["password_env"], destination=s["queue"]),
     ]

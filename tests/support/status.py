@@ -24,7 +24,7 @@ def where(case: SinkCase, target: str, ckpt: Path) -> list[str]:
         return ["--url", case.url, "--sink", checkpoint_sink_id(str(ckpt))]  # type: ignore[attr-defined]
     if case.name == "kafka":
         return ["--bootstrap", s.kafka_bootstrap, "--prefix", kafka_sink.prefix_of(ckpt), "--topic", target]
-    return ["--broker", f"stomp://{s.stomp_host}:{s.stomp_port}", "--user", s.stomp_user,
+    return ["--broker", s.stomp_tls_url, "--tls-ca-file", str(s.pki / "ca.pem"), "--user", s.stomp_user,
             "--checkpoint", str(ckpt), "--destination", target]
 
 

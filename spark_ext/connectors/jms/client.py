@@ -19,7 +19,7 @@ from typing import NamedTuple
 from spark_ext import failpoints
 from spark_ext.connectors.jms import wire
 from spark_ext.connectors.jms.config import JmsSourceConfig
-from spark_ext.errors import ConnectorError
+from spark_ext.errors import AuthenticationError, ConnectorError
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Deadline
 from spark_ext.secrets import reveal
@@ -110,12 +110,15 @@ class StompReceiver:
         cfg = self.cfg
         who = f"the STOMP broker at {cfg.host}:{cfg.port} as user {cfg.user!r}"
         try:
-            conn = wire.StompSocket(cfg.host, cfg.port, cfg.connect_timeout_s)
+            conn = wire.StompSocket(cfg.host, cfg.port, cfg.connect_timeout_s, cfg.tls)
         except OSError as e:
             raise ConnectorError(f"cannot connect to {who}: {type(e).__name__}: {e}. "
                                  "Check options host/port (or brokerUrl)") from None
         try:
             conn.login(cfg.user, reveal(cfg.password), _HEARTBEAT_MS, cfg.connect_timeout_s)
+        except AuthenticationError:  # TLS refused after the handshake (a client certificate)
+            conn.close()
+            raise
         except wire.WireError as e:
             conn.close()
             raise ConnectorError(f"the STOMP broker at {cfg.host}:{cfg.port} refused the login: {e}. "

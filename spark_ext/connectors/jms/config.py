@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from spark_ext.connectors.jms.tls import TLS_OPTIONS, TLS_SCHEMES, StompTls, parse_tls
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec
@@ -14,10 +15,12 @@ from spark_ext.secrets import Secret, secret, secret_options
 BROKER_OPTIONS = (
     Option("host", "The broker's STOMP acceptor host.", default="127.0.0.1"),
     Option("port", "The broker's STOMP acceptor port.", default=61613),
-    Option("brokerUrl", "`stomp://host:port`; wins over `host` and `port`."),
+    Option("brokerUrl", "`stomp://host:port`, or `stomp+ssl://host:port` for TLS; wins over `host` and "
+           "`port`."),
     Option("user", "The broker login."),
     Option("password", "The broker password; never logged (prefer `passwordFile`)."),
     *secret_options(what="the broker password"),
+    *TLS_OPTIONS,
 )
 
 SOURCE_OPTIONS = OptionSpec.of(
@@ -68,6 +71,7 @@ class JmsSourceConfig:
     dedup_window_s: float
     connect_timeout_s: float
     reconnect_timeout_s: float = 180.0
+    tls: StompTls | None = None  # None: clear text
 
     def __repr__(self) -> str:  # never show the password
         return f"JmsSourceConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
@@ -110,6 +114,7 @@ class JmsSourceConfig:
             dedup_window_s=spec.seconds_of(opts, "dedupWindowMs", minimum=0),
             connect_timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
             reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
+            tls=broker_tls(opts),
         )
 
 
@@ -135,12 +140,19 @@ def broker_address(opts: Options) -> tuple[str, int]:
     url = opts.get_str("brokerurl")
     if url is not None:
         parts = urlsplit(url)
-        if parts.scheme not in ("stomp", "tcp") or not parts.hostname:
+        if parts.scheme not in ("stomp", "tcp", *TLS_SCHEMES) or not parts.hostname:
             raise InvalidOptionError(
-                f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor)"
+                f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor) or "
+                "stomp+ssl://host:port (over TLS)"
             )
         host, port = parts.hostname, parts.port or SOURCE_OPTIONS.default_int("port")
     return host, port
+
+
+def broker_tls(opts: Options) -> StompTls | None:
+    """TLS settings: on with a ``stomp+ssl://`` brokerUrl or option ``tls``."""
+    url = opts.get_str("brokerurl")
+    return parse_tls(opts, url is not None and urlsplit(url).scheme in TLS_SCHEMES)
 
 
 def destination(opts: Options, expected: str) -> str:

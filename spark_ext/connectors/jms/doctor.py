@@ -39,6 +39,9 @@ def _config(args: argparse.Namespace) -> JmsSinkConfig:
     opts = {"brokerurl": args.broker, "destination": args.destination or "/queue/unknown"}
     if args.user:
         opts["user"] = args.user
+    for name in ("tls_ca_file", "tls_cert_file", "tls_key_file"):  # stomp+ssl:// brokers
+        if getattr(args, name, None):
+            opts[name.replace("_", "")] = getattr(args, name)
     if os.environ.get(PASSWORD_ENV):
         opts["password"] = os.environ[PASSWORD_ENV]
     if args.sink_id:
@@ -83,7 +86,11 @@ def sink_status(cfg: JmsSinkConfig, destination: str | None) -> SinkStatus:
 
 
 def _connection_arguments(p: argparse.ArgumentParser, destination_required: bool = False) -> None:
-    p.add_argument("--broker", required=True, help="stomp://host:port of the broker's STOMP acceptor")
+    p.add_argument("--broker", required=True,
+                   help="stomp://host:port of the broker's STOMP acceptor (stomp+ssl:// for TLS)")
+    p.add_argument("--tls-ca-file", help="with stomp+ssl://: the CA that signed the broker's certificate")
+    p.add_argument("--tls-cert-file", help="with stomp+ssl://: a client certificate, if the broker wants one")
+    p.add_argument("--tls-key-file", help="with stomp+ssl://: the client certificate's key")
     p.add_argument("--user", help=f"the broker user (password: ${PASSWORD_ENV})")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", help="the query's checkpoint location")

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark_ext.connectors.jms import wire
-from spark_ext.errors import ConnectorError
+from spark_ext.connectors.jms.tls import StompTls
+from spark_ext.errors import AuthenticationError, ConnectorError
 from spark_ext.retry import Backoff, Deadline, retry
 
 MANAGEMENT = "activemq.management"
@@ -52,16 +53,19 @@ class BrokerSession:
     """A logged-in STOMP 1.2 connection for writing and managing. Not thread-safe."""
 
     def __init__(self, host: str, port: int, user: str | None, password: str | None,
-                 timeout_s: float) -> None:
+                 timeout_s: float, tls: StompTls | None = None) -> None:
         self.where = f"the STOMP broker at {host}:{port}"
         self.timeout_s = timeout_s
         try:
-            self._sock = wire.StompSocket(host, port, timeout_s)
+            self._sock = wire.StompSocket(host, port, timeout_s, tls)
         except OSError as e:
             raise BrokerUnavailableError(f"cannot connect to {self.where}: {type(e).__name__}: {e}. Check "
                                          "options host/port (or brokerUrl)") from None
         try:
             self._sock.login(user, password, _HEARTBEAT_MS, timeout_s)
+        except AuthenticationError:  # TLS refused after the handshake (a client certificate)
+            self._sock.close()
+            raise
         except wire.WireError as e:
             self._sock.close()
             if str(e).startswith(("no answer", "the broker closed")):
@@ -219,9 +223,9 @@ class BrokerSession:
 
 
 def connect(host: str, port: int, user: str | None, password: str | None, timeout_s: float,
-            wait_s: float) -> BrokerSession:
+            wait_s: float, tls: StompTls | None = None) -> BrokerSession:
     """A session, waiting up to ``wait_s`` for a broker that is down, restarting or frozen
     (a refused login fails at once)."""
-    return retry(lambda: BrokerSession(host, port, user, password, timeout_s),
+    return retry(lambda: BrokerSession(host, port, user, password, timeout_s, tls),
                  what=f"connecting to {host}:{port}", retry_on=BrokerUnavailableError,
                  timeout_s=max(wait_s, 0.001), backoff=Backoff(initial_s=0.2, max_s=2.0))

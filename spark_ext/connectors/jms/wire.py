@@ -19,11 +19,16 @@ import logging
 import re
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 
 import stomp
+
+from spark_ext.connectors.jms.tls import StompTls
+from spark_ext.connectors.jms.tls import refused as tls_refused
+from spark_ext.connectors.jms.tls import wrap as tls_wrap
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +138,10 @@ class StompSocket:
     and calls ``on_closed`` once when the connection ends (either side). ``send`` may be
     called from any thread."""
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(self, host: str, port: int, timeout_s: float, tls: StompTls | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        self._sock = sock if tls is None else tls_wrap(sock, host, port, tls)
+        self._where = (host, port)
         self._send_lock = threading.Lock()
         self._buf = b""
         self._send_every = 0.0  # heart-beat intervals agreed with the broker (s, 0: none)
@@ -175,8 +182,15 @@ class StompSocket:
                 data = self._sock.recv(_RECV_BYTES)
             except TimeoutError:
                 continue
+            except ssl.SSLError as e:  # TLS 1.3: a refused client certificate shows here
+                err = tls_refused(e, *self._where)
+                if err is not None:
+                    raise err from None
+                raise
             if not data:
-                raise WireError("the broker closed the connection")
+                raise WireError("the broker closed the connection" + (
+                    "" if isinstance(self._sock, ssl.SSLSocket) else
+                    " (a TLS acceptor closes a clear-text login: for one, use brokerUrl=stomp+ssl://host:port)"))
             self._buf += data
 
     def start(self, on_messages: Callable[[list[Frame]], None], on_frame: Callable[[Frame], None],
@@ -196,7 +210,9 @@ class StompSocket:
         tick = min([t / 2 for t in (self._send_every, self._expect_every) if t] or [1.0])
         try:
             while not self._closing:
-                ready, _, _ = select.select([sock], [], [], tick)
+                # TLS may hold decrypted bytes the socket no longer signals
+                pending = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+                ready = [sock] if pending else select.select([sock], [], [], tick)[0]
                 now = time.monotonic()
                 if self._send_every and now - self._last_sent >= self._send_every:
                     self.send(b"\n")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_ext.connectors.jms.config import BROKER_OPTIONS, broker_address, destination
+from spark_ext.connectors.jms.config import BROKER_OPTIONS, broker_address, broker_tls, destination
+from spark_ext.connectors.jms.tls import StompTls
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
@@ -54,6 +55,7 @@ class JmsSinkConfig:
     timeout_s: float
     commit_timeout_s: float
     reconnect_timeout_s: float = 180.0
+    tls: StompTls | None = None  # None: clear text
 
     def __repr__(self) -> str:  # never show the password
         return f"JmsSinkConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
@@ -110,6 +112,7 @@ class JmsSinkConfig:
             timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
             commit_timeout_s=spec.seconds_of(opts, "commitTimeoutMs", minimum=1),
             reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
+            tls=broker_tls(opts),
         )
 
 

@@ -59,7 +59,8 @@ def token_for(sink_id: str, epoch: int, task: TaskInfo) -> str:
 
 def open_session(cfg: JmsSinkConfig) -> BrokerSession:
     """A session; a broker that is away (restarting, frozen) is waited for up to reconnectTimeoutMs."""
-    return connect(cfg.host, cfg.port, cfg.user, reveal(cfg.password), cfg.timeout_s, cfg.reconnect_timeout_s)
+    return connect(cfg.host, cfg.port, cfg.user, reveal(cfg.password), cfg.timeout_s, cfg.reconnect_timeout_s,
+                   cfg.tls)
 
 
 def _send_all(session: BrokerSession, batches: Iterator[pa.RecordBatch], common: bytes,

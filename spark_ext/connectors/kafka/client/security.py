@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_ext.errors import InvalidOptionError
+from spark_ext.secrets import Secret
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: Mechanisms whose handshake kafka-python implements and the raw-protocol paths speak.
@@ -104,6 +105,11 @@ class KafkaSecurity:
     cert_file: str | None = None
     key_file: str | None = None
     key_password: str | None = field(default=None, repr=False)
+    password_ref: Secret | None = None  # passwordFile / passwordEnv: read at each login
+
+    def sasl_password(self) -> str | None:
+        """The SASL password, read now when it is given by reference."""
+        return self.password if self.password_ref is None else self.password_ref.reveal()
 
     @property
     def tls(self) -> bool:
@@ -120,7 +126,7 @@ class KafkaSecurity:
         return f"{self.protocol} {self.mechanism} as user {self.username!r}"
 
     @staticmethod
-    def from_client(client: dict[str, str]) -> KafkaSecurity:
+    def from_client(client: dict[str, str], ref: Secret | None = None) -> KafkaSecurity:
         """Read librdkafka-spelled settings (see ``normalize``). Driver, at query start.
 
         Raises ``InvalidOptionError`` for a protocol or mechanism the raw-protocol paths do
@@ -139,13 +145,17 @@ class KafkaSecurity:
                     f"{', '.join(MECHANISMS)} (set kafka.sasl.mechanism to the one your cluster offers)"
                 )
             user, password = client.get("sasl.username"), client.get("sasl.password")
-            if not user or password is None:
+            if ref is not None and password is not None:
+                raise InvalidOptionError("the SASL password is given twice (in kafka.sasl.jaas.config or "
+                                         "kafka.sasl.password, and by passwordFile / passwordEnv); keep one")
+            if not user or (password is None and ref is None):
                 raise InvalidOptionError(
                     f"{protocol} with {mechanism} needs a user name and password: set "
                     "'kafka.sasl.jaas.config' (… username=\"…\" password=\"…\";) or 'kafka.sasl.username' "
-                    "and 'kafka.sasl.password'"
+                    "and 'kafka.sasl.password' (or, better, 'passwordFile')"
                 )
-            sec = KafkaSecurity(protocol=protocol, mechanism=mechanism, username=user, password=password)
+            sec = KafkaSecurity(protocol=protocol, mechanism=mechanism, username=user, password=password,
+                                password_ref=ref)
         if sec.tls:
             names = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
             files = {k: client.get(k) for k in names}
@@ -155,6 +165,7 @@ class KafkaSecurity:
             algorithm = client.get("ssl.endpoint.identification.algorithm", "https")
             sec = KafkaSecurity(
                 protocol=sec.protocol, mechanism=sec.mechanism, username=sec.username, password=sec.password,
+                password_ref=sec.password_ref,
                 ca_file=files["ssl.ca.location"], check_hostname=algorithm != "none",
                 cert_file=files["ssl.certificate.location"],
                 key_file=files["ssl.key.location"] or files["ssl.certificate.location"],
@@ -165,7 +176,7 @@ class KafkaSecurity:
     def sasl_config(self) -> dict[str, str | None]:
         """The settings kafka-python's SASL mechanism classes take."""
         return {"security_protocol": self.protocol, "sasl_mechanism": self.mechanism,
-                "sasl_plain_username": self.username, "sasl_plain_password": self.password}
+                "sasl_plain_username": self.username, "sasl_plain_password": self.sasl_password()}
 
 
 PLAINTEXT = KafkaSecurity()

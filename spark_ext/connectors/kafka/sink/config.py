@@ -19,6 +19,7 @@ from spark_ext.connectors.kafka.sink.rules import TopicRules
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec
+from spark_ext.secrets import secret, secret_options
 
 SINK_OPTIONS = OptionSpec.of(
     Option("kafka.bootstrap.servers", "The brokers, any listener: plain text, `SSL`, `SASL_PLAINTEXT`, "
@@ -48,6 +49,7 @@ SINK_OPTIONS = OptionSpec.of(
            "decisions) keeps retrying while brokers are away, frozen or moving leaders and coordinators "
            "(ms); then the task or the commit fails. At least `kafka.request.timeout.ms`.",
            default="120000"),
+    *secret_options(what="the SASL password (with `kafka.sasl.username`)"),
     Option("kafka.*", "Security settings as in Spark's Kafka connector. Other producer settings are refused "
            "at start, naming the setting, except common Java ones that do not apply here (`acks`, "
            "`linger.ms`, serializers ...), which are ignored."),
@@ -115,7 +117,7 @@ class KafkaSinkConfig:
     def parse(opts: Options, guarantee: Guarantee) -> KafkaSinkConfig:
         SINK_OPTIONS.check(opts.raw(), "hzsink connector 'kafka'")
         client = normalize(opts.with_prefix("kafka."))
-        security = KafkaSecurity.from_client(client)
+        security = KafkaSecurity.from_client(client, secret(opts))
         client = {k: v for k, v in client.items() if k not in SECURITY_KEYS}
         bootstrap = client.pop("bootstrap.servers")
         unknown = sorted(k for k in client if k not in _PRODUCER_DEFAULTS and k not in _HARMLESS)

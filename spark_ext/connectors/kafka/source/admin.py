@@ -61,7 +61,7 @@ class KafkaMetadata:
     def __init__(self, cfg: KafkaSourceConfig) -> None:
         self._cfg = cfg
         conf: dict[str, str | int | float | bool] = {
-            k: v for k, v in cfg.client.items() if not _CONSUMER_ONLY.match(k)
+            k: v for k, v in cfg.librdkafka_client().items() if not _CONSUMER_ONLY.match(k)
         }
         try:
             self._admin = AdminClient(conf)

@@ -20,6 +20,7 @@ from spark_ext.connectors.kafka.source.offsets import StartingOffsets, TopicPart
 from spark_ext.connectors.kafka.source.positions import duration_ms, position, strategy
 from spark_ext.errors import InvalidOptionError, MissingOptionError
 from spark_ext.options import Option, Options, OptionSpec, redact
+from spark_ext.secrets import Secret, secret, secret_options
 
 SOURCE_OPTIONS = OptionSpec.of(
     Option("kafka.bootstrap.servers", "The brokers, `host:port,...`.", required=True),
@@ -79,6 +80,7 @@ SOURCE_OPTIONS = OptionSpec.of(
     Option("kafka.isolation.level", "`read_uncommitted` also returns records of aborted transactions.",
            default="read_committed"),
     Option("kafka.default.api.timeout.ms", "Bounds the driver's metadata calls (ms).", default=30_000),
+    *secret_options(what="the SASL password (with `kafka.sasl.username`)"),
     Option("kafka.*", "Client settings: security as in Spark's Kafka connector, or librdkafka's names. "
            "`kafka.auto.offset.reset`, `kafka.enable.auto.commit` and the deserializers are refused, as "
            "Spark refuses them."),
@@ -128,14 +130,14 @@ def _client_options(opts: Options) -> dict[str, str]:
     return client
 
 
-def _fetcher(opts: Options, client: dict[str, str]) -> tuple[str, KafkaSecurity]:
+def _fetcher(opts: Options, client: dict[str, str], ref: Secret | None) -> tuple[str, KafkaSecurity]:
     """``wire`` (raw fetches, fastest) wherever it speaks the cluster's security (plain text,
     TLS, SASL PLAIN / SCRAM), ``librdkafka`` otherwise (GSSAPI, OAUTHBEARER, ...)."""
     choice = (opts.get_str("fetcher") or SOURCE_OPTIONS.default_str("fetcher")).lower()
     if choice not in ("auto", "wire", "librdkafka"):
         raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
     try:
-        security = KafkaSecurity.from_client(client)
+        security = KafkaSecurity.from_client(client, ref)
     except InvalidOptionError:
         if choice == "wire":
             raise
@@ -210,6 +212,7 @@ class KafkaSourceConfig:
     max_trigger_delay_ms: int = 900_000
     fetcher: str = "wire"
     security: KafkaSecurity = PLAINTEXT  # for the wire fetcher; librdkafka reads ``client``
+    password_ref: Secret | None = None  # the SASL password by passwordFile / passwordEnv
     commit_group: str | None = None  # commitOffsetsToGroup
 
     @property
@@ -219,7 +222,7 @@ class KafkaSourceConfig:
     def consumer_conf(self) -> dict[str, object]:
         """librdkafka settings for a consumer that is only ever assigned, never subscribed."""
         isolation = SOURCE_OPTIONS.default_str("kafka.isolation.level")
-        conf: dict[str, object] = {**_DEFAULTS, "isolation.level": isolation, **self.client}
+        conf: dict[str, object] = {**_DEFAULTS, "isolation.level": isolation, **self.librdkafka_client()}
         conf.update({
             "group.id": self.client.get("group.id", self.group_id),
             "enable.auto.commit": False,
@@ -227,6 +230,12 @@ class KafkaSourceConfig:
             "auto.offset.reset": "error",
         })
         return conf
+
+    def librdkafka_client(self) -> dict[str, str]:
+        """``client`` with a SASL password given by reference read now (librdkafka wants it)."""
+        if self.password_ref is None:
+            return self.client
+        return {**self.client, "sasl.password": self.password_ref.reveal()}
 
     def safe_client(self) -> dict[str, str]:
         """The client settings with secrets masked, for logs and messages."""
@@ -252,7 +261,8 @@ class KafkaSourceConfig:
             )
         spec = SOURCE_OPTIONS
         api_timeout = spec.int_of(opts, "kafka.default.api.timeout.ms", minimum=1)
-        fetcher, security = _fetcher(opts, client)
+        ref = secret(opts)
+        fetcher, security = _fetcher(opts, client, ref)
         prefix = opts.get_str("groupidprefix") or spec.default_str("groupIdPrefix")
         return KafkaSourceConfig(
             client=client,
@@ -272,6 +282,7 @@ class KafkaSourceConfig:
             group_id=prefix,
             fetcher=fetcher,
             security=security,
+            password_ref=ref,
             commit_group=_commit_group(opts),
             timestamp_strategy=strategy(opts),
             **({} if batch else _pacing(opts)),
