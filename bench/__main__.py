@@ -26,6 +26,7 @@ CASES: dict[str, str] = {
     "kafka_read_sasl_ssl": "bench.kafka_read:run_sasl_ssl",
     "jdbc_write": "bench.jdbc_write:run",
     "jms_read": "bench.jms_read:run",
+    "jms_read_tls": "bench.jms_read:run_tls",
     "jms_write": "bench.jms_write:run",
     "kafka_write": "bench.kafka_write:run",
     "window_sliding_1": "bench.windows:sliding_1",

@@ -12,6 +12,9 @@ Both first run once, untimed, on ``BENCH_JMS_READ_WARMUP`` messages (default 20k
 own queue: the broker's delivery path, Spark's JVM and Python workers warm for both (the
 baseline, run first on a cold broker, measured at half its speed before). Ours still
 pays its query's start-up (about 0.75 s here before the first batch is planned).
+
+``jms_read_tls``: the same source over the broker's TLS acceptor against itself in clear
+text (the baseline), the same number of messages: the cost of TLS.
 """
 
 from __future__ import annotations
@@ -85,11 +88,15 @@ def _left(env: dict[str, str], dest: str) -> int:
     return len(got)
 
 
-def _ours(spark: Any, env: dict[str, str], dest: str, n: int, ckpt: str) -> tuple[float, bool]:
-    df = (spark.readStream.format("hzsource").option("connector", "jms")
-          .option("host", env["STOMP_HOST"]).option("port", env["STOMP_PORT"])
-          .option("user", env["STOMP_USER"]).option("password", env["STOMP_PASSWORD"])
-          .option("destination", dest).option("maxMessagesPerTrigger", "20000").load())
+def _ours(spark: Any, env: dict[str, str], dest: str, n: int, ckpt: str,
+          tls: bool = False) -> tuple[float, bool]:
+    r = (spark.readStream.format("hzsource").option("connector", "jms")
+         .option("host", env["STOMP_HOST"]).option("port", env["STOMP_PORT"])
+         .option("user", env["STOMP_USER"]).option("password", env["STOMP_PASSWORD"])
+         .option("destination", dest).option("maxMessagesPerTrigger", "20000"))
+    if tls:  # the broker's TLS acceptor, its certificate checked against the local CA
+        r = r.option("brokerUrl", env["STOMP_TLS_URL"]).option("tlsCaFile", f"{env['PKI_DIR']}/ca.pem")
+    df = r.load()
     t0 = time.monotonic()
     q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
          .trigger(processingTime="0 seconds").start())
@@ -138,3 +145,28 @@ def run() -> Result:
         ours_rate, ours_ok = _ours(spark, env, ours_q, n, f"{tmp}/ck")
     print(f"[bench] jms_read ours: {ours_rate:.0f} msg/s", file=sys.stderr)
     return Result("jms_read", ours_rate, base_rate, base_ok and ours_ok)
+
+
+def run_tls() -> Result:
+    """``jms_read_tls``: our source over the broker's TLS acceptor (ours) against the same
+    source in clear text (baseline), the same messages, both warmed, in turn: what TLS costs."""
+    n = int(os.environ.get("BENCH_JMS_READ_MESSAGES", "60000"))
+    env = services_env()
+    run_id = uuid.uuid4().hex[:8]
+    kinds = ("clear", "tls", "warm-clear", "warm-tls")
+    queues = {kind: f"/queue/bench-jms-{kind}-{run_id}" for kind in kinds}
+    warm = int(os.environ.get("BENCH_JMS_READ_WARMUP", "20000"))
+    for kind, q in queues.items():
+        _fill(env, q, warm if kind.startswith("warm") else n)
+    spark = spark_session()
+    import tempfile
+
+    rates: dict[str, tuple[float, bool]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("warm-clear", "warm-tls", "clear", "tls"):
+            count = warm if kind.startswith("warm") else n
+            rates[kind] = _ours(spark, env, queues[kind], count, f"{tmp}/{kind}", tls=kind.endswith("tls"))
+    (tls_rate, tls_ok), (clear_rate, clear_ok) = rates["tls"], rates["clear"]
+    print(f"[bench] jms_read over TLS: {tls_rate:.0f} msg/s, in clear text: {clear_rate:.0f} msg/s",
+          file=sys.stderr)
+    return Result("jms_read_tls", tls_rate, clear_rate, tls_ok and clear_ok)
