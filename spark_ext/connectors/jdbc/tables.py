@@ -130,8 +130,8 @@ def engine(cfg: JdbcSinkConfig) -> sa.Engine:
 
 # libpq's words for a refused connection -> the fix, checked in this order.
 _FIXES = (
-    ("certificate verify failed", "the server's certificate is not signed by the CA in the URL's "
-     "sslrootcert (or none is given): point sslrootcert at the CA that signed it"),
+    ("certificate verify failed", "the server's certificate could not be verified: it is not signed by "
+     "the CA in the URL's sslrootcert (point sslrootcert at the CA that signed it), or it has expired"),
     ("does not match host name", "the server's certificate does not name the URL's host: connect by a "
      "name the certificate carries"),
     ("certificate expired", "a certificate has expired (the client's sslcert, or the server's): renew it"),

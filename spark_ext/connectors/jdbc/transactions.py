@@ -172,8 +172,9 @@ class Db:
         self.conn.close()
 
 
-# Idle coordinator connections this process keeps, per URL (credentials included, so a
-# changed password connects anew) and sink.
+# Idle coordinator connections this process keeps, per URL and sink. An inline password is
+# part of the URL (a changed one connects anew); one read from passwordFile / passwordEnv
+# is not, and a kept connection stays logged in after the file changes (new ones read it).
 _IDLE: dict[tuple[str, str], list[Any]] = {}
 # The server ends a kept connection idle this long (PostgreSQL 14 or later; on older ones
 # nothing is kept), so a stopped query's worker holds none for long and a smart shutdown

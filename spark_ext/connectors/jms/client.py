@@ -109,13 +109,14 @@ class StompReceiver:
     def _login(self) -> wire.StompSocket:
         cfg = self.cfg
         who = f"the STOMP broker at {cfg.host}:{cfg.port} as user {cfg.user!r}"
+        password = reveal(cfg.password)  # before the socket: a missing file must not leave one open
         try:
             conn = wire.StompSocket(cfg.host, cfg.port, cfg.connect_timeout_s, cfg.tls)
         except OSError as e:
             raise ConnectorError(f"cannot connect to {who}: {type(e).__name__}: {e}. "
                                  "Check options host/port (or brokerUrl)") from None
         try:
-            conn.login(cfg.user, reveal(cfg.password), _HEARTBEAT_MS, cfg.connect_timeout_s)
+            conn.login(cfg.user, password, _HEARTBEAT_MS, cfg.connect_timeout_s)
         except AuthenticationError:  # TLS refused after the handshake (a client certificate)
             conn.close()
             raise

@@ -78,7 +78,7 @@ class JmsSourceConfig:
 
     @property
     def where(self) -> str:
-        return f"stomp://{self.host}:{self.port}{self.destination}"
+        return f"stomp{'+ssl' if self.tls else ''}://{self.host}:{self.port}{self.destination}"
 
     @property
     def tracks_ids(self) -> bool:
@@ -145,6 +145,9 @@ def broker_address(opts: Options) -> tuple[str, int]:
                 f"option 'brokerUrl' is {url!r}; expected stomp://host:port (the broker's STOMP acceptor) or "
                 "stomp+ssl://host:port (over TLS)"
             )
+        if parts.scheme in TLS_SCHEMES and parts.port is None:
+            raise InvalidOptionError(f"option 'brokerUrl' is {url!r}; give the port of the broker's TLS "
+                                     "acceptor (stomp+ssl://host:port; 61613 is STOMP's clear-text port)")
         host, port = parts.hostname, parts.port or SOURCE_OPTIONS.default_int("port")
     return host, port
 

@@ -75,7 +75,7 @@ from spark_ext.connectors.jms.client import Message, StompReceiver
 from spark_ext.connectors.jms.config import SOURCE_OPTIONS, JmsSourceConfig
 from spark_ext.connectors.jms.gauges import QueueGauges
 from spark_ext.connectors.jms.ids import pack_ids, unpack_ids
-from spark_ext.errors import ConnectorError
+from spark_ext.errors import AuthenticationError, ConnectorError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.retry import Backoff
@@ -216,6 +216,8 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
             return None
         try:
             rx = self.rx
+        except AuthenticationError:
+            raise  # a TLS handshake the settings doom: no waiting fixes it
         except ConnectorError as e:
             if self._down_since is None:
                 self._down_since = now

@@ -114,7 +114,14 @@ def wrap(sock: socket.socket, host: str, port: int, tls: StompTls) -> ssl.SSLSoc
     """``sock`` after the TLS handshake. Raises ``AuthenticationError`` when the settings
     doom it, an ``OSError`` when the broker went away or did not answer."""
     try:
-        return context(tls).wrap_socket(sock, server_hostname=host)
+        ctx = context(tls)
+    except (OSError, ssl.SSLError) as e:  # files missing or unreadable on this host: no retry helps
+        sock.close()
+        raise InvalidOptionError(
+            f"cannot load the TLS files (tlsCaFile, tlsCertFile, tlsKeyFile) on host {socket.gethostname()}: "
+            f"{e}; ship or mount them on every host that connects") from None
+    try:
+        return ctx.wrap_socket(sock, server_hostname=host)
     except TimeoutError:
         sock.close()
         # Frozen, or a clear-text STOMP port, which waits for a frame and never answers a handshake.

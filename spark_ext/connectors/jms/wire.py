@@ -222,7 +222,12 @@ class StompSocket:
                                     now - self._last_received)
                         return
                     continue
-                data = sock.recv(_RECV_BYTES)
+                if isinstance(sock, ssl.SSLSocket):
+                    # OpenSSL forbids one connection's read and write at once from two threads.
+                    with self._send_lock:
+                        data = sock.recv(_RECV_BYTES)
+                else:
+                    data = sock.recv(_RECV_BYTES)
                 if not data:
                     return
                 self._last_received = now

@@ -136,6 +136,9 @@ def _fetcher(opts: Options, client: dict[str, str], ref: Secret | None) -> tuple
     choice = (opts.get_str("fetcher") or SOURCE_OPTIONS.default_str("fetcher")).lower()
     if choice not in ("auto", "wire", "librdkafka"):
         raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
+    if ref is not None and "sasl.password" in client:  # refused whichever fetcher reads it
+        raise InvalidOptionError("the SASL password is given twice (in kafka.sasl.jaas.config or "
+                                 "kafka.sasl.password, and by passwordFile / passwordEnv); keep one")
     try:
         security = KafkaSecurity.from_client(client, ref)
     except InvalidOptionError:
