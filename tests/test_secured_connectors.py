@@ -30,6 +30,7 @@ from spark_ext.errors import ConnectorError, InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from tests.support import pg_util, stomp_util
+from tests.support.kafka_sink import consume
 from tests.support.kafka_util import create_topic, numbered, produce
 
 pytestmark = [pytest.mark.services]
@@ -113,10 +114,10 @@ def test_a_password_reference_that_leads_nowhere_fails_at_start_naming_the_optio
 @pytest.mark.spark
 def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(services, sasl_ssl,
                                                                             tmp_path):
-    """Four queries from the SASL_SSL Kafka listener (its password by passwordFile, and for
-    one inline, as Spark's own Kafka users write it): into PostgreSQL with passwordFile,
-    with password as an option,
-    into the queue with passwordEnv, and with a wrong passwordFile. Each secret is unique
+    """Queries from the SASL_SSL Kafka listener (its password by passwordFile, and for one
+    inline, as Spark's own Kafka users write it): into PostgreSQL with passwordFile,
+    with password as an option, into the queue with passwordEnv and from there back into
+    Kafka (both by reference), and into PostgreSQL with a wrong passwordFile. Each secret is unique
     to this run; none may appear in the event log, the UI's SQL, jobs and environment pages,
     the checkpoints, the driver's INFO log and output, or the failing query's error."""
     tag = uuid.uuid4().hex[:8]
@@ -130,6 +131,7 @@ def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(s
     wrong_pw = f"Wrong-{uuid.uuid4().hex}"
     try:
         topic = create_topic(services.kafka_bootstrap, 2, "leak")
+        out_topic = create_topic(services.kafka_bootstrap, 2, "leak-back")
         produce(services.kafka_bootstrap, topic, numbered(2, 200))
         tables = {n: pg_util.table_name(f"leak_{n}") for n in roles}
         for t in tables.values():
@@ -144,7 +146,7 @@ def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(s
         queue = stomp_util.queue_name("leak")
         spec = {
             "bootstrap": sasl_ssl.bootstrap, "kafka_options": sasl_ssl.spark_options(), "topic": topic,
-            "kafka_by_file": by_file,
+            "kafka_by_file": by_file, "out_topic": out_topic,
             "by_file": {"url": base.set(username=roles["file"][0]).render_as_string(hide_password=False),
                         "password_file": str(tmp_path / "pw"), "table": tables["file"]},
             "inline": {"url": base.set(username=roles["inline"][0]).render_as_string(hide_password=False),
@@ -162,7 +164,9 @@ def test_no_secret_reaches_the_event_log_the_ui_a_checkpoint_a_log_or_an_error(s
         assert res.returncode == 0, res.stderr[-4000:]
         for t in tables.values():  # the secrets worked: every record landed
             assert pg_util.query(services.postgres_url, f"SELECT count(*) FROM {t}") == [(200,)]
-        assert len(stomp_util.drain(services, queue)) == 200
+        # through the queue and back into Kafka: the sink's and the source's logins by reference
+        assert sorted(v for _, _, v in consume(services.kafka_bootstrap, out_topic)) == sorted(
+            f"v-{i}".encode() for i in range(200))
         error = (out / "errors.txt").read_text()
         assert "password authentication failed" in error and "passwordFile" in error, error[-2000:]
 

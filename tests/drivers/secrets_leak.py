@@ -7,9 +7,10 @@ SPEC_JSON (a file): ``bootstrap`` (SASL_SSL), ``kafka_options`` (its login inlin
 ``by_file`` (a PostgreSQL URL without password, ``password_file``, ``table``); ``inline``
 (a URL, ``password``, ``table``: the password as an option); ``stomp`` (``host``, ``port``,
 ``user``, ``password_env``, ``queue``); ``wrong_file`` (a password file with a wrong password).
-Four AvailableNow queries from the secured Kafka (its password by ``passwordFile``, or
-inline for the second): into PostgreSQL with ``passwordFile``, into PostgreSQL with
-``password``, into the queue with ``passwordEnv``, and into PostgreSQL with a wrong
+AvailableNow queries from the secured Kafka (its password by ``passwordFile``, or inline
+for the second): into PostgreSQL with ``passwordFile``, into PostgreSQL with ``password``,
+into the queue with ``passwordEnv``; then from that queue (``passwordEnv``) into Kafka
+(``out_topic``, its SASL password by ``passwordFile``); last into PostgreSQL with a wrong
 ``passwordFile`` (it fails; its error goes to ``OUT/errors.txt``).
 The UI's SQL and environment pages go to ``OUT/ui.json``; the event log to ``OUT/events``.
 """
@@ -71,6 +72,14 @@ def main(spec_file: str, out: str) -> int:
         run("queue", src.selectExpr("v AS body"), connector="jms", host=s["host"], port=str(s["port"]),
             user=s["user"], passwordEnv=s["password_env"], destination=s["queue"]),
     ]
+    # Back from the queue (the source's password by passwordEnv) into Kafka (the sink's SASL
+    # password by passwordFile).
+    back = (spark.readStream.format("hzsource").option("connector", "jms").option("host", s["host"])
+            .option("port", str(s["port"])).option("user", s["user"]).option("passwordEnv", s["password_env"])
+            .option("destination", s["queue"]).load().selectExpr("body_text AS value"))
+    sink_login = {k: v for k, v in {**spec["kafka_options"], **spec["kafka_by_file"]}.items() if v is not None}
+    errors.append(run("back", back, connector="kafka", topic=spec["out_topic"],
+                      **{"kafka.bootstrap.servers": spec["bootstrap"], **sink_login}))
     if any(errors):
         print("a query that should have run failed:", errors, file=sys.stderr)
         return 1
