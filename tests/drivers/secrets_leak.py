@@ -77,7 +77,8 @@ def main(spec_file: str, out: str) -> int:
     back = (spark.readStream.format("hzsource").option("connector", "jms").option("host", s["host"])
             .option("port", str(s["port"])).option("user", s["user"]).option("passwordEnv", s["password_env"])
             .option("destination", s["queue"]).load().selectExpr("body_text AS value"))
-    sink_login = {k: v for k, v in {**spec["kafka_options"], **spec["kafka_by_file"]}.items() if v is not None}
+    login = {**spec["kafka_options"], **spec["kafka_by_file"]}
+    sink_login = {k: v for k, v in login.items() if v is not None}
     errors.append(run("back", back, connector="kafka", topic=spec["out_topic"],
                       **{"kafka.bootstrap.servers": spec["bootstrap"], **sink_login}))
     if any(errors):
