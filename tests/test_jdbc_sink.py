@@ -117,6 +117,7 @@ def _versioned_files(src) -> dict[int, str]:
     return final
 
 
+@pytest.mark.campaign  # 31 s; in make faults, to keep make test within its 20 minutes
 def test_upsert_at_least_once_replays_converge_to_the_exactly_once_state(services, tmp_path):
     """MERGE (upsertKeys) with at_least_once: the driver dies after batch 1's rows landed,
     before Spark recorded the batch; the replay merges them again. The table ends as an
