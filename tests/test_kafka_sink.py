@@ -454,7 +454,8 @@ def test_a_zombie_task_of_the_previous_batch_cannot_abort_a_decided_winner(servi
 
 
 # (800, 1) in make faults (22 s), to keep make test within its 20 minutes
-@pytest.mark.parametrize(("tasks", "partitions"), [(800, 3), pytest.param(800, 1, marks=pytest.mark.campaign)])
+@pytest.mark.parametrize(("tasks", "partitions"),
+                         [(800, 3), pytest.param(800, 1, marks=pytest.mark.campaign)])
 def test_a_decision_naming_more_winners_than_one_offset_metadata_holds(services, tasks, partitions):
     """A batch of 800 tasks under a 200-character transactionalIdPrefix: its decision no
     longer fits the 3,900 characters of one partition's offset metadata (about 500 tasks
