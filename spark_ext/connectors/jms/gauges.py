@@ -80,8 +80,8 @@ class QueueGauges:
         None when it could not be read this time."""
         cfg = self.cfg
         try:
-            login = (cfg.user, reveal(cfg.password))
-            with BrokerSession(cfg.host, cfg.port, *login, cfg.connect_timeout_s, cfg.tls) as s:
+            with BrokerSession(cfg.host, cfg.port, cfg.user, reveal(cfg.password), cfg.connect_timeout_s,
+                               cfg.tls) as s:
                 return int(s.attribute(f"queue.{self.queue}", "MessageCount"))
         except ManagementRefusedError as e:
             log.info("the queue source reports no queue depth: %s", e)

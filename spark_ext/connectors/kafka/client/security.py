@@ -145,9 +145,7 @@ class KafkaSecurity:
                     f"{', '.join(MECHANISMS)} (set kafka.sasl.mechanism to the one your cluster offers)"
                 )
             user, password = client.get("sasl.username"), client.get("sasl.password")
-            if ref is not None and password is not None:
-                raise InvalidOptionError("the SASL password is given twice (in kafka.sasl.jaas.config or "
-                                         "kafka.sasl.password, and by passwordFile / passwordEnv); keep one")
+            refuse_second_password(client, ref)
             if not user or (password is None and ref is None):
                 raise InvalidOptionError(
                     f"{protocol} with {mechanism} needs a user name and password: set "
@@ -180,6 +178,13 @@ class KafkaSecurity:
 
 
 PLAINTEXT = KafkaSecurity()
+
+
+def refuse_second_password(client: dict[str, str], ref: Secret | None) -> None:
+    """A SASL password inline and by reference as well: one source of truth."""
+    if ref is not None and "sasl.password" in client:
+        raise InvalidOptionError("the SASL password is given twice (in kafka.sasl.jaas.config or "
+                                 "kafka.sasl.password, and by passwordFile / passwordEnv); keep one")
 
 
 @functools.lru_cache(maxsize=8)

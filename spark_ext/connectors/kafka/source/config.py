@@ -15,7 +15,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, normalize
+from spark_ext.connectors.kafka.client.security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    normalize,
+    refuse_second_password,
+)
 from spark_ext.connectors.kafka.source.offsets import StartingOffsets, TopicPartition, parse_assign
 from spark_ext.connectors.kafka.source.positions import duration_ms, position, strategy
 from spark_ext.errors import InvalidOptionError, MissingOptionError
@@ -136,9 +141,7 @@ def _fetcher(opts: Options, client: dict[str, str], ref: Secret | None) -> tuple
     choice = (opts.get_str("fetcher") or SOURCE_OPTIONS.default_str("fetcher")).lower()
     if choice not in ("auto", "wire", "librdkafka"):
         raise InvalidOptionError(f"option 'fetcher' is {choice!r}; expected auto, wire or librdkafka")
-    if ref is not None and "sasl.password" in client:  # refused whichever fetcher reads it
-        raise InvalidOptionError("the SASL password is given twice (in kafka.sasl.jaas.config or "
-                                 "kafka.sasl.password, and by passwordFile / passwordEnv); keep one")
+    refuse_second_password(client, ref)  # before the fallback below: refused whichever fetcher reads it
     try:
         security = KafkaSecurity.from_client(client, ref)
     except InvalidOptionError:
