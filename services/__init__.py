@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from services import mariadb
 from services.artemis import (
     _artemis_settings,
     _stomp_ready,
@@ -29,6 +30,9 @@ from services.common import (
     KAFKA_SASL_SSL_PORT,
     KAFKA_SASL_USER,
     LOCAL,
+    MARIADB_DB,
+    MARIADB_PORT,
+    MARIADB_USER,
     POSTGRES_DB,
     POSTGRES_PASSWORD,
     POSTGRES_PORT,
@@ -83,6 +87,7 @@ def write_env() -> Path:
         f"&sslkey={PKI / (CERT_USER + '.key')}",
         f"POSTGRES_TLS_ADMIN_URL=postgresql+psycopg2://{POSTGRES_USER}:{POSTGRES_PASSWORD}"
         f"@{HOST}:{POSTGRES_TLS_PORT}/{POSTGRES_DB}?sslmode=verify-full&sslrootcert={PKI / 'ca.pem'}",
+        f"MARIADB_URL=mysql+pymysql://{MARIADB_USER}:{mariadb.password()}@{HOST}:{MARIADB_PORT}/{MARIADB_DB}",
         f"PKI_DIR={PKI}",
         f"STOMP_HOST={HOST}",
         f"STOMP_TLS_URL=stomp+ssl://{HOST}:{STOMP_TLS_PORT}",  # the CA: PKI_DIR/ca.pem
@@ -101,6 +106,7 @@ SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], list[str]], Call
     "postgres": (POSTGRES_PORT, _pg_ready, _pg_settings, postgres_up),
     "postgres-tls": (POSTGRES_TLS_PORT, tls_ready, tls_settings, postgres_tls_up),
     "artemis": (STOMP_PORT, _stomp_ready, _artemis_settings, artemis_up),
+    "mariadb": (MARIADB_PORT, mariadb.ready, mariadb.settings, mariadb.mariadb_up),
 }
 
 
@@ -133,6 +139,7 @@ def up(names: list[str]) -> None:
     # Print the addresses, never the passwords.
     text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")  # both PostgreSQL URLs
     text = text.replace(f"STOMP_PASSWORD={STOMP_PASSWORD}", "STOMP_PASSWORD=***")
+    text = text.replace(f":{mariadb.password()}@", ":***@")
     print(text.replace(f"KAFKA_SASL_PASSWORD={KAFKA_SASL_PASSWORD}", "KAFKA_SASL_PASSWORD=***"), end="")
     log(f"addresses written to {env}")
 

@@ -79,6 +79,10 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     """Recovers, commits and aborts one sink's batches. Driver."""
 
     name = "jdbc"
+    # The dialect's queries over in-doubt transactions (the MariaDB committer has its own).
+    _prepared_gids = staticmethod(prepared_gids)
+    _finish_xact = staticmethod(finish)
+    _decisions = staticmethod(decisions)
 
     def __init__(self, setup: JdbcSinkSetup) -> None:
         self.cfg, self.sql = setup.cfg, setup.sql
@@ -251,7 +255,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         for other, last in others:
             if is_sibling(self.cfg.sink_id, other):
                 continue  # another sub-sink of the same routing sink: the same batches, decided once
-            in_doubt = prepared_gids(self.conn, other)
+            in_doubt = self._prepared_gids(self.conn, other)
             if last < batch.batch_id and not in_doubt:
                 continue  # an earlier spelling whose every batch is done: nothing at stake
             self._roll_back_own(batch)
@@ -273,7 +277,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         original. The later attempt rolls back what the earlier one prepared (it would hold
         its locks) and prepares the same partition's rows, yet Spark may take the earlier
         one's result: then the later attempt's transaction takes its place."""
-        present = set(prepared_gids(self.conn, self.cfg.sink_id))
+        present = set(self._prepared_gids(self.conn, self.cfg.sink_id))
         instead: dict[str, str] = {}
         gone: list[str] = []
         for c in batch.prepared:
@@ -314,7 +318,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
 
     def _roll_back_own(self, batch: Batch[JdbcCommittable]) -> None:
         for c in batch.prepared:  # ours can never commit now
-            finish(self.conn, str(c.gid), commit=False)
+            self._finish_xact(self.conn, str(c.gid), commit=False)
 
     def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:
         """Step 4b: the decision row, under the sink's shared advisory lock (a take-over
@@ -367,7 +371,8 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
 
     def commit_winner(self, decision: JdbcDecision, winner: str) -> bool:
         """``COMMIT PREPARED``; an id already gone committed if its marker row is visible."""
-        return finish(self.conn, winner, commit=True) or self._landed(self.conn, winner, decision.query_id)
+        return (self._finish_xact(self.conn, winner, commit=True)
+                or self._landed(self.conn, winner, decision.query_id))
 
     def lost(self, decision: JdbcDecision, lost: Sequence[str]) -> CommitError:
         return FatalCommitError(
@@ -384,9 +389,9 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                                               decision.batch_id - KEEP_BATCHES))
 
     def roll_back_others(self, batch: Batch[JdbcCommittable], decision: JdbcDecision) -> None:
-        for gid in prepared_gids(self.conn, self.cfg.sink_id):
+        for gid in self._prepared_gids(self.conn, self.cfg.sink_id):
             if parse_gid(gid)[2] <= batch.batch_id and gid not in decision.winners:
-                finish(self.conn, gid, commit=False)
+                self._finish_xact(self.conn, gid, commit=False)
 
     def _landed(self, conn: Any, gid: str, query_id: str) -> bool:
         """Did ``gid`` commit? Its marker row is scoped by query and epoch: after a checkpoint
@@ -410,6 +415,6 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
 
     def _roll_back_batch(self, conn: Any, batch_id: int) -> list[str]:
         """Roll back the batch's prepared transactions, except decided winners (recovery's)."""
-        won = decisions(conn, self.sql.batches_table, self.cfg.sink_id, {batch_id}).get(batch_id, set())
-        return [gid for gid in prepared_gids(conn, self.cfg.sink_id)
-                if parse_gid(gid)[2] == batch_id and gid not in won and finish(conn, gid, commit=False)]
+        won = self._decisions(conn, self.sql.batches_table, self.cfg.sink_id, {batch_id}).get(batch_id, set())
+        return [gid for gid in self._prepared_gids(conn, self.cfg.sink_id) if parse_gid(gid)[2] == batch_id
+                and gid not in won and self._finish_xact(conn, gid, commit=False)]

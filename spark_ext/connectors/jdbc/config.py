@@ -1,7 +1,11 @@
-"""Options of the PostgreSQL sink, parsed on the driver into a frozen, picklable config.
+"""Options of the jdbc sink (PostgreSQL, MariaDB, MySQL), parsed on the driver into a
+frozen, picklable config.
 
-``url`` is a SQLAlchemy URL (``postgresql+psycopg2://user:pw@host:5432/db``) or Spark's
-JDBC form (``jdbc:postgresql://host:5432/db``) with ``user`` / ``password`` options.
+``url`` is a SQLAlchemy URL (``postgresql+psycopg2://user:pw@host:5432/db``,
+``mysql+pymysql://user:pw@host:3306/db``) or Spark's JDBC form
+(``jdbc:postgresql://host:5432/db``, ``jdbc:mysql://``, ``jdbc:mariadb://``) with
+``user`` / ``password`` options. MariaDB's TLS settings are PyMySQL's ``ssl_ca``,
+``ssl_cert``, ``ssl_key``, ``ssl_verify_identity`` in the URL's query.
 A password given inline travels inside the config to executors (they must connect) but
 is never part of a message or a log line: ``safe_url`` is what we show. One given by
 ``passwordFile`` / ``passwordEnv`` travels as the file's or variable's name and is read
@@ -25,8 +29,9 @@ from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
 from spark_ext.secrets import Secret, secret, secret_options
 
 SINK_OPTIONS = OptionSpec.of(
-    Option("url", "SQLAlchemy URL (`postgresql+psycopg2://user@host:5432/db`) or Spark's "
-           "`jdbc:postgresql://host:5432/db`.", required=True),
+    Option("url", "SQLAlchemy URL (`postgresql+psycopg2://user@host:5432/db`, "
+           "`mysql+pymysql://user@host:3306/db`) or Spark's `jdbc:postgresql://host:5432/db`, "
+           "`jdbc:mysql://...`, `jdbc:mariadb://...`.", required=True),
     Option("user", "Overrides the URL's user."),
     Option("password", "Overrides the URL's password; never logged (prefer `passwordFile`)."),
     *secret_options(),
@@ -50,33 +55,45 @@ SINK_OPTIONS = OptionSpec.of(
 )
 
 
+# URL scheme -> (SQLAlchemy driver, the dialect's name). MariaDB and MySQL share one.
+_DIALECTS = {"postgresql": ("postgresql+psycopg2", "postgresql"),
+             "postgres": ("postgresql+psycopg2", "postgresql"), "mysql": ("mysql+pymysql", "mysql"),
+             "mariadb": ("mysql+pymysql", "mysql")}
+SUPPORTED = ("postgresql+psycopg2://user@host:5432/db", "jdbc:postgresql://host:5432/db",
+             "mysql+pymysql://user@host:3306/db", "jdbc:mysql://host:3306/db", "jdbc:mariadb://host:3306/db")
+
+
 def parse_url(value: str, user: str | None, password: str | None) -> URL:
-    """SQLAlchemy or ``jdbc:postgresql://`` URL -> a psycopg2 SQLAlchemy URL."""
+    """SQLAlchemy or Spark's ``jdbc:`` URL -> a psycopg2 or PyMySQL SQLAlchemy URL."""
     try:
         if value.startswith("jdbc:"):
             parts = urlsplit(value[len("jdbc:"):])
-            if parts.scheme != "postgresql":
+            if parts.scheme not in _DIALECTS:
                 raise InvalidOptionError(
-                    f"option 'url' names JDBC scheme {parts.scheme!r}; this sink writes PostgreSQL only "
-                    "(jdbc:postgresql://host:5432/db)"
+                    f"option 'url' names JDBC scheme {parts.scheme!r}; this sink writes PostgreSQL, MariaDB "
+                    f"and MySQL: {', '.join(SUPPORTED)}"
                 )
-            query = _libpq_query(dict(parse_qsl(parts.query)))
+            query = dict(parse_qsl(parts.query))
+            if _DIALECTS[parts.scheme][1] == "postgresql":
+                query = _libpq_query(query)
             url = URL.create(
-                "postgresql+psycopg2", username=query.pop("user", None), password=query.pop("password", None),
-                host=parts.hostname, port=parts.port, database=parts.path.lstrip("/") or None, query=query,
+                _DIALECTS[parts.scheme][0], username=query.pop("user", None),
+                password=query.pop("password", None), host=parts.hostname, port=parts.port,
+                database=parts.path.lstrip("/") or None, query=query,
             )
         else:
             url = make_url(value)
     except (ArgumentError, ValueError) as e:
         raise InvalidOptionError(
-            "option 'url' is not a database URL; expected postgresql+psycopg2://user@host:5432/db or "
-            f"jdbc:postgresql://host:5432/db ({type(e).__name__})"
+            f"option 'url' is not a database URL; expected one of {', '.join(SUPPORTED)} ({type(e).__name__})"
         ) from None
-    if url.get_backend_name() != "postgresql":
+    backend = url.get_backend_name()
+    if backend not in _DIALECTS:
         raise InvalidOptionError(
-            f"option 'url' names database {url.get_backend_name()!r}; this sink writes PostgreSQL only"
+            f"option 'url' names database {backend!r}; this sink writes PostgreSQL, MariaDB and MySQL: "
+            f"{', '.join(SUPPORTED)}"
         )
-    url = url.set(drivername="postgresql+psycopg2")
+    url = url.set(drivername=_DIALECTS[backend][0])
     if user:
         url = url.set(username=user)
     if password:
@@ -121,6 +138,11 @@ class JdbcSinkConfig:
     def open_url(self) -> URL:
         """The URL to connect with: a password given by reference is read now."""
         return self.url if self.password is None else self.url.set(password=self.password.reveal())
+
+    @property
+    def dialect(self) -> str:
+        """``postgresql`` or ``mysql`` (MariaDB and MySQL)."""
+        return "mysql" if self.url.get_backend_name() == "mysql" else "postgresql"
 
     @property
     def qualified(self) -> str:

@@ -1,0 +1,191 @@
+"""Driver side of the MariaDB / MySQL dialect: the PostgreSQL committer's protocol
+(``committer.JdbcCommitter``: take-over, decision, commit, abort, the same rules and
+messages) over XA. What differs is below:
+
+- the sink's lock, which serialises a take-over's rollback and epoch bump with every
+  decision, is ``GET_LOCK`` (a named lock of the session; exclusive, where PostgreSQL's
+  decisions share theirs: one query per sink decides one batch at a time anyway);
+- the epoch bump is ``INSERT ... ON DUPLICATE KEY UPDATE``, waiting at most a second a
+  round on the writers' share locks (``innodb_lock_wait_timeout``);
+- a take-over does not end the task sessions of older runs: MariaDB names no session
+  by its client, so a frozen executor's open transaction is waited for up to
+  ``lockTimeoutMs`` and then the batch is retried (the server's ``wait_timeout`` ends it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pymysql
+
+from spark_ext.commit import Batch, Claim
+from spark_ext.connectors.jdbc.committer import JdbcCommitter, JdbcDecision
+from spark_ext.connectors.jdbc.mysql import (
+    LOCK_WAIT_TIMEOUT,
+    MyConn,
+    connect,
+    decisions,
+    error_code,
+    finish,
+    prepared_gids,
+    resolve_in_doubt,
+)
+from spark_ext.connectors.jdbc.transactions import JdbcCommittable
+from spark_ext.errors import ConnectorError, RetriableCommitError
+from spark_ext.retry import Backoff, retry
+
+log = logging.getLogger(__name__)
+
+
+class _LockWait(Exception):
+    """The epoch bump waited its second for a writer's share lock."""
+
+
+class MyJdbcCommitter(JdbcCommitter):
+    """Recovers, commits and aborts one MariaDB sink's batches. Driver."""
+
+    _prepared_gids = staticmethod(prepared_gids)
+    _finish_xact = staticmethod(finish)
+    _decisions = staticmethod(decisions)
+
+    @property
+    def _lock_name(self) -> str:
+        return "spark-ext:" + hashlib.sha256(self.cfg.sink_id.encode()).hexdigest()[:40]  # 64 at most
+
+    def _open(self) -> MyConn:
+        cfg = self.cfg
+        try:
+            return connect(cfg.open_url(), cfg.reconnect_timeout_s, cfg.lock_timeout_ms)
+        except pymysql.OperationalError as e:
+            raise RetriableCommitError(f"cannot reach MariaDB at {cfg.safe_url}: {e}") from None
+
+    @contextmanager
+    def connected(self) -> Iterator[None]:
+        conn = self._open()
+        self._conn = conn
+        try:
+            yield
+        except pymysql.OperationalError as e:
+            raise RetriableCommitError(f"{self.kept_label}: {e}") from None
+        finally:
+            self._conn = None
+            conn.close()
+
+    def take_over(self, adopt: Batch[JdbcCommittable] | None = None) -> Claim[int]:
+        """Step 1, as ``JdbcCommitter.take_over``."""
+        cfg = self.cfg
+        conn = self._open()
+        try:
+            self._check_target(conn)
+            with self._exclusive(conn):
+                if adopt is not None:
+                    self._adopt_at_take_over(conn, adopt)
+                committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
+            if committed or rolled_back:
+                log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
+                            cfg.sink_id, len(committed), len(rolled_back))
+            return Claim(epoch, committed=len(committed), rolled_back=len(rolled_back))
+        except pymysql.Error as e:
+            raise ConnectorError(f"recovering sink {cfg.sink_id!r} at {cfg.safe_url} failed: {e}") from None
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _exclusive(self, conn: MyConn) -> Iterator[None]:
+        wait_s = max(1, self.cfg.lock_timeout_ms // 1000)
+        got = conn.execute("SELECT GET_LOCK(%s, %s)", (self._lock_name, wait_s))
+        if not got or got[0][0] != 1:
+            raise RetriableCommitError(
+                f"sink {self.cfg.sink_id!r}: another session held its lock for {wait_s} s (lockTimeoutMs): "
+                "another run of this sink deciding or taking over")
+        try:
+            yield
+        finally:
+            conn.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
+
+    def _resolve_and_bump(self, conn: MyConn, batch_id: int | None) -> tuple[list[str], list[str], int]:
+        """As ``JdbcCommitter._resolve_and_bump``; the bump waits a second a round."""
+        cfg, sql = self.cfg, self.sql
+        committed: list[str] = []
+        rolled_back: list[str] = []
+
+        def round_() -> int:
+            if batch_id is None:
+                c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
+                committed.extend(c)
+                rolled_back.extend(r)
+            else:
+                rolled_back.extend(self._roll_back_batch(conn, batch_id))
+            conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
+            conn.autocommit = False
+            try:
+                conn.execute(
+                    f"INSERT INTO {sql.sinks_table} (sink_id, target, epoch) VALUES (%s, %s, 1) ON DUPLICATE "
+                    "KEY UPDATE epoch = epoch + 1, updated_at = current_timestamp(6)",
+                    (cfg.sink_id, cfg.qualified))
+                epoch = int(conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s",
+                                         (cfg.sink_id,))[0][0])
+                conn.commit()
+                return epoch
+            except pymysql.Error as e:
+                conn.rollback()
+                if error_code(e) == LOCK_WAIT_TIMEOUT:
+                    raise _LockWait(str(e)) from None
+                raise
+            finally:
+                conn.autocommit = True
+                conn.execute(f"SET SESSION innodb_lock_wait_timeout = {-(-cfg.lock_timeout_ms // 1000)}")
+
+        epoch = retry(round_, what=f"claiming sink {cfg.sink_id!r}", retry_on=_LockWait,
+                      timeout_s=cfg.lock_timeout_ms / 1000, backoff=Backoff(initial_s=0.0, max_s=0.0),
+                      give_up=lambda e: RetriableCommitError(
+                          f"sink {cfg.sink_id!r}: writers of another run still hold it after "
+                          f"{cfg.lock_timeout_ms} ms (lockTimeoutMs); their transactions are resolved "
+                          "at the next start"))
+        if batch_id is not None:  # what prepared while the bump waited
+            rolled_back.extend(self._roll_back_batch(conn, batch_id))
+        return committed, rolled_back, epoch
+
+    def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:
+        """Step 4b, as ``JdbcCommitter.record``: under the sink's lock and the epoch row's
+        share lock; the decision row is unique per batch."""
+        cfg, sql, conn = self.cfg, self.sql, self.conn
+        epoch = batch.claim.fence if batch.claim is not None else None
+        with self._exclusive(conn):
+            conn.autocommit = False
+            try:
+                row = conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s "
+                                   "LOCK IN SHARE MODE", (cfg.sink_id,))
+                if not row or row[0][0] != epoch:
+                    conn.rollback()
+                    conn.autocommit = True
+                    self._roll_back_own(batch)
+                    raise self._fenced(batch, row[0][0] if row else None)
+                instead = self._check_prepared(batch)
+                mine = frozenset(instead.get(str(c.gid), str(c.gid)) for c in batch.prepared)
+                for gid, other in instead.items():
+                    log.warning("sink %s batch %s: %s, of the task attempt Spark took, was rolled back by a "
+                                "later attempt of the same task; its %s commits in its place",
+                                cfg.sink_id, batch.batch_id, gid, other)
+                with conn.cursor() as cur:
+                    added = cur.execute(
+                        f"INSERT IGNORE INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
+                        "attempt, epoch, `rows`, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s)",
+                        (cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
+                         json.dumps(sorted(mine))))
+                if added:
+                    decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine)
+                else:  # decided by an earlier run meanwhile
+                    got = conn.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
+                                       "query_id = %s AND batch_id = %s AND partition_id = -1",
+                                       (cfg.sink_id, batch.query_id, batch.batch_id))
+                    decided = self._decision(batch, got[0][0])
+                conn.commit()
+            finally:
+                if not conn.closed:
+                    conn.autocommit = True
+        return decided

@@ -1,0 +1,294 @@
+"""Driver side of the MariaDB / MySQL dialect, at query start: the server and the target
+checked (XA allowed, a transactional engine, columns that take the DataFrame's), the
+sink's bookkeeping tables, and every statement the writers run.
+
+Rows travel by ``LOAD DATA LOCAL INFILE`` (the bulk path, as ``COPY`` is PostgreSQL's):
+tab-separated, backslash-escaped, ``\\N`` for NULL, binary columns as hex through
+``UNHEX``. Upserts load into a staging table and merge with ``INSERT ... SELECT ... ON
+DUPLICATE KEY UPDATE``, the latest row per key picked by ``ROW_NUMBER()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import pymysql
+import sqlalchemy as sa
+from pyspark.sql.types import BinaryType, DoubleType, LongType, StructType
+from sqlalchemy.dialects import mysql as my
+
+from spark_ext.connectors.jdbc.config import JdbcSinkConfig
+from spark_ext.connectors.jdbc.mysql import ACCESS_DENIED, MyConn, connect, error_code, prepared_gids
+from spark_ext.connectors.jdbc.tables import (
+    BATCHES_TABLE,
+    LANDED_TABLE,
+    SINKS_TABLE,
+    SqlPlan,
+    _accepts,
+    _family_spark,
+    staging_name,
+)
+from spark_ext.errors import ConnectorError, InvalidOptionError
+
+# Engines that take part in XA and roll back: anything else would leave a batch half written.
+_TRANSACTIONAL = frozenset({"innodb", "xtradb"})
+
+
+def _create_type(t: Any, fam: str, key: bool) -> sa.types.TypeEngine[Any]:
+    """A column for ``createTable``; a key column must be indexable (no TEXT or BLOB)."""
+    if fam == "int":
+        return sa.BigInteger() if isinstance(t, LongType) else sa.Integer()
+    if fam == "float":
+        return my.DOUBLE() if isinstance(t, DoubleType) else my.FLOAT()
+    if fam == "decimal":
+        return sa.Numeric(t.precision, t.scale)
+    if fam == "string":
+        return sa.String(255) if key else my.LONGTEXT()
+    if fam == "bool":
+        return sa.Boolean()
+    if fam == "timestamp":
+        return my.DATETIME(fsp=6)
+    if fam == "date":
+        return sa.Date()
+    return my.VARBINARY(255) if key else my.LONGBLOB()
+
+
+def _accepts_my(db_type: sa.types.TypeEngine[Any], fam: str) -> bool:
+    # BOOLEAN is TINYINT(1) in MySQL: a Spark boolean goes in as 1 / 0.
+    return _accepts(db_type, fam) or (fam == "bool" and isinstance(db_type, sa.types.Integer))
+
+
+def _quote(name: str) -> str:
+    return str(my.dialect().identifier_preparer.quote(name))
+
+
+def _qualify(cfg: JdbcSinkConfig, name: str) -> str:
+    return f"{_quote(cfg.schema)}.{_quote(name)}" if cfg.schema else _quote(name)
+
+
+def engine(cfg: JdbcSinkConfig) -> sa.Engine:
+    return sa.create_engine(cfg.url, poolclass=sa.pool.NullPool,
+                            creator=lambda: connect(cfg.open_url(), cfg.reconnect_timeout_s).raw)
+
+
+def connect_error(cfg: JdbcSinkConfig, e: BaseException) -> ConnectorError:
+    """A clear error naming the server and the fix, never the password."""
+    orig = getattr(e, "orig", None) or e
+    code = error_code(orig)
+    text = str(orig.args[1]) if code is not None and len(orig.args) > 1 else str(orig)
+    fix = ""
+    if code == 1045:
+        fix = "; check the user and the password (url, password, passwordFile or passwordEnv)"
+    elif code == 1049:
+        fix = "; create the database or name an existing one in the URL"
+    elif code in (2003, 2002):
+        fix = "; is the server running, and is reconnectTimeoutMs long enough for its restart?"
+    return ConnectorError(f"cannot use MariaDB at {cfg.safe_url}: {text}{fix}")
+
+
+def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> SqlPlan:
+    """Check the server and the target, create what is missing, build the SQL. Driver."""
+    eng = engine(cfg)
+    try:
+        with eng.connect() as conn:
+            raw = MyConn(conn.connection.dbapi_connection)
+            _check_server(cfg, raw, need_2pc)
+            insp = sa.inspect(conn)
+            if not insp.has_table(cfg.table, schema=cfg.schema):
+                if not cfg.create_table:
+                    raise InvalidOptionError(
+                        f"table {cfg.qualified} does not exist in {cfg.safe_url}; create it, or set "
+                        ".option('createTable', 'true') to create it from the DataFrame's schema")
+                _create_target(conn, cfg, schema)
+            _check_engine(cfg, raw)
+            cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
+            _check_columns(cfg, schema, cols)
+            if cfg.upsert_keys:
+                _check_keys(cfg, insp)
+            _create_bookkeeping(raw, cfg)
+            conn.commit()
+        staging = _create_staging(cfg) if cfg.upsert_keys else staging_name(cfg, "")
+    except (sa.exc.DBAPIError, pymysql.Error) as e:
+        raise connect_error(cfg, e) from None
+    finally:
+        eng.dispose()
+    return statements(cfg, schema, staging)
+
+
+def _check_server(cfg: JdbcSinkConfig, conn: MyConn, need_2pc: bool) -> None:
+    """XA is there and this user may list what is in doubt; no exactly_once leftovers
+    when a weaker guarantee starts."""
+    try:
+        left = prepared_gids(conn, cfg.sink_id)
+    except pymysql.Error as e:
+        if error_code(e) == ACCESS_DENIED:
+            raise ConnectorError(
+                f"user {cfg.url.username!r} may not list XA transactions at {cfg.safe_url} (XA RECOVER: "
+                f"{e.args[1] if len(e.args) > 1 else e}); the sink finds its in-doubt transactions this "
+                f"way. On MySQL 8: GRANT XA_RECOVER_ADMIN ON *.* TO {cfg.url.username!r}") from None
+        raise
+    if not need_2pc and left:
+        raise ConnectorError(
+            f"sink {cfg.sink_id!r} has {len(left)} prepared transaction(s) left by an exactly_once run "
+            f"({left[0]}{', ...' if len(left) > 1 else ''}), and this query runs with guarantee "
+            f"{cfg.guarantee.value}: restart it once with guarantee exactly_once to finish them, then "
+            "change the guarantee")
+
+
+def _check_engine(cfg: JdbcSinkConfig, conn: MyConn) -> None:
+    rows = conn.execute("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                        "COALESCE(%s, DATABASE()) AND TABLE_NAME = %s", (cfg.schema, cfg.table))
+    engine_name = str(rows[0][0]) if rows and rows[0][0] else "a view"
+    if cfg.guarantee.value != "none" and engine_name.lower() not in _TRANSACTIONAL:
+        raise InvalidOptionError(
+            f"table {cfg.qualified} uses storage engine {engine_name}, which cannot roll back or take part "
+            f"in XA transactions, so guarantee {cfg.guarantee.value} cannot hold: ALTER TABLE "
+            f"{cfg.qualified} ENGINE=InnoDB, or use guarantee none")
+
+
+def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType) -> None:
+    cols: list[sa.Column[Any]] = []
+    for f in schema.fields:
+        fam = _family_spark(f.dataType)
+        if fam is None:
+            raise InvalidOptionError(f"createTable cannot map column {f.name!r} of type "
+                                     f"{f.dataType.simpleString()} to MariaDB; create the table yourself")
+        key = f.name in cfg.upsert_keys
+        cols.append(sa.Column(f.name, _create_type(f.dataType, fam, key), primary_key=key))
+    sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema, mysql_engine="InnoDB").create(conn)
+
+
+def _check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any]) -> None:
+    missing = [f.name for f in schema.fields if f.name not in cols]
+    if missing:
+        raise InvalidOptionError(
+            f"DataFrame column(s) {', '.join(missing)} are not in table {cfg.qualified} (its columns: "
+            f"{', '.join(cols)}); select or rename columns to match, or alter the table")
+    for f in schema.fields:
+        fam = _family_spark(f.dataType)
+        db_type = cols[f.name]["type"]
+        if fam is None or not _accepts_my(db_type, fam):
+            raise InvalidOptionError(
+                f"column {f.name!r} is {f.dataType.simpleString()} in the DataFrame but {db_type} in "
+                f"table {cfg.qualified}; cast it in the query")
+    for k in cfg.upsert_keys:
+        if k not in schema.fieldNames():
+            raise InvalidOptionError(f"upsertKeys column {k!r} is not a DataFrame column")
+    if cfg.upsert_order_by is not None and cfg.upsert_order_by not in schema.fieldNames():
+        raise InvalidOptionError(f"upsertOrderBy column {cfg.upsert_order_by!r} is not a DataFrame column")
+
+
+def _check_keys(cfg: JdbcSinkConfig, insp: sa.Inspector) -> None:
+    keys = set(cfg.upsert_keys)
+    pk = insp.get_pk_constraint(cfg.table, schema=cfg.schema).get("constrained_columns") or []
+    uniques = [{c for c in i["column_names"] if c} for i in insp.get_indexes(cfg.table, schema=cfg.schema)
+               if i.get("unique")]
+    if set(pk) != keys and keys not in uniques:
+        raise InvalidOptionError(
+            f"upsertKeys ({', '.join(cfg.upsert_keys)}) need a primary key or unique index on exactly those "
+            f"columns of {cfg.qualified}; create one, e.g. CREATE UNIQUE INDEX sx_keys ON {cfg.qualified} "
+            f"({', '.join(cfg.upsert_keys)})")
+
+
+def _create_bookkeeping(conn: MyConn, cfg: JdbcSinkConfig) -> None:
+    """The same three tables as PostgreSQL's (``tables._create_bookkeeping``), in InnoDB."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, SINKS_TABLE)} (sink_id varchar(64) PRIMARY KEY, "
+        "target varchar(512) NOT NULL, epoch bigint NOT NULL, "
+        "updated_at timestamp(6) NOT NULL DEFAULT current_timestamp(6)) ENGINE=InnoDB")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, BATCHES_TABLE)} (sink_id varchar(64) NOT NULL, "
+        "query_id varchar(64) NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
+        "attempt int NOT NULL, epoch bigint NOT NULL, `rows` bigint, winners longtext, "
+        "at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, attempt)) ENGINE=InnoDB")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, LANDED_TABLE)} (sink_id varchar(64) NOT NULL, "
+        "query_id varchar(64) NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
+        "digest varchar(64) NOT NULL, `rows` bigint, at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, digest)) ENGINE=InnoDB")
+
+
+def _create_staging(cfg: JdbcSinkConfig) -> str:
+    """The upsert staging table for the target as it is now (see ``tables._create_staging``):
+    the target's columns and exact types, a task tag, and a sequence in load order."""
+    conn = connect(cfg.open_url(), cfg.reconnect_timeout_s)
+    try:
+        shape = conn.execute("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE "
+                             "TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s ORDER BY "
+                             "ORDINAL_POSITION", (cfg.schema, cfg.table))
+        name = staging_name(cfg, hashlib.sha256(repr([tuple(r) for r in shape]).encode()).hexdigest()[:8])
+        mine = re.compile(re.escape(staging_name(cfg, "")) + r"(_[0-9a-f]{8})?")
+        tables = [str(r[0]) for r in conn.execute(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE())",
+            (cfg.schema,))]
+        if name not in tables:
+            stg = _qualify(cfg, name)
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {stg} ENGINE=InnoDB AS SELECT * FROM "
+                         f"{_qualify(cfg, cfg.table)} LIMIT 0")
+            conn.execute(f"ALTER TABLE {stg} ADD COLUMN _sx_task varchar(200), ADD COLUMN _sx_seq bigint "
+                         "NOT NULL AUTO_INCREMENT PRIMARY KEY, ADD INDEX (_sx_task)")
+        for old in (t for t in tables if mine.fullmatch(t) and t != name):
+            try:
+                conn.execute("SET SESSION lock_wait_timeout = 1")
+                conn.execute(f"DROP TABLE IF EXISTS {_qualify(cfg, old)}")
+            except pymysql.Error:
+                pass  # still used by an in-doubt transaction: dropped by a later start
+    finally:
+        conn.close()
+    return name
+
+
+def _load(cfg: JdbcSinkConfig, table: str, schema: StructType, tagged: bool) -> str:
+    """``LOAD DATA LOCAL INFILE %s`` into ``table``; binary columns through ``UNHEX``."""
+    cols, sets = [], []
+    for i, f in enumerate(schema.fields):
+        if isinstance(f.dataType, BinaryType):
+            cols.append(f"@b{i}")
+            sets.append(f"{_quote(f.name)} = UNHEX(@b{i})")
+        else:
+            cols.append(_quote(f.name))
+    if tagged:
+        sets.append("_sx_task = %s")
+    return (f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' "
+            f"ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' ({', '.join(cols)})"
+            + (f" SET {', '.join(sets)}" if sets else ""))
+
+
+def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan:
+    """Every statement the dialect's writers run, quoted. Pure: no database access."""
+    names = tuple(schema.fieldNames())
+    cols = ", ".join(_quote(c) for c in names)
+    target, stg = _qualify(cfg, cfg.table), _qualify(cfg, staging)
+    keys = ", ".join(_quote(k) for k in cfg.upsert_keys)
+    rest = [c for c in names if c not in cfg.upsert_keys]
+    order = "_sx_seq DESC"  # without upsertOrderBy: the last row per key (load order) wins
+    if cfg.upsert_order_by is not None and rest:
+        o = _quote(cfg.upsert_order_by)
+        order = f"{o} DESC, _sx_seq DESC"  # the greatest version wins in the batch (NULLs last) ...
+        newer = f"{o} IS NULL OR VALUES({o}) >= {o}"  # ... and against the table
+        # assignments run left to right and see the new values: the version column last
+        moved = [c for c in rest if c != cfg.upsert_order_by] + [cfg.upsert_order_by]
+        update = ", ".join(f"{_quote(c)} = IF({newer}, VALUES({_quote(c)}), {_quote(c)})" for c in moved)
+    elif rest:
+        update = ", ".join(f"{_quote(c)} = VALUES({_quote(c)})" for c in rest)
+    else:
+        first = _quote(cfg.upsert_keys[0]) if cfg.upsert_keys else ""
+        update = f"{first} = {first}"
+    upsert = (f"INSERT INTO {target} ({cols}) SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER "
+              f"(PARTITION BY {keys} ORDER BY {order}) AS _sx_rn FROM {stg} WHERE _sx_task = %s) AS s "
+              f"WHERE _sx_rn = 1 ON DUPLICATE KEY UPDATE {update}") if keys else ""
+    binary = tuple(f.name for f in schema.fields if isinstance(f.dataType, BinaryType))
+    return SqlPlan(
+        columns=names,
+        binary_columns=binary,
+        copy_target=_load(cfg, target, schema, tagged=False),
+        copy_staging=_load(cfg, stg, schema, tagged=True) if keys else "",
+        upsert_from_staging=upsert,
+        clear_staging=f"DELETE FROM {stg} WHERE _sx_task = %s" if keys else "",
+        sinks_table=_qualify(cfg, SINKS_TABLE),
+        batches_table=_qualify(cfg, BATCHES_TABLE),
+        landed_table=_qualify(cfg, LANDED_TABLE),
+    )

@@ -1,0 +1,256 @@
+"""Executor side of the MariaDB / MySQL dialect: one task's rows, loaded, then XA-prepared
+or committed. The same three writers as PostgreSQL's (``writer``), the same checks in the
+same order; what differs is the bulk path (``LOAD DATA LOCAL INFILE`` of a file Arrow
+builds, no Python object per row) and XA's statements.
+
+Writers run at ``READ COMMITTED``: at InnoDB's default ``REPEATABLE READ`` the merge's
+read of the staging table takes gap locks, which a prepared transaction keeps until the
+batch is decided, so two tasks of one batch would wait on each other until they time out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pymysql
+
+from spark_ext import failpoints
+from spark_ext.commit import SinkWriter, TaskInfo
+from spark_ext.connectors.jdbc.mysql import (
+    DEADLOCK,
+    LOCK_WAIT_TIMEOUT,
+    MyConn,
+    connect,
+    error_code,
+    finish,
+    xid,
+)
+from spark_ext.connectors.jdbc.mysql import prepared_gids as xa_prepared
+from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
+from spark_ext.connectors.jdbc.transactions import JdbcCommittable, gid_for, parse_gid, started_before
+from spark_ext.errors import ConnectorError, FencedError
+
+_LOCKED = (". A row's key was locked by another transaction for longer than lockTimeoutMs: another "
+           "writer's, or another task's of this batch writing the same key (under exactly_once a task's "
+           "rows stay locked until the batch is decided). Drop duplicate keys before the sink "
+           "(dropDuplicates), or stop the other writer")
+_DEADLOCK = (". InnoDB chose this task's transaction as a deadlock victim: two tasks wrote the same keys "
+             "in different orders. Partition by the upsert keys (df.repartition(keys)) so that a key is "
+             "written by one task")
+
+# Characters LOAD DATA reads specially, and how a field spells them (ESCAPED BY '\\').
+_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"), ("\x00", "\\0"))
+
+
+def _text(col: pa.Array) -> pa.Array:
+    """A column as LOAD DATA's text, NULLs left null (written as ``\\N``)."""
+    t = col.type
+    if pa.types.is_boolean(t):
+        col = pc.cast(col, pa.int8())
+    elif pa.types.is_timestamp(t):
+        col = pc.cast(col, pa.timestamp(t.unit))  # the wall clock in UTC (the session's time zone)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pa.array([b.hex() if b is not None else None for b in col.to_pylist()], pa.string())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        for raw, spelled in _ESCAPES:
+            col = pc.replace_substring(col, raw, spelled)
+        return col
+    return pc.cast(col, pa.string())
+
+
+def to_tsv(rb: pa.RecordBatch) -> bytes:
+    """Arrow -> the bytes of a LOAD DATA file: one line a row, fields tab-separated."""
+    if rb.num_columns == 0 or rb.num_rows == 0:
+        return b""
+    cols = [_text(c) for c in rb.columns]
+    lines = pc.binary_join_element_wise(*cols, pa.scalar("", pa.string()), "\t", null_handling="replace",
+                                        null_replacement="\\N")
+    # the trailing "" column gave every line a final tab: drop it for the newline
+    lines = pc.binary_join_element_wise(pc.utf8_slice_codeunits(lines, 0, -1),
+                                        pa.scalar("\n", pa.string()), "")
+    return _concat(lines)
+
+
+def _concat(lines: pa.Array) -> bytes:
+    """The values of a string array back to back: its data buffer, between the offsets."""
+    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
+    if lines.offset or lines.null_count:
+        lines = pa.concat_arrays([lines])
+    offsets = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, lines.buffers()[1]],
+                                    offset=lines.offset)
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    return lines.buffers()[2].to_pybytes()[start:end]
+
+
+class MyJdbcWriter(SinkWriter[JdbcCommittable]):
+    """Writes one task attempt's rows over one connection; a subclass per guarantee. Executor."""
+
+    def __init__(self, setup: JdbcSinkSetup) -> None:
+        self.cfg, self.sql = setup.cfg, setup.sql
+
+    def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        cfg = self.cfg
+        try:
+            conn = connect(cfg.open_url(), cfg.reconnect_timeout_s, cfg.lock_timeout_ms)
+        except pymysql.Error as e:
+            raise ConnectorError(f"cannot connect to MariaDB at {cfg.safe_url}: {e}".strip()) from None
+        try:
+            conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            return self._write(conn, batches, task)
+        except pymysql.Error as e:
+            code = error_code(e)
+            hint = _LOCKED if code == LOCK_WAIT_TIMEOUT else _DEADLOCK if code == DEADLOCK else ""
+            raise ConnectorError(
+                f"writing batch {task.batch_id} partition {task.partition_id} to {cfg.qualified} "
+                f"failed: {e}{hint}") from None
+        finally:
+            conn.close()  # an XA transaction not yet prepared is rolled back with the session
+
+    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        raise NotImplementedError
+
+    def _load(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo,
+              digest: Any = None) -> int:
+        """LOAD DATA the task's rows; ``digest`` (a hashlib object), if given, sees every byte."""
+        cfg, sql = self.cfg, self.sql
+        keys = cfg.upsert_keys
+        tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
+        rows = 0
+        fd, path = tempfile.mkstemp(prefix="spark-ext-load-", suffix=".tsv")
+        os.close(fd)
+        try:
+            for rb in batches:
+                if rb.num_rows == 0:
+                    continue
+                for k in keys:
+                    if pc.any(pc.is_null(rb.column(k))).as_py():
+                        raise ConnectorError(
+                            f"upsert key column {k!r} is NULL in a row of batch {task.batch_id}: keys must "
+                            "be present (filter or fill them); nothing of this task was written")
+                data = to_tsv(rb)
+                if digest is not None:
+                    digest.update(data)
+                with open(path, "wb") as f:
+                    f.write(data)
+                conn.execute(sql.copy_staging if keys else sql.copy_target, (path, tag) if keys else (path,))
+                rows += rb.num_rows
+        finally:
+            os.unlink(path)
+        if keys and rows:
+            conn.execute(sql.upsert_from_staging, (tag,))
+            conn.execute(sql.clear_staging, (tag,))
+        return rows
+
+    def _mark(self, conn: MyConn, task: TaskInfo, rows: int, epoch: int) -> None:
+        conn.execute(
+            f"INSERT INTO {self.sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
+            "epoch, `rows`) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt, epoch, rows))
+
+    @staticmethod
+    def _message(task: TaskInfo, rows: int, gid: str | None = None) -> JdbcCommittable:
+        return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
+                               query_id=task.query_id)
+
+
+class MyPlainWriter(MyJdbcWriter):
+    """``none``: load and commit."""
+
+    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        conn.autocommit = False
+        rows = self._load(conn, batches, task)
+        conn.commit()
+        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
+        return self._message(task, rows)
+
+
+KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
+
+
+class MyMarkedWriter(MyJdbcWriter):
+    """``at_least_once``: load and a marker row keyed by a digest of the rows sent, committed
+    by the task; a replay holding exactly what landed is skipped (see ``MarkedJdbcWriter``)."""
+
+    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        cfg, sql = self.cfg, self.sql
+        conn.autocommit = False
+        digest = None if cfg.upsert_keys else hashlib.blake2b(digest_size=16)
+        rows = self._load(conn, batches, task, digest)
+        key = (cfg.sink_id, task.query_id, task.batch_id, task.partition_id)
+        if digest is not None:
+            seen = digest.hexdigest()
+            if conn.execute(f"SELECT 1 FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
+                            "batch_id = %s AND partition_id = %s AND digest = %s", (*key, seen)):
+                conn.rollback()
+                return self._message(task, 0)
+            conn.execute(f"INSERT IGNORE INTO {sql.landed_table} (sink_id, query_id, batch_id, partition_id, "
+                         "digest, `rows`) VALUES (%s, %s, %s, %s, %s, %s)", (*key, seen, rows))
+            if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
+                conn.execute(f"DELETE FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
+                             "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
+        conn.commit()
+        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
+        return self._message(task, rows)
+
+
+class MyPreparingWriter(MyJdbcWriter):
+    """``exactly_once``: one XA transaction per attempt, prepared, never committed here."""
+
+    def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
+        super().__init__(setup)
+        self.fence = epoch
+
+    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt,
+                      task.task_attempt_id)
+        conn.execute("XA START %s, %s, %s", xid(gid))
+        if self._decided(conn, task):  # a stale run is fenced here; a replay writes nothing
+            conn.execute("XA END %s, %s, %s", xid(gid))
+            conn.execute("XA ROLLBACK %s, %s, %s", xid(gid))
+            return self._message(task, 0)
+        self._roll_back_earlier_attempts(conn, task)
+        rows = self._load(conn, batches, task)
+        self._mark(conn, task, rows, self.fence)
+        failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
+        conn.execute("XA END %s, %s, %s", xid(gid))
+        conn.execute("XA PREPARE %s, %s, %s", xid(gid))  # durable, invisible
+        conn.close()  # detached: only now may the driver commit it
+        failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
+        return self._message(task, rows, gid)
+
+    def _decided(self, conn: MyConn, task: TaskInfo) -> bool:
+        """Raise if a newer run owns the sink (the share lock holds the epoch until the
+        decision); True when this batch is decided already (a replay)."""
+        cfg, sql = self.cfg, self.sql
+        row = conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s LOCK IN SHARE MODE",
+                           (cfg.sink_id,))
+        if not row or row[0][0] != self.fence:
+            raise FencedError(
+                f"sink {cfg.sink_id!r} was taken over by a newer run (epoch {row[0][0] if row else None}, "
+                f"this run {self.fence}); this stale task writes nothing")
+        return bool(conn.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                                 "AND batch_id = %s AND partition_id = -1",
+                                 (cfg.sink_id, task.query_id, task.batch_id)))
+
+    def _roll_back_earlier_attempts(self, conn: MyConn, task: TaskInfo) -> None:
+        """Roll back what earlier attempts of this task prepared (see
+        ``PreparingJdbcWriter._roll_back_earlier_attempts``): none can be a winner, the
+        batch is not decided (checked under the share lock this transaction holds). From a
+        second connection: a session inside an XA transaction cannot finish another."""
+        cfg = self.cfg
+        earlier = [g for g in xa_prepared(conn, cfg.sink_id) if parse_gid(g)[2:4] == (task.batch_id,
+                   task.partition_id) and started_before(g, self.fence, task.task_attempt_id)]
+        if not earlier:
+            return
+        other = connect(cfg.open_url(), cfg.reconnect_timeout_s)
+        try:
+            for gid in earlier:
+                finish(other, gid, commit=False)
+        finally:
+            other.close()
