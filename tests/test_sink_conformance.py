@@ -76,7 +76,7 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
     later runs take the way out the message names."""
     case = make_case(sink)
     target = case.new_target()
-    points = [*(f"{sink}.{p}" for p in PROTOCOL_POINTS), *case.extra_points]
+    points = [*(f"{case.name}.{p}" for p in PROTOCOL_POINTS), *case.extra_points]
     write_json_files(tmp_path / "src", [BATCH] * (len(points) + 2))
     respelled = f"file:{tmp_path / 'ckpt'}/"
     ckpt, extra = tmp_path / "ckpt", dict[str, str]()  # the copy and its options, once carried on
@@ -185,7 +185,7 @@ def test_a_kill_9_after_a_decision_then_a_restart_is_exactly_once(make_case, tmp
     case = make_case(sink)
     target = case.new_target()
     write_json_files(tmp_path / "src", [BATCH, BATCH, BATCH])
-    crashed = _run(case, tmp_path, target, f"{sink}.after_decision@1")
+    crashed = _run(case, tmp_path, target, f"{case.name}.after_decision@1")
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert case.committed(target) == list(range(BATCH))  # batch 0 only, so far
     assert case.in_doubt(tmp_path / "ckpt", target), "batch 1 was decided: its transactions are in doubt"

@@ -29,7 +29,7 @@ from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, checkpoint_sink_id
 from spark_ext.routing import RoutingSink
-from tests.support import jms_sink, kafka_sink, kafka_util, pg_util, stomp_util
+from tests.support import jms_sink, kafka_sink, kafka_util, mysql_util, pg_util, stomp_util
 
 # The protocol's crash points, hit by the core for every transactional sink.
 PROTOCOL_POINTS = ("before_decision", "after_decision", "mid_commit", "after_done")
@@ -213,6 +213,33 @@ class PostgresCase(SinkCase):
 
     def committed_sizes(self, target: str) -> list[tuple[int, int]]:
         rows = pg_util.query(self.admin, f"SELECT id, octet_length(v) FROM {target}")
+        return sorted((int(i), int(n)) for i, n in rows)
+
+
+class MariaDbCase(PostgresCase):
+    """The jdbc sink on MariaDB (XA). Its connector, points and status are the jdbc sink's."""
+
+    @property
+    def url(self) -> str:
+        return str(self.services.mariadb_url)
+
+    @property
+    def admin(self) -> str:
+        return self.url
+
+    def new_target(self, longest: bool = False) -> str:
+        table = pg_util.table_name("conf" + "x" * (49 if longest else 0))  # MariaDB: 64 characters
+        mysql_util.execute(self.admin, f"CREATE TABLE {table} (id bigint, v longtext) ENGINE=InnoDB")
+        return table
+
+    def committed(self, target: str) -> list[int]:
+        return [int(r[0]) for r in mysql_util.query(self.admin, f"SELECT id FROM {target} ORDER BY id")]
+
+    def in_doubt_of(self, sink_id: str, target: str) -> list[str]:
+        return mysql_util.prepared(self.admin, sink_id)
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        rows = mysql_util.query(self.admin, f"SELECT id, octet_length(v) FROM {target}")
         return sorted((int(i), int(n)) for i, n in rows)
 
 
@@ -419,8 +446,8 @@ class DeadLettersCase(RoutedCase):
         return sorted(self.topic.committed_sizes(topic) + self._dead(table))
 
 
-SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "jms": QueueCase,
-                                    "routing": RoutingCase, "dead_letters": DeadLettersCase}
+SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "mariadb": MariaDbCase,
+                                    "jms": QueueCase, "routing": RoutingCase, "dead_letters": DeadLettersCase}
 #: Cases whose every conformance test runs in make faults (their own tests run in make test).
 CAMPAIGN_ONLY = frozenset({"dead_letters"})
 

@@ -31,7 +31,7 @@ def where(case: SinkCase, target: str, ckpt: Path) -> list[str]:
 def secrets(case: SinkCase) -> list[str]:
     s = case.services
     return [p for p in (make_url(s.postgres_url).password, make_url(s.postgres_tls_admin_url).password,
-                        s.stomp_password) if p]
+                        s.stomp_password, make_url(s.mariadb_url).password) if p]
 
 
 def status(case: SinkCase, target: str, ckpt: Path, capsys, monkeypatch) -> dict[str, Any]:

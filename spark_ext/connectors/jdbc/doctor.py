@@ -1,4 +1,5 @@
-"""Operator tool: list and resolve the in-doubt transactions spark-ext sinks left behind.
+"""Operator tool: list and resolve the in-doubt transactions spark-ext sinks left behind
+(PostgreSQL here; a MariaDB / MySQL URL is served by ``mysql_doctor``).
 
 A crashed query resolves its own in-doubt transactions when it restarts. When it will
 not restart (the query was retired, its checkpoint lost), use this::
@@ -28,6 +29,7 @@ import sys
 from typing import Any
 
 from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.engine import URL
 
 from spark_ext.connectors.jdbc.config import parse_url
 from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE
@@ -45,6 +47,8 @@ from spark_ext.routing.decision import RoutingDecision
 from spark_ext.status import SinkStatus
 from spark_ext.status import run as run_status
 
+DEFAULT_SCHEMA = "public"
+
 
 def _table(schema: str, name: str) -> str:
     """A bookkeeping table's quoted, schema-qualified name."""
@@ -52,8 +56,20 @@ def _table(schema: str, name: str) -> str:
     return f"{prep.quote_schema(schema)}.{prep.quote(name)}"
 
 
+def _mysql(url: str, schema: str) -> tuple[URL, str | None] | None:
+    """A MariaDB / MySQL URL's parsed form and schema (default: the URL's database), else None."""
+    parsed = parse_url(url, None, os.environ.get("MYSQL_PWD"))
+    if parsed.get_backend_name() != "mysql":
+        return None
+    return parsed, None if schema == DEFAULT_SCHEMA else schema
+
+
 def list_in_doubt(url: str, schema: str, sink: str | None) -> list[dict[str, object]]:
     """Every in-doubt transaction of spark-ext sinks (of ``sink`` only, if given), oldest first."""
+    if (my := _mysql(url, schema)) is not None:
+        from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
+
+        return mysql_doctor.list_in_doubt(*my, sink)
     conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
     conn.autocommit = True
     try:
@@ -90,6 +106,10 @@ def _winners(text: str | None) -> set[str]:
 def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
     """Per sink of ``schema`` (or ``sink`` only): its table, epoch, last decision and
     whether every winner of it committed, and its in-doubt transactions (``list``'s)."""
+    if (my := _mysql(url, schema)) is not None:
+        from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
+
+        return mysql_doctor.sink_status(*my, sink)
     conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
     conn.autocommit = True
     try:
@@ -139,6 +159,10 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
 
 
 def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
+    if (my := _mysql(url, schema)) is not None:
+        from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
+
+        return mysql_doctor.resolve(*my, sink)
     conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
     conn.autocommit = True
     try:
@@ -173,14 +197,17 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
 
 def _connection_arguments(p: argparse.ArgumentParser, sink_required: bool = False) -> None:
     p.add_argument("--url", required=True,
-                   help="SQLAlchemy or jdbc:postgresql:// URL (the password: $PGPASSWORD)")
-    p.add_argument("--schema", default="public", help="schema of the sink's target table")
+                   help="SQLAlchemy or jdbc:postgresql:// / jdbc:mariadb:// URL (the password: $PGPASSWORD, "
+                   "$MYSQL_PWD for MariaDB / MySQL)")
+    p.add_argument("--schema", default=DEFAULT_SCHEMA,
+                   help="schema of the sink's target table (MariaDB / MySQL: the URL's database)")
     p.add_argument("--sink", required=sink_required, help="sink id (sinkId, or ck-... )")
 
 
 def status(argv: list[str]) -> int:
     """``spark-ext status jdbc ...``: every sink of the schema (or ``--sink``), one row each."""
-    return run_status("jdbc", argv, "The PostgreSQL sinks' last decisions and in-doubt transactions.",
+    return run_status("jdbc", argv,
+                      "The PostgreSQL, MariaDB and MySQL sinks' last decisions and in-doubt transactions.",
                       _connection_arguments, lambda a: sink_status(a.url, a.schema, a.sink))
 
 

@@ -41,6 +41,11 @@ from spark_ext.retry import Backoff, retry
 log = logging.getLogger(__name__)
 
 
+def lock_name(sink_id: str) -> str:
+    """The sink's ``GET_LOCK`` name (64 characters at most)."""
+    return "spark-ext:" + hashlib.sha256(sink_id.encode()).hexdigest()[:40]
+
+
 class _LockWait(Exception):
     """The epoch bump waited its second for a writer's share lock."""
 
@@ -54,7 +59,7 @@ class MyJdbcCommitter(JdbcCommitter):
 
     @property
     def _lock_name(self) -> str:
-        return "spark-ext:" + hashlib.sha256(self.cfg.sink_id.encode()).hexdigest()[:40]  # 64 at most
+        return lock_name(self.cfg.sink_id)
 
     def _open(self) -> MyConn:
         cfg = self.cfg

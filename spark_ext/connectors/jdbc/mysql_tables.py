@@ -28,6 +28,7 @@ from spark_ext.connectors.jdbc.tables import (
     SqlPlan,
     _accepts,
     _family_spark,
+    left_in_doubt,
     staging_name,
 )
 from spark_ext.errors import ConnectorError, InvalidOptionError
@@ -130,11 +131,7 @@ def _check_server(cfg: JdbcSinkConfig, conn: MyConn, need_2pc: bool) -> None:
                 f"way. On MySQL 8: GRANT XA_RECOVER_ADMIN ON *.* TO {cfg.url.username!r}") from None
         raise
     if not need_2pc and left:
-        raise ConnectorError(
-            f"sink {cfg.sink_id!r} has {len(left)} prepared transaction(s) left by an exactly_once run "
-            f"({left[0]}{', ...' if len(left) > 1 else ''}), and this query runs with guarantee "
-            f"{cfg.guarantee.value}: restart it once with guarantee exactly_once to finish them, then "
-            "change the guarantee")
+        raise left_in_doubt(cfg, left)
 
 
 def _check_engine(cfg: JdbcSinkConfig, conn: MyConn) -> None:

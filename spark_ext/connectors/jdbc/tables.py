@@ -157,6 +157,17 @@ def connect_error(cfg: JdbcSinkConfig, e: Exception) -> ConnectorError:
     return ConnectorError(f"cannot use PostgreSQL at {cfg.safe_url}: {first}" + (f"; {fix}" if fix else ""))
 
 
+def left_in_doubt(cfg: JdbcSinkConfig, left: list[str]) -> ConnectorError:
+    """An exactly_once run of this sink left ``left`` prepared; only its take-over (or the
+    doctor) knows which batch they decided, and a weaker run would write that batch again."""
+    return ConnectorError(
+        f"sink {cfg.sink_id!r} has {len(left)} prepared transaction(s) left by an exactly_once run "
+        f"({left[0]}{', ...' if len(left) > 1 else ''}), and this query runs with guarantee "
+        f"{cfg.guarantee.value}: restart it once with guarantee exactly_once to finish them, or "
+        f"resolve them with 'spark-ext doctor jdbc resolve --sink {cfg.sink_id}', then change "
+        "the guarantee")
+
+
 def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> SqlPlan:
     """Check the database and the target table, create what is missing, build the SQL.
 
@@ -192,14 +203,7 @@ def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, n
     """One pass of prepare_tables; returns the staging table's name."""
     with eng.connect() as conn:
         if not need_2pc and (left := prepared_gids(conn.connection, cfg.sink_id)):
-            # An exactly_once run of this sink left them; only its take-over (or the doctor)
-            # knows which batch they decided, and a weaker run would write that batch again.
-            raise ConnectorError(
-                f"sink {cfg.sink_id!r} has {len(left)} prepared transaction(s) left by an exactly_once run "
-                f"({left[0]}{', ...' if len(left) > 1 else ''}), and this query runs with guarantee "
-                f"{cfg.guarantee.value}: restart it once with guarantee exactly_once to finish them, or "
-                f"resolve them with 'spark-ext doctor jdbc resolve --sink {cfg.sink_id}', then change "
-                "the guarantee")
+            raise left_in_doubt(cfg, left)
         if need_2pc:
             n = int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one())
             if n == 0:
