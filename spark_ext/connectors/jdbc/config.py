@@ -83,6 +83,8 @@ def parse_url(value: str, user: str | None, password: str | None) -> URL:
             )
         else:
             url = make_url(value)
+    except InvalidOptionError:
+        raise
     except (ArgumentError, ValueError) as e:
         raise InvalidOptionError(
             f"option 'url' is not a database URL; expected one of {', '.join(SUPPORTED)} ({type(e).__name__})"

@@ -262,17 +262,21 @@ def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan
     keys = ", ".join(_quote(k) for k in cfg.upsert_keys)
     rest = [c for c in names if c not in cfg.upsert_keys]
     order = "_sx_seq DESC"  # without upsertOrderBy: the last row per key (load order) wins
+
+    def t(c: str) -> str:  # the target's column: the merge's SELECT has one of the same name
+        return f"{target}.{_quote(c)}"
+
     if cfg.upsert_order_by is not None and rest:
-        o = _quote(cfg.upsert_order_by)
-        order = f"{o} DESC, _sx_seq DESC"  # the greatest version wins in the batch (NULLs last) ...
-        newer = f"{o} IS NULL OR VALUES({o}) >= {o}"  # ... and against the table
-        # assignments run left to right and see the new values: the version column last
-        moved = [c for c in rest if c != cfg.upsert_order_by] + [cfg.upsert_order_by]
-        update = ", ".join(f"{_quote(c)} = IF({newer}, VALUES({_quote(c)}), {_quote(c)})" for c in moved)
+        o = cfg.upsert_order_by
+        order = f"{_quote(o)} DESC, _sx_seq DESC"  # the greatest version wins in the batch (NULLs last) ...
+        newer = f"{t(o)} IS NULL OR VALUES({_quote(o)}) >= {t(o)}"  # ... and against the table
+        # Assignments run left to right and later ones see the version already set: the
+        # test still holds then (the new version equals itself), so the order is free.
+        update = ", ".join(f"{t(c)} = IF({newer}, VALUES({_quote(c)}), {t(c)})" for c in rest)
     elif rest:
-        update = ", ".join(f"{_quote(c)} = VALUES({_quote(c)})" for c in rest)
+        update = ", ".join(f"{t(c)} = VALUES({_quote(c)})" for c in rest)
     else:
-        first = _quote(cfg.upsert_keys[0]) if cfg.upsert_keys else ""
+        first = t(cfg.upsert_keys[0]) if cfg.upsert_keys else ""
         update = f"{first} = {first}"
     upsert = (f"INSERT INTO {target} ({cols}) SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER "
               f"(PARTITION BY {keys} ORDER BY {order}) AS _sx_rn FROM {stg} WHERE _sx_task = %s) AS s "
