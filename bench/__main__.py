@@ -25,6 +25,7 @@ CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
     "kafka_read_sasl_ssl": "bench.kafka_read:run_sasl_ssl",
     "jdbc_write": "bench.jdbc_write:run",
+    "mariadb_write": "bench.mariadb_write:run",
     "jms_read": "bench.jms_read:run",
     "jms_read_tls": "bench.jms_read:run_tls",
     "jms_write": "bench.jms_write:run",

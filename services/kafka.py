@@ -45,14 +45,14 @@ _BASELINE_FOR = {"4.0": ("4.0.1", "4.0.0")}
 
 def baseline_jars() -> list[str]:
     """Jars of Spark's own Kafka connector (built for the installed PySpark's line) and the
-    PostgreSQL JDBC driver, for ``spark.jars``."""
+    PostgreSQL and MariaDB JDBC drivers, for ``spark.jars``."""
     import pyspark
 
     line = ".".join(pyspark.__version__.split(".")[:2])
     pinned = _BASELINE_FOR.get(line)
     libs = CACHE / ("spark-baseline-1" if pinned is None else f"spark-baseline-1-spark{line}")
-    if not list(libs.glob("spark-sql-kafka-*.jar")) or not list(libs.glob("postgresql-*.jar")):
-        log(f"resolving Spark's Kafka connector and the PostgreSQL JDBC driver into {libs}")
+    if not all(list(libs.glob(f"{jar}-*.jar")) for jar in ("spark-sql-kafka", "postgresql", "mariadb-java-client")):
+        log(f"resolving Spark's Kafka connector and the PostgreSQL and MariaDB JDBC drivers into {libs}")
         versions = [] if pinned is None else [f"-Dspark.kafka.version={pinned[0]}",
                                               f"-Dspark.token.version={pinned[1]}"]
         _mvn("-f", str(ROOT / "services" / "spark-baseline-pom.xml"), "dependency:copy-dependencies",

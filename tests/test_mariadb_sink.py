@@ -145,6 +145,20 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt_and_a_zombie_com
     assert prepared(url, sink_id) == []
 
 
+def test_upsert_tasks_of_one_batch_never_wait_on_each_other_s_staged_rows(services):
+    """Under exactly_once a task's staged rows stay locked until the batch is decided: the
+    next task of the batch, writing other keys, must not scan or lock them (with one staging
+    table shared by the tasks it waited until lockTimeoutMs)."""
+    url = services.mariadb_url
+    table = _table(url, "stage", "id bigint PRIMARY KEY, v longtext")
+    sink_id, qid = table_name("stage"), new_query_id()
+    plan = _plan(url, table, sink_id, upsertKeys="id", lockTimeoutMs="2000")
+    evens = plan.new_writer().write(iter([_kv(list(range(0, 2000, 2)))]), TaskInfo(qid, 0, 0, 0, 1))
+    odds = plan.new_writer().write(iter([_kv(list(range(1, 2000, 2)))]), TaskInfo(qid, 0, 1, 0, 2))
+    plan.new_committer().commit([evens, odds], 0, plan.claim)
+    assert query(url, f"SELECT count(*), count(DISTINCT id) FROM {table}") == [(2000, 2000)]
+
+
 def test_two_tasks_writing_one_key_time_out_naming_the_fix(services):
     """Under exactly_once a task's rows stay locked until the batch is decided: another
     task of the batch writing the same key can only time out, and says why."""

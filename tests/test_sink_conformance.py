@@ -35,6 +35,11 @@ def _cases(names: Iterable[str], campaign: frozenset[str] = CAMPAIGN_ONLY) -> li
 
 ALL_SINKS = _cases(SINKS)
 DRIVEN = _cases(SINKS, CAMPAIGN_ONLY | {"routing"})
+# MariaDB shares the jdbc sink's protocol code with PostgreSQL: its two longest crash runs
+# (about two minutes) are in make faults; its own recovery (a killed server, a zombie
+# attempt) is in make test by tests/test_mariadb_sink.py.
+CRASHED = _cases([s for s in SINKS if s not in ("routing", "dead_letters")], CAMPAIGN_ONLY | {"mariadb"})
+SHAPED = _cases(SINKS, CAMPAIGN_ONLY | {"routing", "mariadb"})
 
 
 @pytest.fixture
@@ -58,7 +63,7 @@ def _query(spark, case: SinkCase, tmp: Path, options: dict[str, str]):
     return w
 
 
-@pytest.mark.parametrize("sink", [s for s in SINKS if s not in ("routing", "dead_letters")])
+@pytest.mark.parametrize("sink", CRASHED)
 def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_case, tmp_path, sink, capsys,
                                                                        monkeypatch):
     """The driver is killed at every crash point of the sink in turn, point k in batch k,
@@ -134,7 +139,7 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
 SHAPES = [(16, True)]
 
 
-@pytest.mark.parametrize("sink", DRIVEN)
+@pytest.mark.parametrize("sink", SHAPED)
 @pytest.mark.parametrize(("tasks", "long_ids"), SHAPES, ids=[f"{t}tasks{'-longids' if lg else ''}"
                                                              for t, lg in SHAPES])
 def test_exactly_once_at_production_shapes(make_case, tmp_path, sink, tasks, long_ids):

@@ -41,6 +41,7 @@ class Pipeline:
     windows: bool = False  # sliding windows of the events (spark_ext.windows) instead of the ids
     window_files: bool = False  # the windows' state in files (state_location), not Spark's state store
     tasks: int = 2  # tasks a batch (the repartition before the sink)
+    database: str = "postgres"  # a jdbc sink's server: postgres | mariadb (XA)
 
     @property
     def exactly_once(self) -> bool:
@@ -71,6 +72,9 @@ PIPELINES = {p.name: p for p in [
     # management-listed property holds (the queue sink's log is read back that way).
     Pipeline("kafka_to_jms_16tasks", "kafka", "jms", "exactly_once", ("kafka.read", *JMS_SINK_POINTS),
              "jms.after_stage", ("kafka", "artemis"), tasks=16),
+    # The jdbc sink on MariaDB: XA transactions, the server restarted and frozen under it.
+    Pipeline("kafka_to_mariadb", "kafka", "jdbc", "exactly_once", ("kafka.read", *JDBC_SINK_POINTS),
+             "jdbc.after_prepare", ("kafka", "mariadb"), resets=True, database="mariadb"),
     # One query, three systems, one decision a batch (the routing sink).
     Pipeline("kafka_to_routing", "kafka", "routing", "exactly_once", ("kafka.read", *ROUTING_SINK_POINTS),
              "jdbc.after_prepare", ("kafka", "postgres", "artemis"), resets=True),
@@ -87,10 +91,11 @@ PIPELINES = {p.name: p for p in [
 # PostgreSQL at each of its points in turn. kafka_to_jms_16tasks as well: the conformance
 # suite kills each sink after a decision at 16 tasks a batch (and at 200 in make faults).
 # kafka_to_routing: the suite kills the routing sink at each of its points
-# (tests/test_routing_sink.py); its seeded campaign runs with the others.
+# (tests/test_routing_sink.py); its seeded campaign runs with the others. kafka_to_mariadb:
+# the conformance suite kills the jdbc sink on MariaDB at each point (in make faults).
 SHORT_PIPELINES = [name for name in PIPELINES
                    if name not in ("kafka_to_kafka_alo", "kafka_to_jms", "kafka_to_jdbc", "jms_to_jdbc",
-                                   "kafka_to_jms_16tasks", "kafka_to_routing")]
+                                   "kafka_to_jms_16tasks", "kafka_to_routing", "kafka_to_mariadb")]
 
 
 class PipelineRun:
@@ -205,7 +210,7 @@ class PipelineRun:
             "checkpoint": str(self.checkpoint), "per_trigger": per_trigger or self.per_trigger,
             "bootstrap": e["KAFKA_BOOTSTRAP_SERVERS"], "topic": self.input, "queue": f"/queue/{self.input}",
             "stomp_host": e["STOMP_HOST"], "stomp_port": e["STOMP_PORT"], "stomp_user": e["STOMP_USER"],
-            "stomp_password": e["STOMP_PASSWORD"], "url": e["POSTGRES_URL"], "out": self.out,
+            "stomp_password": e["STOMP_PASSWORD"], "url": self.db_url, "out": self.out,
             "expected": len(self.expected), "idle_s": 45, "windows": self.p.windows, "tasks": self.p.tasks,
             "state_location": str(self.tmp / "window-state") if self.p.window_files else None,
             "options": {"guarantee": self.p.guarantee, **self.p.options,
@@ -213,6 +218,11 @@ class PipelineRun:
                         **({"sinkId": self.sink_id} if self.sink_id else {})},
         }
         return [sys.executable, "-m", "tests.drivers.campaign", json.dumps(spec), failpoint]
+
+    @property
+    def db_url(self) -> str:
+        """The jdbc sink's database (the routing sink's ledger, the windows' table)."""
+        return self.env["MARIADB_URL"] if self.p.database == "mariadb" else self.env["POSTGRES_URL"]
 
     def last_batch(self) -> int:
         """The newest batch Spark's commit log holds (-1: none)."""
@@ -284,7 +294,7 @@ class PipelineRun:
         return _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out)
 
     def _table_ids(self) -> list[str]:
-        rows = run_sql(self.env["POSTGRES_URL"], f"SELECT id, v FROM {self.out}")
+        rows = run_sql(self.db_url, f"SELECT id, v FROM {self.out}")
         return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
 
     def in_doubt(self) -> int:
@@ -304,6 +314,16 @@ class PipelineRun:
         """What sink ``sink`` (for Kafka: its prefix) of connector ``kind`` left in doubt."""
         if kind == "jms":
             return _staged(self.env, sink)
+        if kind == "jdbc" and self.p.database == "mariadb":
+            from sqlalchemy.engine import make_url
+
+            from spark_ext.connectors.jdbc.mysql import connect, prepared_gids
+
+            conn = connect(make_url(self.db_url))
+            try:
+                return len(prepared_gids(conn, sink))
+            finally:
+                conn.close()
         if kind == "jdbc":
             return int(run_sql(self.env["POSTGRES_URL"], "SELECT count(*) FROM pg_prepared_xacts "
                                f"WHERE gid LIKE 'sx:{sink}:%'")[0][0])
@@ -317,7 +337,7 @@ class PipelineRun:
 
     def cleanup(self) -> None:
         if self.p.sink == "jdbc":
-            run_sql(self.env["POSTGRES_URL"], f"DROP TABLE IF EXISTS {self.out}")
+            run_sql(self.db_url, f"DROP TABLE IF EXISTS {self.out}")
 
 
 T0 = 1_700_000_000  # the first event's time (seconds), on a window boundary

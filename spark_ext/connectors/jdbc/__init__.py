@@ -45,7 +45,7 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
         if cfg.dialect == "mysql":
             from spark_ext.connectors.jdbc import mysql_tables
 
-            return JdbcSinkSetup(cfg, mysql_tables.statements(cfg, schema, staging_name(cfg, "")))
+            return JdbcSinkSetup(cfg, mysql_tables.statements(cfg, schema))
         return JdbcSinkSetup(cfg, statements(cfg, schema, staging_name(cfg, "")))
 
     def validate(self, config: JdbcSinkSetup, schema: StructType) -> JdbcSinkSetup:

@@ -4,14 +4,13 @@ sink's bookkeeping tables, and every statement the writers run.
 
 Rows travel by ``LOAD DATA LOCAL INFILE`` (the bulk path, as ``COPY`` is PostgreSQL's):
 tab-separated, backslash-escaped, ``\\N`` for NULL, binary columns as hex through
-``UNHEX``. Upserts load into a staging table and merge with ``INSERT ... SELECT ... ON
-DUPLICATE KEY UPDATE``, the latest row per key picked by ``ROW_NUMBER()``.
+``UNHEX``. Upserts load into the task's temporary staging table and merge with ``INSERT
+... SELECT ... ON DUPLICATE KEY UPDATE``, the latest row per key picked by
+``ROW_NUMBER()``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any
 
 import pymysql
@@ -29,7 +28,6 @@ from spark_ext.connectors.jdbc.tables import (
     _accepts,
     _family_spark,
     left_in_doubt,
-    staging_name,
 )
 from spark_ext.errors import ConnectorError, InvalidOptionError
 
@@ -110,12 +108,11 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
                 _check_keys(cfg, insp)
             _create_bookkeeping(raw, cfg)
             conn.commit()
-        staging = _create_staging(cfg) if cfg.upsert_keys else staging_name(cfg, "")
     except (sa.exc.DBAPIError, pymysql.Error) as e:
         raise connect_error(cfg, e) from None
     finally:
         eng.dispose()
-    return statements(cfg, schema, staging)
+    return statements(cfg, schema)
 
 
 def _check_server(cfg: JdbcSinkConfig, conn: MyConn, need_2pc: bool) -> None:
@@ -208,37 +205,7 @@ def _create_bookkeeping(conn: MyConn, cfg: JdbcSinkConfig) -> None:
         "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, digest)) ENGINE=InnoDB")
 
 
-def _create_staging(cfg: JdbcSinkConfig) -> str:
-    """The upsert staging table for the target as it is now (see ``tables._create_staging``):
-    the target's columns and exact types, a task tag, and a sequence in load order."""
-    conn = connect(cfg.open_url(), cfg.reconnect_timeout_s)
-    try:
-        shape = conn.execute("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE "
-                             "TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s ORDER BY "
-                             "ORDINAL_POSITION", (cfg.schema, cfg.table))
-        name = staging_name(cfg, hashlib.sha256(repr([tuple(r) for r in shape]).encode()).hexdigest()[:8])
-        mine = re.compile(re.escape(staging_name(cfg, "")) + r"(_[0-9a-f]{8})?")
-        tables = [str(r[0]) for r in conn.execute(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE())",
-            (cfg.schema,))]
-        if name not in tables:
-            stg = _qualify(cfg, name)
-            conn.execute(f"CREATE TABLE IF NOT EXISTS {stg} ENGINE=InnoDB AS SELECT * FROM "
-                         f"{_qualify(cfg, cfg.table)} LIMIT 0")
-            conn.execute(f"ALTER TABLE {stg} ADD COLUMN _sx_task varchar(200), ADD COLUMN _sx_seq bigint "
-                         "NOT NULL AUTO_INCREMENT PRIMARY KEY, ADD INDEX (_sx_task)")
-        for old in (t for t in tables if mine.fullmatch(t) and t != name):
-            try:
-                conn.execute("SET SESSION lock_wait_timeout = 1")
-                conn.execute(f"DROP TABLE IF EXISTS {_qualify(cfg, old)}")
-            except pymysql.Error:
-                pass  # still used by an in-doubt transaction: dropped by a later start
-    finally:
-        conn.close()
-    return name
-
-
-def _load(cfg: JdbcSinkConfig, table: str, schema: StructType, tagged: bool) -> str:
+def _load(cfg: JdbcSinkConfig, table: str, schema: StructType) -> str:
     """``LOAD DATA LOCAL INFILE %s`` into ``table``; binary columns through ``UNHEX``."""
     cols, sets = [], []
     for i, f in enumerate(schema.fields):
@@ -247,18 +214,22 @@ def _load(cfg: JdbcSinkConfig, table: str, schema: StructType, tagged: bool) -> 
             sets.append(f"{_quote(f.name)} = UNHEX(@b{i})")
         else:
             cols.append(_quote(f.name))
-    if tagged:
-        sets.append("_sx_task = %s")
     return (f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' "
             f"ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' ({', '.join(cols)})"
             + (f" SET {', '.join(sets)}" if sets else ""))
 
 
-def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan:
+# Each upsert task's own staging table: a temporary one, seen by its session alone, so tasks
+# never scan or lock each other's rows (on one shared table, InnoDB's deletes of a task's
+# rows locked the other task's and deadlocked), and gone with the session.
+STAGE = "sx_stage"
+
+
+def statements(cfg: JdbcSinkConfig, schema: StructType) -> SqlPlan:
     """Every statement the dialect's writers run, quoted. Pure: no database access."""
     names = tuple(schema.fieldNames())
     cols = ", ".join(_quote(c) for c in names)
-    target, stg = _qualify(cfg, cfg.table), _qualify(cfg, staging)
+    target, stg = _qualify(cfg, cfg.table), STAGE
     keys = ", ".join(_quote(k) for k in cfg.upsert_keys)
     rest = [c for c in names if c not in cfg.upsert_keys]
     order = "_sx_seq DESC"  # without upsertOrderBy: the last row per key (load order) wins
@@ -279,17 +250,21 @@ def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan
         first = t(cfg.upsert_keys[0]) if cfg.upsert_keys else ""
         update = f"{first} = {first}"
     upsert = (f"INSERT INTO {target} ({cols}) SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER "
-              f"(PARTITION BY {keys} ORDER BY {order}) AS _sx_rn FROM {stg} WHERE _sx_task = %s) AS s "
+              f"(PARTITION BY {keys} ORDER BY {order}) AS _sx_rn FROM {stg}) AS s "
               f"WHERE _sx_rn = 1 ON DUPLICATE KEY UPDATE {update}") if keys else ""
     binary = tuple(f.name for f in schema.fields if isinstance(f.dataType, BinaryType))
     return SqlPlan(
         columns=names,
         binary_columns=binary,
-        copy_target=_load(cfg, target, schema, tagged=False),
-        copy_staging=_load(cfg, stg, schema, tagged=True) if keys else "",
+        copy_target=_load(cfg, target, schema),
+        copy_staging=_load(cfg, stg, schema) if keys else "",
         upsert_from_staging=upsert,
-        clear_staging=f"DELETE FROM {stg} WHERE _sx_task = %s" if keys else "",
+        clear_staging="",  # the temporary table goes with the task's session
         sinks_table=_qualify(cfg, SINKS_TABLE),
         batches_table=_qualify(cfg, BATCHES_TABLE),
         landed_table=_qualify(cfg, LANDED_TABLE),
+        # the target's columns and exact types (a narrower decimal would round), in load order
+        stage_setup=(f"DROP TEMPORARY TABLE IF EXISTS {stg}",
+                     f"CREATE TEMPORARY TABLE {stg} (_sx_seq bigint NOT NULL AUTO_INCREMENT PRIMARY KEY) "
+                     f"ENGINE=InnoDB AS SELECT {cols} FROM {target} LIMIT 0") if keys else (),
     )

@@ -102,6 +102,8 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
             raise ConnectorError(f"cannot connect to MariaDB at {cfg.safe_url}: {e}".strip()) from None
         try:
             conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            for stmt in self.sql.stage_setup:  # DDL: before the task's transaction begins
+                conn.execute(stmt)
             return self._write(conn, batches, task)
         except pymysql.Error as e:
             code = error_code(e)
@@ -120,7 +122,6 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
         """LOAD DATA the task's rows; ``digest`` (a hashlib object), if given, sees every byte."""
         cfg, sql = self.cfg, self.sql
         keys = cfg.upsert_keys
-        tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
         rows = 0
         fd, path = tempfile.mkstemp(prefix="spark-ext-load-", suffix=".tsv")
         os.close(fd)
@@ -138,13 +139,12 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
                     digest.update(data)
                 with open(path, "wb") as f:
                     f.write(data)
-                conn.execute(sql.copy_staging if keys else sql.copy_target, (path, tag) if keys else (path,))
+                conn.execute(sql.copy_staging if keys else sql.copy_target, (path,))
                 rows += rb.num_rows
         finally:
             os.unlink(path)
         if keys and rows:
-            conn.execute(sql.upsert_from_staging, (tag,))
-            conn.execute(sql.clear_staging, (tag,))
+            conn.execute(sql.upsert_from_staging)
         return rows
 
     def _mark(self, conn: MyConn, task: TaskInfo, rows: int, epoch: int) -> None:

@@ -112,6 +112,7 @@ class SqlPlan:
     sinks_table: str
     batches_table: str
     landed_table: str
+    stage_setup: tuple[str, ...] = ()  # run by each task before its transaction (MariaDB's staging)
 
 
 @dataclass(frozen=True)
