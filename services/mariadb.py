@@ -7,7 +7,8 @@ Loopback only, the binary log on (as a replicated production server has it: ``XA
 PREPARE`` is logged, and prepared transactions survive a restart through it). ``root``
 logs in over the data directory's socket alone; the tests' user ``sparkext`` gets a
 password made at the first start and kept in ``.local/mariadb/password``: none is in the
-repository.
+repository. Run as root (as ``make services`` is here): the socket login maps the OS
+user ``root``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ PACKAGES = ("mariadb-server-core", "mariadb-client-core", "libaio1", "liburing2"
 
 
 def _libs() -> dict[str, str]:
-    return {"LD_LIBRARY_PATH": str(ROOT / "usr" / "lib" / "x86_64-linux-gnu")}
+    """The unpacked libraries (Debian's multiarch directory, e.g. ``x86_64-linux-gnu``)."""
+    dirs = sorted(str(p) for p in (ROOT / "usr" / "lib").glob("*-linux-gnu*"))
+    return {"LD_LIBRARY_PATH": ":".join(dirs)}
 
 
 def install() -> Path:
@@ -52,6 +55,9 @@ def install() -> Path:
     debs.mkdir(parents=True, exist_ok=True)
     log("fetching MariaDB from Debian's packages")
     res = subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, capture_output=True, text=True)
+    if res.returncode != 0:  # a machine whose package lists were never fetched: once more after that
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
+        res = subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, capture_output=True, text=True)
     if res.returncode != 0:
         raise ServiceError(f"apt-get download {' '.join(PACKAGES)} failed:\n{res.stderr[-2000:]}")
     for deb in sorted(debs.glob("*.deb")):
@@ -115,6 +121,7 @@ def _first_start(server: Path) -> None:
     res = subprocess.run(
         [str(ROOT / "usr/bin/mariadb-install-db"), "--no-defaults", f"--basedir={ROOT / 'usr'}",
          f"--datadir={DATA}", *(["--user=root"] if os.geteuid() == 0 else []), "--skip-test-db",
+         "--skip-name-resolve",
          "--auth-root-authentication-method=socket"],
         capture_output=True, text=True, env={**os.environ, **_libs()})
     if res.returncode != 0:

@@ -173,6 +173,48 @@ def test_two_tasks_writing_one_key_time_out_naming_the_fix(services):
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.parametrize(("columns", "rows", "said"), [
+    ("id bigint PRIMARY KEY, v longtext", _kv([5, 5]), "Duplicate entry"),
+    ("id bigint, v varchar(3)", _kv([1000]), "Data truncated"),
+    ("id bigint, v double", pa.record_batch({"id": pa.array([1], pa.int64()),
+                                              "v": pa.array([float("nan")], pa.float64())}), "v"),
+], ids=["duplicate-key", "too-long", "nan"])
+def test_a_row_the_table_refuses_fails_the_task_instead_of_being_skipped_or_altered(services, columns, rows,
+                                                                                     said):
+    """LOAD DATA LOCAL acts as if IGNORE were given (a duplicate skipped, a value cut or
+    zeroed, with a warning only): every such warning fails the task, nothing committed."""
+    url = services.mariadb_url
+    table = _table(url, "refuse", columns)
+    schema = KV if rows.schema.field("v").type == pa.string() else StructType(
+        [StructField("id", LongType()), StructField("v", DoubleType())])
+    sink_id = table_name("refuse")
+    plan = _plan(url, table, sink_id, schema)
+    with pytest.raises(ConnectorError, match=rf"took \d of {rows.num_rows} rows.*{said}.*nothing of this"):
+        plan.new_writer().write(iter([rows]), TaskInfo(new_query_id(), 0, 0, 0, 1))
+    assert query(url, f"SELECT count(*) FROM {table}") == [(0,)]
+    assert prepared(url, sink_id) == []
+
+
+def test_sinks_of_one_id_in_two_databases_of_one_server_leave_each_other_alone(services):
+    """XA ids are server-wide: a take-over in one database must neither roll back nor see
+    the in-doubt transactions of a sink of the same id in another database."""
+    url = services.mariadb_url
+    other_db = "sparkext_other"
+    execute(url, f"CREATE DATABASE IF NOT EXISTS {other_db}")
+    other_url = url.rsplit("/", 1)[0] + f"/{other_db}"
+    sink_id, qid = table_name("twodb"), new_query_id()
+    here, there = _table(url, "twodb"), _table(other_url, "twodb")
+    plan = _plan(url, here, sink_id)
+    decided = plan.new_writer().write(iter([_kv([1])]), TaskInfo(qid, 0, 0, 0, 1))
+    committer = plan.new_committer()
+    with committer.connected():  # decided, not yet committed: the driver died
+        committer.record(Batch(0, (decided,), plan.claim))
+    _plan(other_url, there, sink_id)  # the other database's sink takes itself over
+    assert prepared(url, sink_id) == [decided.gid] and prepared(other_url, sink_id) == []
+    _plan(url, here, sink_id)  # this one's own take-over commits it
+    assert query(url, f"SELECT id FROM {here}") == [(1,)]
+
+
 def test_a_table_that_cannot_roll_back_is_refused_naming_the_engine(services):
     url = services.mariadb_url
     table = _table(url, "myisam", engine="MyISAM")
@@ -192,6 +234,8 @@ def test_an_unknown_dialect_is_refused_listing_the_supported_ones():
     assert parse_url("jdbc:mariadb://h:3307/db?user=u", None, "pw").render_as_string(False) == \
         "mysql+pymysql://u:pw@h:3307/db"
     assert parse_url("mariadb://u@h/db", None, None).drivername == "mysql+pymysql"
+    with pytest.raises(InvalidOptionError, match=r"useSSL.*ssl_ca"):  # never clear text by mistake
+        parse_url("jdbc:mysql://h:3306/db?useSSL=true", None, None)
 
 
 def test_a_wrong_password_fails_at_once_naming_the_fix_and_not_the_password(services):

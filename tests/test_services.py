@@ -103,9 +103,12 @@ def test_services_up_is_idempotent(services):
     res = subprocess.run([sys.executable, "-m", "services", "up"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("already running") == len(SERVICES) == 4
+    assert res.stdout.count("already running") == len(SERVICES) == 5
     assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092" in res.stdout
     assert "postgres:***@" in res.stdout and "STOMP_PASSWORD=***" in res.stdout  # no passwords printed
+    from services import mariadb
+
+    assert "sparkext:***@" in res.stdout and mariadb.password() not in res.stdout
     after = {n: (local / f"{n}.pid").read_text() for n in before}
     assert after == before
 

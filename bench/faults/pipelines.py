@@ -317,11 +317,12 @@ class PipelineRun:
         if kind == "jdbc" and self.p.database == "mariadb":
             from sqlalchemy.engine import make_url
 
-            from spark_ext.connectors.jdbc.mysql import connect, prepared_gids
+            from spark_ext.connectors.jdbc.mysql import connect, format_id, prepared_gids
 
-            conn = connect(make_url(self.db_url))
+            url = make_url(self.db_url)
+            conn = connect(url)
             try:
-                return len(prepared_gids(conn, sink))
+                return len(prepared_gids(conn, sink, format_id(url.database or "")))
             finally:
                 conn.close()
         if kind == "jdbc":

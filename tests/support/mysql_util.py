@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from spark_ext.connectors.jdbc.mysql import MyConn, connect, prepared_gids
+from spark_ext.connectors.jdbc.mysql import MyConn, connect, format_id, prepared_gids
 
 
 def conn(url: str) -> MyConn:
@@ -34,6 +34,6 @@ def prepared(url: str, sink_id: str) -> list[str]:
     """The sink's prepared XA transactions (``XA RECOVER``), as global ids."""
     c = conn(url)
     try:
-        return prepared_gids(c, sink_id)
+        return prepared_gids(c, sink_id, format_id(make_url(url).database or ""))
     finally:
         c.close()

@@ -63,6 +63,11 @@ SUPPORTED = ("postgresql+psycopg2://user@host:5432/db", "jdbc:postgresql://host:
              "mysql+pymysql://user@host:3306/db", "jdbc:mysql://host:3306/db", "jdbc:mariadb://host:3306/db")
 
 
+# What the MariaDB / MySQL dialect reads from the URL's query (PyMySQL's names).
+MYSQL_QUERY = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity", "connect_timeout",
+               "read_timeout")
+
+
 def parse_url(value: str, user: str | None, password: str | None) -> URL:
     """SQLAlchemy or Spark's ``jdbc:`` URL -> a psycopg2 or PyMySQL SQLAlchemy URL."""
     try:
@@ -96,6 +101,11 @@ def parse_url(value: str, user: str | None, password: str | None) -> URL:
             f"{', '.join(SUPPORTED)}"
         )
     url = url.set(drivername=_DIALECTS[backend][0])
+    if _DIALECTS[backend][1] == "mysql" and (unknown := sorted(set(url.query) - set(MYSQL_QUERY))):
+        # refused rather than dropped: a user who wrote useSSL=true must not get clear text
+        raise InvalidOptionError(
+            f"option 'url' has setting(s) {', '.join(unknown)} that the MariaDB / MySQL dialect does not "
+            f"take; it takes {', '.join(MYSQL_QUERY)} (TLS: ssl_ca=/path/ca.pem&ssl_verify_identity=true)")
     if user:
         url = url.set(username=user)
     if password:

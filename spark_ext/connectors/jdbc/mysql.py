@@ -7,30 +7,58 @@ commit message, the decision rules) stays in ``transactions`` and ``committer``.
 XA differs from PostgreSQL's prepared transactions in ways the dialect has to handle:
 
 - an XA id is three parts (``gtrid`` up to 64 bytes, ``bqual`` up to 64, a format
-  number). The sink's id is the ``gtrid``, the rest of the global id the ``bqual``, and
-  ``FORMAT_ID`` marks the transactions as this sink's: ``XA RECOVER`` lists every
-  prepared transaction of the server;
-- a prepared transaction stays attached to its session until that session ends: another
-  session's ``XA COMMIT`` answers "unknown XID" meanwhile although ``XA RECOVER`` lists
-  it. A writer closes its connection right after ``XA PREPARE``; the committer waits for
-  that close (``finish``);
+  number), and ``XA RECOVER`` lists every prepared transaction of the server, whatever
+  its database. The sink's id is the ``gtrid``, the rest of the global id the ``bqual``,
+  and the format number (``format_id``) says "spark-ext, in this database": two
+  databases of one server whose sinks share an id never touch each other's;
+- on MariaDB a prepared transaction stays attached to its session until that session
+  ends: another session's ``XA COMMIT`` answers "unknown XID" meanwhile although ``XA
+  RECOVER`` lists it. A writer closes its connection right after ``XA PREPARE``; the
+  committer waits for that close (``finish``);
 - ``XA RECOVER`` needs ``XA_RECOVER_ADMIN`` on MySQL 8 (MariaDB: any user).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import time
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
 import pymysql
 from sqlalchemy.engine import URL
 
+from spark_ext.connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.connectors.jdbc.transactions import parse_gid
 from spark_ext.retry import Backoff, retry
 
-FORMAT_ID = 0x5358  # "SX": the sink's XA transactions among every other client's
+log = logging.getLogger(__name__)
+
+FORMAT_FAMILY = 0x53  # "S": the top byte of every spark-ext XA format number
+
+
+def format_id(database: str) -> int:
+    """The XA format number of the sinks whose bookkeeping lives in ``database``: ours
+    (top byte ``FORMAT_FAMILY``) and that database's (24 bits of its name's CRC)."""
+    return (FORMAT_FAMILY << 24) | (zlib.crc32(database.encode()) & 0xFFFFFF)
+
+
+def ours(fmt: int) -> bool:
+    return fmt >> 24 == FORMAT_FAMILY
+
+
+def lock_name(sink_id: str) -> str:
+    """The sink's ``GET_LOCK`` name (64 characters at most): held by a take-over, a
+    decision, the doctor and a task rolling back an earlier attempt of itself."""
+    return "spark-ext:" + hashlib.sha256(sink_id.encode()).hexdigest()[:40]
+
+
+def sink_format(cfg: JdbcSinkConfig) -> int:
+    """The format number of a sink's XA transactions: that of its bookkeeping's database."""
+    return format_id(cfg.schema or cfg.url.database or "")
 
 # The server's error numbers the dialect acts on.
 XAER_NOTA = 1397  # unknown XID (gone, or still attached to its session)
@@ -44,10 +72,10 @@ ER_NO_SUCH_TABLE = 1146
 _TRANSIENT = frozenset({2002, 2003, 2006, 2013, 2055, 1053, 1040, 1927})
 
 
-def xid(gid: str) -> tuple[str, str, int]:
+def xid(gid: str, fmt: int) -> tuple[str, str, int]:
     """A global id ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>.<tid>`` -> its XA id."""
     _, sink, rest = gid.split(":", 2)
-    return sink, rest, FORMAT_ID
+    return sink, rest, fmt
 
 
 def error_code(e: BaseException) -> int | None:
@@ -145,13 +173,12 @@ def connect(url: URL, reconnect_timeout_s: float = 0.0, lock_timeout_ms: int | N
                  give_up=give_up)
 
 
-def prepared_gids(conn: MyConn, sink_id: str) -> list[str]:
-    """This sink's prepared XA transactions (the server's, not only this database's: an XA
-    id is server-wide)."""
+def prepared_gids(conn: MyConn, sink_id: str, fmt: int) -> list[str]:
+    """This sink's prepared XA transactions in the database of format number ``fmt``."""
     out = []
-    for fmt, glen, blen, data in conn.execute("XA RECOVER"):
+    for f, glen, blen, data in conn.execute("XA RECOVER"):
         raw = data if isinstance(data, bytes) else str(data).encode()
-        if int(fmt) != FORMAT_ID or raw[:int(glen)].decode() != sink_id:
+        if int(f) != fmt or raw[:int(glen)].decode() != sink_id:
             continue
         gid = f"sx:{sink_id}:{raw[int(glen):int(glen) + int(blen)].decode()}"
         try:
@@ -162,14 +189,17 @@ def prepared_gids(conn: MyConn, sink_id: str) -> list[str]:
     return sorted(out)
 
 
-def finish(conn: MyConn, gid: str, commit: bool, attached_wait_s: float = 10.0) -> bool:
+def finish(conn: MyConn, gid: str, commit: bool, fmt: int, attached_wait_s: float = 10.0) -> bool:
     """``XA COMMIT`` / ``XA ROLLBACK``; False when the id no longer exists.
 
     While the session that prepared it has not ended yet (a writer's close still in
-    flight), the server answers "unknown XID" though ``XA RECOVER`` lists it: waited for
-    up to ``attached_wait_s``, then reported as the error it is.
+    flight, or its executor frozen right after ``XA PREPARE``), the server answers
+    "unknown XID" though ``XA RECOVER`` lists it: waited for up to ``attached_wait_s``.
+    Then a commit (a winner) fails with the server's error; a rollback is left for a
+    later take-over, with a warning, and reported as not done (False): what it would roll
+    back is no winner, and waiting longer would hold up every later batch.
     """
-    g, b, f = xid(gid)
+    g, b, f = xid(gid, fmt)
     verb = "XA COMMIT" if commit else "XA ROLLBACK"
     deadline = time.monotonic() + attached_wait_s
     while True:
@@ -179,10 +209,14 @@ def finish(conn: MyConn, gid: str, commit: bool, attached_wait_s: float = 10.0) 
         except pymysql.Error as e:
             if error_code(e) != XAER_NOTA:
                 raise
-            if gid not in prepared_gids(conn, g):
+            if gid not in prepared_gids(conn, g, fmt):
                 return False
             if time.monotonic() >= deadline:
-                raise
+                if commit:
+                    raise
+                log.warning("%s is still attached to the session that prepared it after %.0f s (its "
+                            "executor froze?); it is rolled back by a later take-over", gid, attached_wait_s)
+                return False
             time.sleep(0.02)
 
 
@@ -199,14 +233,15 @@ def decisions(conn: MyConn, batches_table: str, sink_id: str, batches: Iterable[
     return out
 
 
-def resolve_in_doubt(conn: MyConn, batches_table: str, sink_id: str) -> tuple[list[str], list[str]]:
+def resolve_in_doubt(conn: MyConn, batches_table: str, sink_id: str, fmt: int
+                     ) -> tuple[list[str], list[str]]:
     """Commit prepared winners of decided batches, roll back everything else."""
-    gids = prepared_gids(conn, sink_id)
+    gids = prepared_gids(conn, sink_id, fmt)
     decided = decisions(conn, batches_table, sink_id, {parse_gid(g)[2] for g in gids})
     committed: list[str] = []
     rolled_back: list[str] = []
     for gid in gids:
         win = gid in decided.get(parse_gid(gid)[2], set())
-        if finish(conn, gid, commit=win):
+        if finish(conn, gid, win, fmt):
             (committed if win else rolled_back).append(gid)
     return committed, rolled_back

@@ -6,7 +6,9 @@ messages) over XA. What differs is below:
   decision, is ``GET_LOCK`` (a named lock of the session; exclusive, where PostgreSQL's
   decisions share theirs: one query per sink decides one batch at a time anyway);
 - the epoch bump is ``INSERT ... ON DUPLICATE KEY UPDATE``, waiting at most a second a
-  round on the writers' share locks (``innodb_lock_wait_timeout``);
+  round on the writers' share locks (``innodb_lock_wait_timeout``). MariaDB releases a
+  transaction's share locks when it prepares (below ``SERIALIZABLE``), so the bump does
+  not wait for prepared writers: what they prepared is resolved again after it;
 - a take-over does not end the task sessions of older runs: MariaDB names no session
   by its client, so a frozen executor's open transaction is waited for up to
   ``lockTimeoutMs`` and then the batch is retried (the server's ``wait_timeout`` ends it).
@@ -14,7 +16,6 @@ messages) over XA. What differs is below:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterator
@@ -31,19 +32,16 @@ from spark_ext.connectors.jdbc.mysql import (
     decisions,
     error_code,
     finish,
+    lock_name,
     prepared_gids,
     resolve_in_doubt,
+    sink_format,
 )
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable
 from spark_ext.errors import ConnectorError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
-
-
-def lock_name(sink_id: str) -> str:
-    """The sink's ``GET_LOCK`` name (64 characters at most)."""
-    return "spark-ext:" + hashlib.sha256(sink_id.encode()).hexdigest()[:40]
 
 
 class _LockWait(Exception):
@@ -53,9 +51,13 @@ class _LockWait(Exception):
 class MyJdbcCommitter(JdbcCommitter):
     """Recovers, commits and aborts one MariaDB sink's batches. Driver."""
 
-    _prepared_gids = staticmethod(prepared_gids)
-    _finish_xact = staticmethod(finish)
     _decisions = staticmethod(decisions)
+
+    def _prepared_gids(self, conn: MyConn, sink_id: str) -> list[str]:
+        return prepared_gids(conn, sink_id, sink_format(self.cfg))
+
+    def _finish_xact(self, conn: MyConn, gid: str, commit: bool) -> bool:
+        return finish(conn, gid, commit, sink_format(self.cfg))
 
     @property
     def _lock_name(self) -> str:
@@ -74,7 +76,7 @@ class MyJdbcCommitter(JdbcCommitter):
         self._conn = conn
         try:
             yield
-        except pymysql.OperationalError as e:
+        except (pymysql.OperationalError, pymysql.InterfaceError) as e:  # the connection dropped
             raise RetriableCommitError(f"{self.kept_label}: {e}") from None
         finally:
             self._conn = None
@@ -110,7 +112,8 @@ class MyJdbcCommitter(JdbcCommitter):
         try:
             yield
         finally:
-            conn.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
+            if not conn.closed:  # else the server released it with the session
+                conn.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
 
     def _resolve_and_bump(self, conn: MyConn, batch_id: int | None) -> tuple[list[str], list[str], int]:
         """As ``JdbcCommitter._resolve_and_bump``; the bump waits a second a round."""
@@ -120,7 +123,7 @@ class MyJdbcCommitter(JdbcCommitter):
 
         def round_() -> int:
             if batch_id is None:
-                c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
+                c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id, sink_format(cfg))
                 committed.extend(c)
                 rolled_back.extend(r)
             else:
@@ -137,13 +140,16 @@ class MyJdbcCommitter(JdbcCommitter):
                 conn.commit()
                 return epoch
             except pymysql.Error as e:
+                if conn.closed:
+                    raise
                 conn.rollback()
                 if error_code(e) == LOCK_WAIT_TIMEOUT:
                     raise _LockWait(str(e)) from None
                 raise
             finally:
-                conn.autocommit = True
-                conn.execute(f"SET SESSION innodb_lock_wait_timeout = {-(-cfg.lock_timeout_ms // 1000)}")
+                if not conn.closed:
+                    conn.autocommit = True
+                    conn.execute(f"SET SESSION innodb_lock_wait_timeout = {-(-cfg.lock_timeout_ms // 1000)}")
 
         epoch = retry(round_, what=f"claiming sink {cfg.sink_id!r}", retry_on=_LockWait,
                       timeout_s=cfg.lock_timeout_ms / 1000, backoff=Backoff(initial_s=0.0, max_s=0.0),
@@ -151,8 +157,14 @@ class MyJdbcCommitter(JdbcCommitter):
                           f"sink {cfg.sink_id!r}: writers of another run still hold it after "
                           f"{cfg.lock_timeout_ms} ms (lockTimeoutMs); their transactions are resolved "
                           "at the next start"))
-        if batch_id is not None:  # what prepared while the bump waited
+        # What prepared while the bump waited: MariaDB releases a transaction's share locks
+        # when it prepares, so a writer of an older epoch may prepare and let the bump pass.
+        if batch_id is not None:
             rolled_back.extend(self._roll_back_batch(conn, batch_id))
+        else:
+            c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id, sink_format(cfg))
+            committed.extend(c)
+            rolled_back.extend(r)
         return committed, rolled_back, epoch
 
     def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:

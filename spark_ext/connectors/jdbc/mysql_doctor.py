@@ -13,14 +13,14 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from spark_ext.connectors.jdbc.mysql import (
-    FORMAT_ID,
     MyConn,
     connect,
     decisions,
+    format_id,
+    lock_name,
     prepared_gids,
     resolve_in_doubt,
 )
-from spark_ext.connectors.jdbc.mysql_committer import lock_name
 from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE
 from spark_ext.connectors.jdbc.transactions import parse_gid
 from spark_ext.errors import SparkExtError
@@ -31,17 +31,22 @@ def _table(schema: str | None, name: str) -> str:
     return f"`{schema}`.`{name}`" if schema else f"`{name}`"
 
 
-def _sinks_with_xa(conn: MyConn) -> set[str]:
-    """The sink ids of every prepared transaction of ours."""
-    return {bytes(d)[:int(g)].decode() for f, g, _, d in conn.execute("XA RECOVER") if int(f) == FORMAT_ID}
+def _sinks_with_xa(conn: MyConn, fmt: int) -> set[str]:
+    """The sink ids of every prepared transaction of ours in the database of ``fmt``."""
+    return {bytes(d)[:int(g)].decode() for f, g, _, d in conn.execute("XA RECOVER") if int(f) == fmt}
+
+
+def _format(conn: MyConn, schema: str | None) -> int:
+    return format_id(schema or str(conn.execute("SELECT DATABASE()")[0][0] or ""))
 
 
 def _in_doubt(conn: MyConn, schema: str | None, sink: str | None) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
-    for s in sorted(_sinks_with_xa(conn)):
+    fmt = _format(conn, schema)
+    for s in sorted(_sinks_with_xa(conn, fmt)):
         if sink and s != sink:
             continue
-        for gid in prepared_gids(conn, s):
+        for gid in prepared_gids(conn, s, fmt):
             _, epoch, batch, part, attempt = parse_gid(gid)
             decided = _decisions(conn, schema, s, batch)
             state = ("undecided" if batch not in decided
@@ -112,9 +117,10 @@ def resolve(url: URL, schema: str | None, sink: str) -> tuple[list[str], list[st
             raise SparkExtError(f"sink {sink}: its lock is held (its query is deciding or taking over): stop "
                                 "the query first; a running query resolves its own transactions")
         try:
-            if not prepared_gids(conn, sink):
+            fmt = _format(conn, schema)
+            if not prepared_gids(conn, sink, fmt):
                 return [], []
-            done = resolve_in_doubt(conn, _table(schema, BATCHES_TABLE), sink)
+            done = resolve_in_doubt(conn, _table(schema, BATCHES_TABLE), sink, fmt)
             if _exists(conn, schema, SINKS_TABLE):  # fence whatever of the old run still writes
                 conn.execute(f"UPDATE {_table(schema, SINKS_TABLE)} SET epoch = epoch + 1, "
                              "updated_at = current_timestamp(6) WHERE sink_id = %s", (sink,))

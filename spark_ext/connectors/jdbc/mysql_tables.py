@@ -11,6 +11,7 @@ tab-separated, backslash-escaped, ``\\N`` for NULL, binary columns as hex throug
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pymysql
@@ -19,7 +20,14 @@ from pyspark.sql.types import BinaryType, DoubleType, LongType, StructType
 from sqlalchemy.dialects import mysql as my
 
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
-from spark_ext.connectors.jdbc.mysql import ACCESS_DENIED, MyConn, connect, error_code, prepared_gids
+from spark_ext.connectors.jdbc.mysql import (
+    ACCESS_DENIED,
+    MyConn,
+    connect,
+    error_code,
+    prepared_gids,
+    sink_format,
+)
 from spark_ext.connectors.jdbc.tables import (
     BATCHES_TABLE,
     LANDED_TABLE,
@@ -87,8 +95,17 @@ def connect_error(cfg: JdbcSinkConfig, e: BaseException) -> ConnectorError:
     return ConnectorError(f"cannot use MariaDB at {cfg.safe_url}: {text}{fix}")
 
 
+def _check_names(cfg: JdbcSinkConfig, schema: StructType) -> None:
+    """PyMySQL fills statement arguments with ``%``: a name holding one cannot be quoted."""
+    bad = [n for n in (cfg.schema or "", cfg.table, *schema.fieldNames()) if "%" in n]
+    if bad:
+        raise InvalidOptionError(f"name {bad[0]!r} holds a '%', which the MariaDB / MySQL dialect cannot "
+                                 "quote; rename the table or column (or alias the column)")
+
+
 def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> SqlPlan:
     """Check the server and the target, create what is missing, build the SQL. Driver."""
+    _check_names(cfg, schema)
     eng = engine(cfg)
     try:
         with eng.connect() as conn:
@@ -116,10 +133,26 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
 
 
 def _check_server(cfg: JdbcSinkConfig, conn: MyConn, need_2pc: bool) -> None:
-    """XA is there and this user may list what is in doubt; no exactly_once leftovers
-    when a weaker guarantee starts."""
+    """A server whose prepared transactions outlive their session, XA listing allowed to
+    this user; no exactly_once leftovers when a weaker guarantee starts."""
+    version = str(conn.execute("SELECT VERSION()")[0][0])
+    number = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+    if "mariadb" in version.lower():
+        if need_2pc and number < (10, 5):
+            raise ConnectorError(
+                f"MariaDB {version} at {cfg.safe_url} rolls a prepared XA transaction back when its session "
+                "ends, so exactly_once cannot hold across a task's end: upgrade to MariaDB 10.5 or later, "
+                "or use guarantee at_least_once")
+    elif number < (8, 0):
+        raise ConnectorError(f"MySQL {version} at {cfg.safe_url}: the sink needs MySQL 8.0 or later "
+                             "(window functions for upserts, XA that survives a restart)")
+    elif need_2pc and cfg.upsert_keys and conn.execute("SELECT @@global.xa_detach_on_prepare")[0][0]:
+        raise ConnectorError(
+            f"MySQL at {cfg.safe_url} has xa_detach_on_prepare on, which refuses the temporary staging "
+            "table an exactly_once upsert merges from: SET GLOBAL xa_detach_on_prepare = OFF, or use "
+            "guarantee at_least_once with upsertKeys (idempotent)")
     try:
-        left = prepared_gids(conn, cfg.sink_id)
+        left = prepared_gids(conn, cfg.sink_id, sink_format(cfg))
     except pymysql.Error as e:
         if error_code(e) == ACCESS_DENIED:
             raise ConnectorError(
@@ -186,22 +219,27 @@ def _check_keys(cfg: JdbcSinkConfig, insp: sa.Inspector) -> None:
             f"({', '.join(cfg.upsert_keys)})")
 
 
+# Ids compare byte for byte, whatever the database's default collation (a case-insensitive
+# one would let two sink ids that differ in case share rows).
+_ID = "varchar(64) CHARACTER SET ascii COLLATE ascii_bin"
+
+
 def _create_bookkeeping(conn: MyConn, cfg: JdbcSinkConfig) -> None:
     """The same three tables as PostgreSQL's (``tables._create_bookkeeping``), in InnoDB."""
     conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, SINKS_TABLE)} (sink_id varchar(64) PRIMARY KEY, "
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, SINKS_TABLE)} (sink_id {_ID} PRIMARY KEY, "
         "target varchar(512) NOT NULL, epoch bigint NOT NULL, "
         "updated_at timestamp(6) NOT NULL DEFAULT current_timestamp(6)) ENGINE=InnoDB")
     conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, BATCHES_TABLE)} (sink_id varchar(64) NOT NULL, "
-        "query_id varchar(64) NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, BATCHES_TABLE)} (sink_id {_ID} NOT NULL, "
+        f"query_id {_ID} NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
         "attempt int NOT NULL, epoch bigint NOT NULL, `rows` bigint, winners longtext, "
         "at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
         "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, attempt)) ENGINE=InnoDB")
     conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, LANDED_TABLE)} (sink_id varchar(64) NOT NULL, "
-        "query_id varchar(64) NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
-        "digest varchar(64) NOT NULL, `rows` bigint, at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
+        f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, LANDED_TABLE)} (sink_id {_ID} NOT NULL, "
+        f"query_id {_ID} NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
+        f"digest {_ID} NOT NULL, `rows` bigint, at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
         "PRIMARY KEY (sink_id, query_id, batch_id, partition_id, digest)) ENGINE=InnoDB")
 
 

@@ -29,6 +29,8 @@ from spark_ext.connectors.jdbc.mysql import (
     connect,
     error_code,
     finish,
+    lock_name,
+    sink_format,
     xid,
 )
 from spark_ext.connectors.jdbc.mysql import prepared_gids as xa_prepared
@@ -82,8 +84,9 @@ def _concat(lines: pa.Array) -> bytes:
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     if lines.offset or lines.null_count:
         lines = pa.concat_arrays([lines])
-    offsets = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, lines.buffers()[1]],
-                                    offset=lines.offset)
+    wide = pa.types.is_large_string(lines.type)  # a large_string column made every line one
+    offsets = pa.Array.from_buffers(pa.int64() if wide else pa.int32(), len(lines) + 1,
+                                    [None, lines.buffers()[1]], offset=lines.offset)
     start, end = offsets[0].as_py(), offsets[-1].as_py()
     return lines.buffers()[2].to_pybytes()[start:end]
 
@@ -139,13 +142,31 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
                     digest.update(data)
                 with open(path, "wb") as f:
                     f.write(data)
-                conn.execute(sql.copy_staging if keys else sql.copy_target, (path,))
+                self._load_file(conn, sql.copy_staging if keys else sql.copy_target, path, rb.num_rows, task)
                 rows += rb.num_rows
         finally:
             os.unlink(path)
         if keys and rows:
             conn.execute(sql.upsert_from_staging)
         return rows
+
+    def _load_file(self, conn: MyConn, stmt: str, path: str, rows: int, task: TaskInfo) -> None:
+        """One LOAD DATA; every row must land as sent. LOCAL loads act as if IGNORE were
+        given: a duplicate key is skipped, a value too long, out of range or not a number
+        (NaN, infinity) is cut or zeroed, a NULL into NOT NULL becomes the default, each with
+        a warning only, where an INSERT fails. So a warning, or a row count short of the
+        batch's, fails the task (its transaction is rolled back with the session)."""
+        with conn.cursor() as cur:
+            loaded = cur.execute(stmt, (path,))
+            warned = cur.warning_count
+        if warned or loaded != rows:
+            shown = "; ".join(f"{w[2]}" for w in conn.execute("SHOW WARNINGS LIMIT 3"))
+            raise ConnectorError(
+                f"batch {task.batch_id} partition {task.partition_id}: {self.cfg.qualified} took {loaded} of "
+                f"{rows} rows with {warned} warning(s) ({shown}). The bulk load skips or alters a row the "
+                "table refuses (a duplicate key, a value too long or out of range, NaN or infinity, NULL "
+                "into NOT NULL) where an INSERT fails: fix the rows or the table (upsertKeys for repeated "
+                "keys); nothing of this task was committed")
 
     def _mark(self, conn: MyConn, task: TaskInfo, rows: int, epoch: int) -> None:
         conn.execute(
@@ -205,28 +226,30 @@ class MyPreparingWriter(MyJdbcWriter):
     def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
         super().__init__(setup)
         self.fence = epoch
+        self.xa_format = sink_format(self.cfg)
 
     def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
         gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt,
                       task.task_attempt_id)
-        conn.execute("XA START %s, %s, %s", xid(gid))
+        conn.execute("XA START %s, %s, %s", xid(gid, self.xa_format))
         if self._decided(conn, task):  # a stale run is fenced here; a replay writes nothing
-            conn.execute("XA END %s, %s, %s", xid(gid))
-            conn.execute("XA ROLLBACK %s, %s, %s", xid(gid))
+            conn.execute("XA END %s, %s, %s", xid(gid, self.xa_format))
+            conn.execute("XA ROLLBACK %s, %s, %s", xid(gid, self.xa_format))
             return self._message(task, 0)
         self._roll_back_earlier_attempts(conn, task)
         rows = self._load(conn, batches, task)
         self._mark(conn, task, rows, self.fence)
         failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
-        conn.execute("XA END %s, %s, %s", xid(gid))
-        conn.execute("XA PREPARE %s, %s, %s", xid(gid))  # durable, invisible
+        conn.execute("XA END %s, %s, %s", xid(gid, self.xa_format))
+        conn.execute("XA PREPARE %s, %s, %s", xid(gid, self.xa_format))  # durable, invisible
         conn.close()  # detached: only now may the driver commit it
         failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
         return self._message(task, rows, gid)
 
     def _decided(self, conn: MyConn, task: TaskInfo) -> bool:
-        """Raise if a newer run owns the sink (the share lock holds the epoch until the
-        decision); True when this batch is decided already (a replay)."""
+        """Raise if a newer run owns the sink (the share lock holds the epoch until this
+        transaction prepares: a take-over's bump waits for it while it writes); True when
+        this batch is decided already (a replay)."""
         cfg, sql = self.cfg, self.sql
         row = conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s LOCK IN SHARE MODE",
                            (cfg.sink_id,))
@@ -240,17 +263,30 @@ class MyPreparingWriter(MyJdbcWriter):
 
     def _roll_back_earlier_attempts(self, conn: MyConn, task: TaskInfo) -> None:
         """Roll back what earlier attempts of this task prepared (see
-        ``PreparingJdbcWriter._roll_back_earlier_attempts``): none can be a winner, the
-        batch is not decided (checked under the share lock this transaction holds). From a
-        second connection: a session inside an XA transaction cannot finish another."""
+        ``PreparingJdbcWriter._roll_back_earlier_attempts``), from a second connection (a
+        session inside an XA transaction cannot finish another), under the sink's lock,
+        which a decision holds while it checks and records its winners: none of them can
+        be a winner once the batch is found undecided there. Decided meanwhile: left alone
+        (this attempt's own transaction is then rolled back after the commit)."""
         cfg = self.cfg
-        earlier = [g for g in xa_prepared(conn, cfg.sink_id) if parse_gid(g)[2:4] == (task.batch_id,
-                   task.partition_id) and started_before(g, self.fence, task.task_attempt_id)]
+        earlier = [g for g in xa_prepared(conn, cfg.sink_id, self.xa_format)
+                   if parse_gid(g)[2:4] == (task.batch_id, task.partition_id)
+                   and started_before(g, self.fence, task.task_attempt_id)]
         if not earlier:
             return
         other = connect(cfg.open_url(), cfg.reconnect_timeout_s)
         try:
+            got = other.execute("SELECT GET_LOCK(%s, %s)", (lock_name(cfg.sink_id),
+                                                            max(1, cfg.lock_timeout_ms // 1000)))
+            if not got or got[0][0] != 1:
+                raise ConnectorError(f"sink {cfg.sink_id!r}: its lock stayed held for lockTimeoutMs while "
+                                     f"attempt {task.attempt} of partition {task.partition_id} waited to "
+                                     "roll back an earlier attempt's transaction")
+            if other.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                             "AND batch_id = %s AND partition_id = -1",
+                             (cfg.sink_id, task.query_id, task.batch_id)):
+                return
             for gid in earlier:
-                finish(other, gid, commit=False)
+                finish(other, gid, False, self.xa_format)
         finally:
-            other.close()
+            other.close()  # releases the lock
