@@ -220,6 +220,9 @@ class MyMarkedWriter(MyJdbcWriter):
         return self._message(task, rows)
 
 
+_ROLLBACK_LOCK_WAIT_S = 5
+
+
 class MyPreparingWriter(MyJdbcWriter):
     """``exactly_once``: one XA transaction per attempt, prepared, never committed here."""
 
@@ -276,12 +279,13 @@ class MyPreparingWriter(MyJdbcWriter):
             return
         other = connect(cfg.open_url(), cfg.reconnect_timeout_s)
         try:
-            got = other.execute("SELECT GET_LOCK(%s, %s)", (lock_name(cfg.sink_id),
-                                                            max(1, cfg.lock_timeout_ms // 1000)))
+            # A decision holds the lock for a moment; a take-over for as long as its epoch bump
+            # waits on this task's share lock: give up soon then (Spark retries the task).
+            got = other.execute("SELECT GET_LOCK(%s, %s)", (lock_name(cfg.sink_id), _ROLLBACK_LOCK_WAIT_S))
             if not got or got[0][0] != 1:
-                raise ConnectorError(f"sink {cfg.sink_id!r}: its lock stayed held for lockTimeoutMs while "
-                                     f"attempt {task.attempt} of partition {task.partition_id} waited to "
-                                     "roll back an earlier attempt's transaction")
+                raise ConnectorError(f"sink {cfg.sink_id!r}: its lock stayed held for {_ROLLBACK_LOCK_WAIT_S} s "
+                                     f"(a take-over?) while attempt {task.attempt} of partition "
+                                     f"{task.partition_id} waited to roll back an earlier attempt's transaction")
             if other.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
                              "AND batch_id = %s AND partition_id = -1",
                              (cfg.sink_id, task.query_id, task.batch_id)):
