@@ -283,9 +283,10 @@ class MyPreparingWriter(MyJdbcWriter):
             # waits on this task's share lock: give up soon then (Spark retries the task).
             got = other.execute("SELECT GET_LOCK(%s, %s)", (lock_name(cfg.sink_id), _ROLLBACK_LOCK_WAIT_S))
             if not got or got[0][0] != 1:
-                raise ConnectorError(f"sink {cfg.sink_id!r}: its lock stayed held for {_ROLLBACK_LOCK_WAIT_S} s "
-                                     f"(a take-over?) while attempt {task.attempt} of partition "
-                                     f"{task.partition_id} waited to roll back an earlier attempt's transaction")
+                raise ConnectorError(
+                    f"sink {cfg.sink_id!r}: its lock stayed held for {_ROLLBACK_LOCK_WAIT_S} s (a take-over?) "
+                    f"while attempt {task.attempt} of partition {task.partition_id} waited to roll back an "
+                    "earlier attempt's transaction")
             if other.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
                              "AND batch_id = %s AND partition_id = -1",
                              (cfg.sink_id, task.query_id, task.batch_id)):
