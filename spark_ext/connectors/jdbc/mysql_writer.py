@@ -284,7 +284,7 @@ class MyPreparingWriter(MyJdbcWriter):
             got = other.execute("SELECT GET_LOCK(%s, %s)", (lock_name(cfg.sink_id), _ROLLBACK_LOCK_WAIT_S))
             if not got or got[0][0] != 1:
                 raise ConnectorError(
-                    f"sink {cfg.sink_id!r}: its lock stayed held for {_ROLLBACK_LOCK_WAIT_S} s (a take-over?) "
+                    f"sink {cfg.sink_id!r}: its lock stayed held {_ROLLBACK_LOCK_WAIT_S} s (a take-over?) "
                     f"while attempt {task.attempt} of partition {task.partition_id} waited to roll back an "
                     "earlier attempt's transaction")
             if other.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
