@@ -35,6 +35,7 @@ from spark_ext.connectors.jdbc.tables import (
     SqlPlan,
     _accepts,
     _family_spark,
+    check_columns,
     left_in_doubt,
 )
 from spark_ext.errors import ConnectorError, InvalidOptionError
@@ -120,7 +121,7 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
                 _create_target(conn, cfg, schema)
             _check_engine(cfg, raw)
             cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
-            _check_columns(cfg, schema, cols)
+            check_columns(cfg, schema, cols, _accepts_my)
             if cfg.upsert_keys:
                 _check_keys(cfg, insp)
             _create_bookkeeping(raw, cfg)
@@ -185,26 +186,6 @@ def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType)
         key = f.name in cfg.upsert_keys
         cols.append(sa.Column(f.name, _create_type(f.dataType, fam, key), primary_key=key))
     sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema, mysql_engine="InnoDB").create(conn)
-
-
-def _check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any]) -> None:
-    missing = [f.name for f in schema.fields if f.name not in cols]
-    if missing:
-        raise InvalidOptionError(
-            f"DataFrame column(s) {', '.join(missing)} are not in table {cfg.qualified} (its columns: "
-            f"{', '.join(cols)}); select or rename columns to match, or alter the table")
-    for f in schema.fields:
-        fam = _family_spark(f.dataType)
-        db_type = cols[f.name]["type"]
-        if fam is None or not _accepts_my(db_type, fam):
-            raise InvalidOptionError(
-                f"column {f.name!r} is {f.dataType.simpleString()} in the DataFrame but {db_type} in "
-                f"table {cfg.qualified}; cast it in the query")
-    for k in cfg.upsert_keys:
-        if k not in schema.fieldNames():
-            raise InvalidOptionError(f"upsertKeys column {k!r} is not a DataFrame column")
-    if cfg.upsert_order_by is not None and cfg.upsert_order_by not in schema.fieldNames():
-        raise InvalidOptionError(f"upsertOrderBy column {cfg.upsert_order_by!r} is not a DataFrame column")
 
 
 def _check_keys(cfg: JdbcSinkConfig, insp: sa.Inspector) -> None:

@@ -36,6 +36,7 @@ from spark_ext.connectors.jdbc.mysql import (
 from spark_ext.connectors.jdbc.mysql import prepared_gids as xa_prepared
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable, gid_for, parse_gid, started_before
+from spark_ext.connectors.jdbc.writer import require_keys
 from spark_ext.errors import ConnectorError, FencedError
 
 _LOCKED = (". A row's key was locked by another transaction for longer than lockTimeoutMs: another "
@@ -132,11 +133,7 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
             for rb in batches:
                 if rb.num_rows == 0:
                     continue
-                for k in keys:
-                    if pc.any(pc.is_null(rb.column(k))).as_py():
-                        raise ConnectorError(
-                            f"upsert key column {k!r} is NULL in a row of batch {task.batch_id}: keys must "
-                            "be present (filter or fill them); nothing of this task was written")
+                require_keys(rb, keys, task)
                 data = to_tsv(rb)
                 if digest is not None:
                     digest.update(data)
@@ -174,11 +171,6 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
             "epoch, `rows`) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt, epoch, rows))
 
-    @staticmethod
-    def _message(task: TaskInfo, rows: int, gid: str | None = None) -> JdbcCommittable:
-        return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
-                               query_id=task.query_id)
-
 
 class MyPlainWriter(MyJdbcWriter):
     """``none``: load and commit."""
@@ -188,7 +180,7 @@ class MyPlainWriter(MyJdbcWriter):
         rows = self._load(conn, batches, task)
         conn.commit()
         failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return self._message(task, rows)
+        return JdbcCommittable.of(task, rows)
 
 
 KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
@@ -209,7 +201,7 @@ class MyMarkedWriter(MyJdbcWriter):
             if conn.execute(f"SELECT 1 FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
                             "batch_id = %s AND partition_id = %s AND digest = %s", (*key, seen)):
                 conn.rollback()
-                return self._message(task, 0)
+                return JdbcCommittable.of(task, 0)
             conn.execute(f"INSERT IGNORE INTO {sql.landed_table} (sink_id, query_id, batch_id, partition_id, "
                          "digest, `rows`) VALUES (%s, %s, %s, %s, %s, %s)", (*key, seen, rows))
             if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
@@ -217,7 +209,7 @@ class MyMarkedWriter(MyJdbcWriter):
                              "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
         conn.commit()
         failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return self._message(task, rows)
+        return JdbcCommittable.of(task, rows)
 
 
 _ROLLBACK_LOCK_WAIT_S = 5
@@ -238,7 +230,7 @@ class MyPreparingWriter(MyJdbcWriter):
         if self._decided(conn, task):  # a stale run is fenced here; a replay writes nothing
             conn.execute("XA END %s, %s, %s", xid(gid, self.xa_format))
             conn.execute("XA ROLLBACK %s, %s, %s", xid(gid, self.xa_format))
-            return self._message(task, 0)
+            return JdbcCommittable.of(task, 0)
         self._roll_back_earlier_attempts(conn, task)
         rows = self._load(conn, batches, task)
         self._mark(conn, task, rows, self.fence)
@@ -247,7 +239,7 @@ class MyPreparingWriter(MyJdbcWriter):
         conn.execute("XA PREPARE %s, %s, %s", xid(gid, self.xa_format))  # durable, invisible
         conn.close()  # detached: only now may the driver commit it
         failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
-        return self._message(task, rows, gid)
+        return JdbcCommittable.of(task, rows, gid)
 
     def _decided(self, conn: MyConn, task: TaskInfo) -> bool:
         """Raise if a newer run owns the sink (the share lock holds the epoch until this

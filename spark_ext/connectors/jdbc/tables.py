@@ -224,7 +224,7 @@ def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, n
                 )
             _create_target(conn, cfg, schema)
         cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
-        _check_columns(cfg, schema, cols)
+        check_columns(cfg, schema, cols)
         if cfg.upsert_keys:
             _check_keys(cfg, insp)
         _create_bookkeeping(conn, cfg)
@@ -243,7 +243,10 @@ def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType)
     sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema).create(conn)
 
 
-def _check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any]) -> None:
+def check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any],
+                  accepts: Callable[[sa.types.TypeEngine[Any], str], bool] = _accepts) -> None:
+    """The DataFrame's columns are the table's (``cols``: reflected), of types it ``accepts``;
+    the upsert columns are the DataFrame's."""
     missing = [f.name for f in schema.fields if f.name not in cols]
     if missing:
         raise InvalidOptionError(
@@ -253,7 +256,7 @@ def _check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any]
     for f in schema.fields:
         fam = _family_spark(f.dataType)
         db_type = cols[f.name]["type"]
-        if fam is None or not _accepts(db_type, fam):
+        if fam is None or not accepts(db_type, fam):
             raise InvalidOptionError(
                 f"column {f.name!r} is {f.dataType.simpleString()} in the DataFrame but {db_type} in "
                 f"table {cfg.qualified}; cast it in the query"

@@ -23,7 +23,7 @@ import psycopg2.extensions
 from psycopg2 import errorcodes
 from sqlalchemy.engine import URL
 
-from spark_ext.commit import Committable
+from spark_ext.commit import Committable, TaskInfo
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.errors import RetriableCommitError
 from spark_ext.retry import Backoff, retry
@@ -38,6 +38,12 @@ class JdbcCommittable(Committable):
     @property
     def prepared(self) -> bool:
         return self.gid is not None
+
+    @staticmethod
+    def of(task: TaskInfo, rows: int, gid: str | None = None) -> JdbcCommittable:
+        """What task attempt ``task`` reports: ``rows`` written, prepared as ``gid``."""
+        return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
+                               query_id=task.query_id)
 
 
 def gid_for(sink_id: str, epoch: int, batch: int, partition: int, attempt: int, task_attempt_id: int) -> str:

@@ -110,11 +110,6 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
             "epoch, rows) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt, epoch, rows))
 
-    @staticmethod
-    def _message(task: TaskInfo, rows: int, gid: str | None = None) -> JdbcCommittable:
-        return JdbcCommittable(task.batch_id, task.partition_id, task.attempt, rows, gid,
-                               query_id=task.query_id)
-
 
     def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo, digest: Any = None) -> int:
         """COPY the task's rows; ``digest`` (a hashlib object), if given, sees every byte sent."""
@@ -125,12 +120,7 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
         for rb in batches:
             if rb.num_rows == 0:
                 continue
-            for k in keys:
-                if pc.any(pc.is_null(rb.column(k))).as_py():
-                    raise ConnectorError(
-                        f"upsert key column {k!r} is NULL in a row of batch {task.batch_id}: keys must be "
-                        "present (filter or fill them); nothing of this task was written"
-                    )
+            require_keys(rb, keys, task)
             if self.refused is not None and not keys:
                 rows += self._copy_setting_aside(cur, rb, digest)
                 continue
@@ -171,6 +161,15 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
         return rb.num_rows
 
 
+def require_keys(rb: pa.RecordBatch, keys: tuple[str, ...], task: TaskInfo) -> None:
+    """An upsert row must carry every key column: a NULL key cannot match or conflict."""
+    for k in keys:
+        if pc.any(pc.is_null(rb.column(k))).as_py():
+            raise ConnectorError(
+                f"upsert key column {k!r} is NULL in a row of batch {task.batch_id}: keys must be "
+                "present (filter or fill them); nothing of this task was written")
+
+
 def row_error(e: psycopg2.Error) -> bool:
     """Does PostgreSQL refuse the row for its own content (SQLSTATE class 22, data
     exception: too long, bad encoding or NUL byte, out of range; 23, integrity constraint
@@ -185,7 +184,7 @@ class PlainJdbcWriter(JdbcWriter):
         rows = self._copy(self._cursor(conn), batches, task)
         conn.commit()
         failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return self._message(task, rows)
+        return JdbcCommittable.of(task, rows)
 
 
 KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
@@ -218,7 +217,7 @@ class MarkedJdbcWriter(JdbcWriter):
                 landed = cur.fetchone() is not None
             if landed:
                 conn.rollback()
-                return self._message(task, 0)
+                return JdbcCommittable.of(task, 0)
             cur.execute(f"INSERT INTO {sql.landed_table} (sink_id, query_id, batch_id, partition_id, digest, "
                         "rows) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", (*key, seen, rows))
             if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
@@ -226,7 +225,7 @@ class MarkedJdbcWriter(JdbcWriter):
                             "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
         conn.commit()
         failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return self._message(task, rows)
+        return JdbcCommittable.of(task, rows)
 
 
 class PreparingJdbcWriter(JdbcWriter):
@@ -244,7 +243,7 @@ class PreparingJdbcWriter(JdbcWriter):
         # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
         if self._decided(cur, task):
             conn.tpc_rollback()
-            return self._message(task, 0)
+            return JdbcCommittable.of(task, 0)
         self._roll_back_earlier_attempts(conn, task)
         rows = self._copy(cur, batches, task)
         self._mark(cur, task, rows, self.fence)
@@ -256,7 +255,7 @@ class PreparingJdbcWriter(JdbcWriter):
                 raise self._too_many_prepared(task) from None
             raise
         failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
-        return self._message(task, rows, gid)
+        return JdbcCommittable.of(task, rows, gid)
 
     def _too_many_prepared(self, task: TaskInfo) -> ConnectorError:
         """The server's max_prepared_transactions is full: every task of an exactly_once
