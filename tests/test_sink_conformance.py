@@ -21,6 +21,7 @@ from tests.support.pg_util import write_json_files
 from tests.support.sinks import CAMPAIGN_ONLY, PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
 from tests.support.sinks import run_driver as _run
 from tests.support.status import status
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -35,11 +36,11 @@ def _cases(names: Iterable[str], campaign: frozenset[str] = CAMPAIGN_ONLY) -> li
 
 ALL_SINKS = _cases(SINKS)
 DRIVEN = _cases(SINKS, CAMPAIGN_ONLY | {"routing"})
-# MariaDB shares the jdbc sink's protocol code with PostgreSQL: its two longest crash runs
-# (about two minutes) are in make faults; its own recovery (a killed server, a zombie
-# attempt) is in make test by tests/test_mariadb_sink.py.
-CRASHED = _cases([s for s in SINKS if s not in ("routing", "dead_letters")], CAMPAIGN_ONLY | {"mariadb"})
-SHAPED = _cases(SINKS, CAMPAIGN_ONLY | {"routing", "mariadb"})
+CRASHED = _cases([s for s in SINKS if s not in ("routing", "dead_letters")])
+# The queue sink's 16-task shape (48 s) runs in make faults, for make test's 20 minutes: the
+# conformance suite kills it at each step in make test, and make faults also runs it at 200
+# tasks and in the kafka_to_jms_16tasks pipeline.
+SHAPED = _cases(SINKS, CAMPAIGN_ONLY | {"routing", "jms"})
 
 
 @pytest.fixture
@@ -300,6 +301,8 @@ def test_every_guarantee_writes_empty_and_megabyte_records_from_16_tasks(make_ca
         rows = case.sized_rows(mine, [sizes[i] for i in mine])
         msgs.append(batch.new_writer().write(iter([rows] if mine else []), TaskInfo(qid, 0, p, 0, p + 1)))
     batch.new_committer().commit(msgs, 0, batch.claim)
+    if guarantee is Guarantee.NONE:  # acks=0 (Kafka): sent, not yet appended when the tasks end
+        wait_for(lambda: len(case.committed_sizes(target)) >= len(ids), "every record to be appended", 60)
     assert case.committed_sizes(target) == list(zip(ids, sizes, strict=True))
     if guarantee is Guarantee.EXACTLY_ONCE:
         assert case.in_doubt(tmp_path / "ckpt", target) == []
