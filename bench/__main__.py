@@ -5,6 +5,10 @@ the same figures go to ``bench/results/<case>.json``, and charts of every case's
 result beside them (``bench/chart.py``: ``ratios.png``, and ``windows.png`` for the
 sliding-window cases). Cases register in ``CASES`` as they are built (kafka_read,
 kafka_write, jdbc_write, window_*; peer_* against Kafka Streams and Flink, bench/peers/).
+
+Scaling curves (``bench/scaling``) run only when named (``CURVES``; ``CASES=scale`` runs
+them all): each prints ``CURVE`` lines and writes ``bench/results/<case>.json`` and
+``<case>.png``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,24 @@ CASES: dict[str, str] = {
     "routing_write": "bench.routing_write:run",
 }
 
+# curve case -> "module:function" returning a bench.scaling.curves.Curve.
+CURVES: dict[str, str] = {
+    "scale_commit": "bench.scaling.commit:run",
+    "scale_partitions": "bench.scaling.partitions:run",
+    "scale_record_size": "bench.scaling.records:run",
+    "scale_windows": "bench.scaling.windows:run",
+}
+
+
+def _curve(name: str) -> bool:
+    """Run one curve case and save it; whether its outputs were what their inputs said."""
+    from bench.scaling import curves
+
+    module, fn = CURVES[name].split(":")
+    curve: curves.Curve = getattr(importlib.import_module(module), fn)()
+    print(f"curve: {curves.save(curve, RESULTS)}", file=sys.stderr)
+    return curve.equal
+
 
 def _run(name: str) -> Result:
     module, fn = CASES[name].split(":")
@@ -62,9 +84,12 @@ def _charts() -> None:
 
 def main(argv: list[str]) -> int:
     names = argv or sorted(CASES)
-    unknown = [n for n in names if n not in CASES]
+    if "scale" in names:
+        names = [n for n in names if n != "scale"] + sorted(CURVES)
+    unknown = [n for n in names if n not in CASES and n not in CURVES]
     if unknown:
-        print(f"unknown bench case(s) {unknown}; available: {sorted(CASES) or 'none yet'}", file=sys.stderr)
+        print(f"unknown bench case(s) {unknown}; available: {sorted(CASES)}, curves (or 'scale'): "
+              f"{sorted(CURVES)}", file=sys.stderr)
         return 2
     if not names:
         print("no bench cases are built yet")
@@ -72,12 +97,17 @@ def main(argv: list[str]) -> int:
     RESULTS.mkdir(exist_ok=True)
     unequal = []
     for name in names:
+        if name in CURVES:
+            if not _curve(name):
+                unequal.append(name)
+            continue
         r = _run(name)
         print(r.line(), flush=True)
         (RESULTS / f"{name}.json").write_text(json.dumps({**asdict(r), "ratio": r.ratio}, indent=2))
         if not r.equal:
             unequal.append(name)
-    _charts()
+    if any(n in CASES for n in names):
+        _charts()
     if unequal:  # a speed figure over different output means nothing
         print(f"output differs from the baseline in: {', '.join(unequal)}", file=sys.stderr)
         return 1
