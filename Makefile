@@ -28,15 +28,17 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 CASES ?=
 PIPELINES ?=
+MINUTES ?= 60
+SOAK_ARGS ?=
 # The JVM companion jar (jvm/): the windows' frame fold. Its version is the package's.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 JAR    := spark_ext/jars/spark-ext-native_2.13-$(VERSION).jar
 JAVA_SRC := jvm/pom.xml $(shell find jvm/src -name '*.java' 2>/dev/null)
 
-.PHONY: help venv jvm services services-down services-status test test-compat unit lint docs demo cluster-demo bench faults clean
+.PHONY: help venv jvm services services-down services-status test test-compat unit lint docs demo cluster-demo bench faults soak clean
 
 help:
-	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | jvm | docs | bench | faults | clean"
+	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | jvm | docs | bench | faults | soak [MINUTES=60] | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -126,6 +128,11 @@ bench: $(JAR) $(DOCS_STAMP) services
 faults: $(JAR) $(STAMP) services
 	$(PY) -m pytest -m "campaign or kafka_cluster or broker_clock" --durations=10
 	$(PY) -m bench.faults $(if $(SEED),--seed $(SEED)) $(if $(FAULTS_CRASHES),--crashes $(FAULTS_CRASHES)) $(PIPELINES)
+
+# The payments job for MINUTES (default 60) at a steady rate with kill -9s, sampled every
+# minute, then verified; ends with a SOAK line (bench/soak). CI never runs it.
+soak: $(JAR) $(DOCS_STAMP) services
+	$(PY) -m bench.soak --minutes $(MINUTES) $(SOAK_ARGS)
 
 clean: services-down
 	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info site jvm/target spark_ext/jars

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.common import Result
+from services import scratch as local_scratch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -95,6 +96,14 @@ def main(argv: list[str]) -> int:
         print("no bench cases are built yet")
         return 0
     RESULTS.mkdir(exist_ok=True)
+    scratch = local_scratch.claim("bench")  # Spark's spark-*/blockmgr-* dirs, removed below
+    try:
+        return _cases(names)
+    finally:
+        local_scratch.release(scratch)
+
+
+def _cases(names: list[str]) -> int:
     unequal = []
     for name in names:
         if name in CURVES:

@@ -36,6 +36,7 @@ from pathlib import Path
 from bench.faults.campaign import CampaignError, Episodes, Fault, plan
 from bench.faults.pipelines import PIPELINES as SPECS
 from bench.faults.pipelines import Pipeline, PipelineRun, count
+from services import scratch as local_scratch
 
 
 @dataclass(frozen=True)
@@ -179,11 +180,17 @@ def main(argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     say(f"seed={seed} crashes={args.crashes} pipelines={' '.join(names)}")
     outcomes = []
-    for name in names:
-        tmp = Path(tempfile.mkdtemp(prefix=f"faults-{name}-"))
-        outcomes.append(PIPELINES[name](tmp, seed, args.crashes))
-        if outcomes[-1].held:
-            shutil.rmtree(tmp, ignore_errors=True)  # else kept: the checkpoint, for a look
+    # The drivers a campaign kills -9 never delete Spark's spark-*/blockmgr-* directories:
+    # every driver's go under one directory, removed at the end.
+    scratch = local_scratch.claim("faults")
+    try:
+        for name in names:
+            tmp = Path(tempfile.mkdtemp(prefix=f"faults-{name}-"))
+            outcomes.append(PIPELINES[name](tmp, seed, args.crashes))
+            if outcomes[-1].held:
+                shutil.rmtree(tmp, ignore_errors=True)  # else kept: the checkpoint, for a look
+    finally:
+        local_scratch.release(scratch)
     for o in outcomes:
         print(o.line(), flush=True)
     failed = [o for o in outcomes if not o.held]

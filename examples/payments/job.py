@@ -140,7 +140,8 @@ def start(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def status(queries: dict[str, Any]) -> dict[str, Any]:
-    """Per query: last batch, rows so far, rows/s, the Kafka offsets it has read to."""
+    """Per query: last batch, rows so far, rows/s, the Kafka offsets it has read to, and
+    the recent batches' ``[batch id, rows, trigger ms]`` (``make soak`` samples them)."""
     out: dict[str, Any] = {"pid": os.getpid(), "time": time.time(), "queries": {}}
     for name, q in queries.items():
         progress = q.recentProgress
@@ -152,6 +153,8 @@ def status(queries: dict[str, Any]) -> dict[str, Any]:
             "active": q.isActive, "batch": last.get("batchId", -1),
             "rows_per_s": last.get("processedRowsPerSecond") or 0.0,
             "end_offset": json.loads(end) if isinstance(end, str) else end,
+            "batches": [[p["batchId"], p["numInputRows"], (p.get("durationMs") or {}).get("triggerExecution")]
+                        for p in done[-20:]],
             "error": str(q.exception()) if not q.isActive and q.exception() else None}
     return out
 

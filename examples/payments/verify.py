@@ -37,6 +37,7 @@ class Queue:
 class Report:
     lines: list[str] = field(default_factory=list)
     ok: bool = True
+    counts: dict[str, int] = field(default_factory=dict)  # duplicates, lost, in_doubt
 
     def add(self, line: str, good: bool = True) -> None:
         self.lines.append(line)
@@ -167,8 +168,9 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
     rid = routing_id(checkpoint)
     prepared = _prepared(url, rid)
     open_txns = _open_kafka_transactions(bootstrap, alerts_topic, f"{rid}{SEPARATOR}alerts")
-    staged = _staged(notices, f"{rid}{SEPARATOR}notices")
+    staged = staged_messages(notices, f"{rid}{SEPARATOR}notices")
     in_doubt = prepared + open_txns + staged
+    rep.counts.update(duplicates=duplicates, lost=lost_all, in_doubt=in_doubt)
     rep.add(f"in doubt: {in_doubt} (prepared PostgreSQL transactions {prepared}, open Kafka "
             f"transactions {open_txns}, staged queue messages {staged})", in_doubt == 0)
     rep.add(f"windows written: {len(wins)} (equal to a batch computation: {len(wins) - wrong}, different: "
@@ -198,7 +200,7 @@ def _open_kafka_transactions(bootstrap: str, topic: str, prefix: str) -> int:
     return len(open_transactions(cfg))
 
 
-def _staged(q: Queue, sink_id: str) -> int:
+def staged_messages(q: Queue, sink_id: str) -> int:
     """Messages the queue sub-sink staged and never moved to the queue (nor dropped)."""
     from spark_ext.connectors.jms.doctor import sink_state
     from spark_ext.connectors.jms.sink.config import JmsSinkConfig

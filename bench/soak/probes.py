@@ -1,0 +1,225 @@
+"""What ``make soak`` samples: the job's processes, its checkpoint, the sinks' bookkeeping,
+each batch's duration and each payment's visibility.
+
+Processes are the job's whole tree (``spark-submit``'s JVM, the job's Python, Spark's
+Python daemons and the workers they fork). Resident memory is each process's RSS summed:
+forked workers share pages with their daemon, so the sum counts those twice, the same way
+at every sample, which is what a trend needs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Procs:
+    """One look at the job's process tree."""
+
+    rss_jvm_mb: float
+    rss_python_mb: float  # the job's own Python and every PySpark daemon and worker
+    python_procs: int
+    fds: int  # open descriptors of every process in the tree
+    threads_jvm: int
+
+    @property
+    def rss_mb(self) -> float:
+        return self.rss_jvm_mb + self.rss_python_mb
+
+
+def tree(root_pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(root_pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def role(p: psutil.Process) -> str:
+    """``jvm``, ``executor`` (a daemon or worker running Spark tasks' Python: module
+    ``pyspark.daemon`` alone or with ``pyspark.worker``), ``driver-worker`` (a daemon or
+    worker of another module: data source planning, the streaming sink's commit), ``job``
+    (the job's own Python) or ``other``."""
+    try:
+        cmd = p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return "other"
+    if cmd and os.path.basename(cmd[0]) == "java":
+        return "jvm"
+    if "pyspark.daemon" in cmd:
+        rest = cmd[cmd.index("pyspark.daemon") + 1:]
+        return "executor" if not rest or rest[0] == "pyspark.worker" else "driver-worker"
+    if any(c.endswith("job.py") for c in cmd):
+        return "job"
+    return "other"
+
+
+def look(root_pid: int) -> Procs:
+    jvm = py = 0.0
+    n_py = fds = threads = 0
+    for p in tree(root_pid):
+        try:
+            rss = p.memory_info().rss / MB
+            fds += p.num_fds()
+            r = role(p)
+            if r == "jvm":
+                jvm += rss
+                threads += p.num_threads()
+            elif r != "other":
+                py += rss
+                n_py += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # a worker that ended between the listing and the look
+    return Procs(round(jvm, 1), round(py, 1), n_py, fds, threads)
+
+
+def busy_executor_worker(root_pid: int, probe_s: float = 0.3) -> psutil.Process | None:
+    """A forked executor worker that used CPU in the last ``probe_s`` (one running a task),
+    else None. Daemons themselves are left alone: killing one is not a task failure."""
+    workers = []
+    for p in tree(root_pid):
+        try:
+            if role(p) == "executor" and role(p.parent()) == "executor":
+                workers.append((p, p.cpu_times()))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+            continue
+    time.sleep(probe_s)  # the CPU each worker uses in this interval: a measurement, not a wait
+    best, used = None, 0.0
+    for p, before in workers:
+        try:
+            now = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        d = (now.user + now.system) - (before.user + before.system)
+        if d > used:
+            best, used = p, d
+    return best
+
+
+def dir_size(path: Path) -> tuple[float, int]:
+    """(MB, files) under ``path``; (0, 0) when it does not exist."""
+    total, files = 0, 0
+    for dirpath, _dirs, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, n)).st_size
+                files += 1
+            except FileNotFoundError:
+                continue  # Spark renamed or deleted it meanwhile
+    return round(total / MB, 2), files
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by nearest rank; None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+class Batches:
+    """Every batch the job's status file reported, once, with when it was first seen."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, int], tuple[float, int, float]] = {}  # (run, id) -> (t, rows, ms)
+
+    def update(self, run: int, status: dict[str, Any] | None, query: str) -> None:
+        now = time.monotonic()
+        q = ((status or {}).get("queries") or {}).get(query) or {}
+        for batch_id, rows, ms in q.get("batches") or ():
+            if ms is not None:
+                self.seen.setdefault((run, int(batch_id)), (now, int(rows), float(ms)))
+
+    def durations(self, since: float, until: float) -> list[float]:
+        return [ms for t, _rows, ms in self.seen.values() if since < t <= until]
+
+    def __len__(self) -> int:
+        return len(self.seen)
+
+
+class Visibility:
+    """When each payment became visible in the ledger, against when it was sent.
+
+    Payment ``i`` has id ``pay-<seed>-<i:07d>`` and ids sort as their index, so a poller
+    keeps a frontier (every payment below it seen) and each poll reads only the ledger's
+    ids at or above it: a batch's worth of rows, not the table. Visibility is measured to
+    the poll that first saw a row, so it is late by up to ``period_s``.
+    """
+
+    def __init__(self, url: str, table: str, seed: int, count: int, period_s: float = 0.5) -> None:
+        import numpy as np
+
+        self.url, self.table, self.seed, self.period_s = url, table, seed, period_s
+        self.sent = np.full(count + 1, np.nan)
+        self.visible = np.full(count + 1, np.nan)
+        self.frontier = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-visibility", daemon=True)
+        self.error: str | None = None
+
+    def track(self, payments: Iterable[Any]) -> Iterator[Any]:
+        """``payments`` as they go to the producer, each first send's time noted."""
+        prefix = len(f"pay-{self.seed}-")
+        for p in payments:
+            i = int(p.payment_id[prefix:])
+            if i < len(self.sent) and self.sent[i] != self.sent[i]:  # NaN: not sent before
+                self.sent[i] = time.monotonic()
+            yield p
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(self.url, pool_pre_ping=True)
+        prefix = f"pay-{self.seed}-"
+        try:
+            while not self._stop.wait(self.period_s):
+                try:
+                    with engine.connect() as conn:
+                        rows = conn.execute(
+                            sa.text(f"SELECT payment_id FROM {self.table} WHERE payment_id >= :lo"),
+                            {"lo": f"{prefix}{self.frontier:07d}"}).scalars().all()
+                except sa.exc.DBAPIError:
+                    continue  # the job has not created the table yet
+                now = time.monotonic()
+                for pid in rows:
+                    i = int(pid[len(prefix):])
+                    if i < len(self.visible) and self.visible[i] != self.visible[i]:
+                        self.visible[i] = now
+                seen = self.visible == self.visible  # False where NaN (not seen yet)
+                while self.frontier < len(seen) and seen[self.frontier]:
+                    self.frontier += 1
+        except Exception as e:  # noqa: BLE001 - reported with the figures, never a silent gap
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            engine.dispose()
+
+    def latencies_ms(self, since: float, until: float) -> list[float]:
+        """Sent-to-visible of the payments first seen in (since, until]."""
+        import numpy as np
+
+        v, s = self.visible, self.sent
+        mask = (v > since) & (v <= until) & ~np.isnan(s)
+        return [float(x) for x in (v[mask] - s[mask]) * 1000]
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
