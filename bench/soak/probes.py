@@ -50,7 +50,8 @@ def tree(root_pid: int) -> list[psutil.Process]:
 def role(p: psutil.Process) -> str:
     """``jvm``, ``executor`` (a daemon or worker running Spark tasks' Python: module
     ``pyspark.daemon`` alone or with ``pyspark.worker``), ``driver-worker`` (a daemon or
-    worker of another module: data source planning, the streaming sink's commit), ``job``
+    worker of another module: data source planning, the streaming sink's commit, the
+    streaming source's runner), ``job``
     (the job's own Python) or ``other``."""
     try:
         cmd = p.cmdline()
@@ -61,6 +62,8 @@ def role(p: psutil.Process) -> str:
     if "pyspark.daemon" in cmd:
         rest = cmd[cmd.index("pyspark.daemon") + 1:]
         return "executor" if not rest or rest[0] == "pyspark.worker" else "driver-worker"
+    if any(c.startswith("pyspark.") for c in cmd):  # a runner without a daemon (a streaming source's)
+        return "driver-worker"
     if any(c.endswith("job.py") for c in cmd):
         return "job"
     return "other"
