@@ -179,6 +179,36 @@ def test_a_batch_larger_than_the_brokers_browse_page_commits_whole(services):
     assert stomp_util.drain(services, dest) == ids[0] + ids[1]  # every message, each task in order
 
 
+def test_a_batch_of_many_tasks_moves_in_two_management_calls(services, monkeypatch):
+    """Each move walks the whole staging queue, so a move per winner made a batch's commit
+    cost grow with the square of its tasks: the first winner moves alone (a crash between
+    it and the rest is a crash point of its own), the others in one call."""
+    from spark_ext.connectors.jms.session import BrokerSession
+
+    moves: list[str] = []
+    call = BrokerSession.call
+
+    def counted(self, resource, operation, *args, **kw):
+        if operation == "moveMessages":
+            moves.append(resource)
+        return call(self, resource, operation, *args, **kw)
+
+    monkeypatch.setattr(BrokerSession, "call", counted)
+    qid = new_query_id()
+    dest = stomp_util.queue_name("grouped")
+    opts = Options(_options(services, dest, sinkid=f"g-{uuid.uuid4().hex[:12]}"), "hzsink")
+    plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
+    ids = [[f"{p}.{i}" for i in range(5)] for p in range(12)]
+    done = [plan.new_writer().write(iter([pa.record_batch({"body": pa.array(b)})]), TaskInfo(qid, 0, p, 0, p))
+            for p, b in enumerate(ids)]
+    plan.new_committer().commit(done, 0, plan.claim)
+    assert len(moves) == 2, moves
+    got = stomp_util.drain(services, dest)
+    assert sorted(got) == sorted(i for b in ids for i in b)
+    for b in ids:  # each task's messages in its row order
+        assert [m for m in got if m in set(b)] == b
+
+
 @pytest.mark.parametrize(("tasks", "id_len"), [
     (6, 12), (2, 64), pytest.param(200, 64, marks=pytest.mark.campaign)])  # 200: 30 s, in make faults
 def test_a_decision_naming_many_winners_or_a_long_sink_id_is_read_back_whole(services, capsys, monkeypatch,

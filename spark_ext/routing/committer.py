@@ -20,6 +20,7 @@ it is finished there, never rolled back.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -187,6 +188,17 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             failpoints.hit("routing.between_sinks", decision.batch_id)
         self._last_sub = name
         return self.subs[name].commit_winner(self._decided[name], w)
+
+    def commit_winners(self, decision: RoutingDecision, winners: Sequence[tuple[str, Any]]) -> list[Any]:
+        """Each sub-sink's run of winners in one call of its own ``commit_winners``."""
+        lost: list[Any] = []
+        for name, run in itertools.groupby(winners, key=lambda w: w[0]):
+            ws = [w for _n, w in run]
+            if self._last_sub is not None and name != self._last_sub:
+                failpoints.hit("routing.between_sinks", decision.batch_id)
+            self._last_sub = name
+            lost += [(name, w) for w in self.subs[name].commit_winners(self._decided[name], ws)]
+        return lost
 
     def lost(self, decision: RoutingDecision, lost: Sequence[tuple[str, Any]]) -> CommitError:
         texts = []

@@ -64,6 +64,7 @@ _CAS_TRIES = 20
 _LOCK_ID = "spark-ext-lock"
 _UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
 _ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
+_MOVE_GROUP = 200  # winners per move: the filter names each one (about 60 characters a token)
 T = TypeVar("T")
 
 
@@ -253,8 +254,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         committed = 0
         if ours.decision is not None and not ours.done:
             log.warning("finishing batch %s, decided before a crash", ours.decision.batch_id)
-            for w in ours.decision.winners:
-                self._move(w)
+            self.commit_winners(ours.decision, ours.decision.winners)
             committed = len(ours.decision.winners)
             self._mark_done(ours.epoch, ours.decision)
         rolled_back = self._remove("")
@@ -373,23 +373,32 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         return decision.winners
 
     def commit_winner(self, decision: JmsDecision, winner: Winner) -> bool:
-        self._move(winner)
+        self._move([winner])
         return True
 
-    def _move(self, winner: Winner) -> int:
-        """Move every staged message of ``winner`` into the destination, in order. The broker
-        moves what its queue holds in memory at the call, so this repeats until none is left."""
-        where = token_filter([winner.token])
+    def commit_winners(self, decision: JmsDecision, winners: Sequence[Winner]) -> list[Any]:
+        for i in range(0, len(winners), _MOVE_GROUP):
+            self._move(winners[i:i + _MOVE_GROUP])
+        return []
+
+    def _move(self, winners: Sequence[Winner]) -> int:
+        """Move every staged message of ``winners`` into the destination: one management
+        call for them all (each call walks the whole staging queue, so one a winner made a
+        batch's commit grow with the square of its tasks). Each task's messages keep their
+        order. The broker moves what its queue holds in memory at the call, so this repeats
+        until none is left."""
+        where = token_filter([w.token for w in winners])
         moved = 0
         deadline = Deadline(self.cfg.commit_timeout_s)
         while True:
             moved += int(self.session.call(f"queue.{self.cfg.staging}", "moveMessages", where, self.cfg.queue,
                                            False, timeout_s=self.cfg.commit_timeout_s))
-            if self.staged(where).get(winner.token, 0) == 0:
+            left = self.staged(where)
+            if not any(left.values()):
                 return moved
             if deadline.expired:
-                raise RetriableCommitError(f"moving {winner.token} into {self.cfg.queue}: messages still "
-                                           f"staged after {self.cfg.commit_timeout_s:.0f} s")
+                raise RetriableCommitError(f"moving {', '.join(sorted(left))} into {self.cfg.queue}: "
+                                           f"messages still staged after {self.cfg.commit_timeout_s:.0f} s")
 
     def lost(self, decision: JmsDecision, lost: Sequence[Any]) -> CommitError:
         return FatalCommitError(f"batch {decision.batch_id}: {len(lost)} attempts could not be moved")
