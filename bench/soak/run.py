@@ -95,7 +95,7 @@ class Sampler:
         self.marks.append((round(self.minute(), 2), what))
         print(f"[soak] {self.minute():6.1f} min: {what}", flush=True)
 
-    def sample(self, run: int, pid: int, period_s: float, lag: int) -> dict[str, Any]:
+    def sample(self, run: int, pid: int, period_s: float, lag: int | None) -> dict[str, Any]:
         import sqlalchemy as sa
 
         now = time.monotonic()
@@ -124,7 +124,7 @@ class Sampler:
                "staged_messages": staged, "batch_p50_ms": _r(probes.percentile(durs, 0.5)),
                "batch_p99_ms": _r(probes.percentile(durs, 0.99)),
                "visible_p50_ms": _r(probes.percentile(lat, 0.5)),
-               "visible_p99_ms": _r(probes.percentile(lat, 0.99)), "lag_records": lag,
+               "visible_p99_ms": _r(probes.percentile(lat, 0.99)), "lag_records": "" if lag is None else lag,
                "event": "; ".join(w for m, w in self.marks if m > row_since(self.rows))}
         self.rows.append(row)
         print("[soak] " + " ".join(f"{k}={v}" for k, v in row.items() if v != ""), flush=True)
@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
             read = demo._read(q.get("end_offset"))
             if now >= next_sample:
                 next_sample += args.sample_s
-                sampler.sample(runs, job.proc.pid, args.sample_s, max(0, end - read))
+                sampler.sample(runs, job.proc.pid, args.sample_s, max(0, end - read) if q else None)
             if sent and read >= end:
                 break
         sampler.mark(f"the query read all {end:,} events; stopping the job (SIGTERM)")
