@@ -179,6 +179,15 @@ def test_a_batch_larger_than_the_brokers_browse_page_commits_whole(services):
     assert stomp_util.drain(services, dest) == ids[0] + ids[1]  # every message, each task in order
 
 
+def test_winners_move_in_groups_bounded_by_winners_and_messages():
+    from spark_ext.connectors.jms.sink import committer as jc
+
+    ws = [Winner(f"t{i}", rows) for i, rows in enumerate([5] * 450 + [30_000, 5, 19_999, 2])]
+    groups = jc.move_groups(ws)
+    assert [len(g) for g in groups] == [200, 200, 50, 1, 1, 1, 1]  # above 20,000 messages: a new move
+    assert [w for g in groups for w in g] == ws  # every winner once, in order
+
+
 def test_a_batch_of_many_tasks_moves_in_two_management_calls(services, monkeypatch):
     """Each move walks the whole staging queue, so a move per winner made a batch's commit
     cost grow with the square of its tasks: the first winner moves alone (a crash between

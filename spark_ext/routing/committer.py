@@ -8,7 +8,8 @@ the sub-sinks' own:
 - ``record`` (4b): **the one decision**, in the decider's ``DecisionLog``;
 - ``before_winners``: every sub-sink records its copy of its part (``adopt``) and runs its
   own ``before_winners``; a crash from here on leaves the decision to the next take-over;
-- ``commit_winner`` (4c): the sub-sinks' winners, sub-sink after sub-sink;
+- ``commit_winners`` (4c): the sub-sinks' winners, sub-sink after sub-sink, each sub-sink's
+  run of them in one call of its own ``commit_winners``;
 - ``finish``: every sub-sink's, then the log marks the decision carried out;
 - ``roll_back_others`` (4d) / ``roll_back`` (5): every sub-sink's.
 
@@ -169,6 +170,7 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
 
     def before_winners(self, decision: RoutingDecision) -> None:
         """Every sub-sink's own copy of its part, before any winner commits (also on a retry)."""
+        self._last_sub = None  # a retried commit starts again at the first sub-sink
         batch = self._batch
         assert batch is not None, "recorded() runs first"
         self._decided = {}
@@ -183,11 +185,7 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         return [(name, w) for name, own in self._decided.items() for w in self.subs[name].winners(own)]
 
     def commit_winner(self, decision: RoutingDecision, winner: tuple[str, Any]) -> bool:
-        name, w = winner
-        if self._last_sub is not None and name != self._last_sub:
-            failpoints.hit("routing.between_sinks", decision.batch_id)
-        self._last_sub = name
-        return self.subs[name].commit_winner(self._decided[name], w)
+        return not self.commit_winners(decision, [winner])
 
     def commit_winners(self, decision: RoutingDecision, winners: Sequence[tuple[str, Any]]) -> list[Any]:
         """Each sub-sink's run of winners in one call of its own ``commit_winners``."""

@@ -28,7 +28,8 @@ The primitives ``spark_ext.commit.TwoPhaseCommitter`` calls, in its order:
   else in staging (attempts of batches never decided);
 - ``check`` (4a): the epoch is still ours, and every winner's messages are all in staging;
 - ``record`` (4b): append the decision, under our epoch;
-- ``commit_winner`` (4c): move the winner's messages; ``finish``: append "finished";
+- ``commit_winners`` (4c): move the winners' messages, many winners a call; ``finish``:
+  append "finished";
 - ``roll_back_others`` (4d) / ``roll_back`` (5): remove the batch's other staged messages.
 """
 
@@ -64,7 +65,8 @@ _CAS_TRIES = 20
 _LOCK_ID = "spark-ext-lock"
 _UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
 _ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
-_MOVE_GROUP = 200  # winners per move: the filter names each one (about 60 characters a token)
+_MOVE_GROUP = 200  # winners per move at most: the filter names each one (about 60 characters a token)
+_MOVE_ROWS = 20_000  # messages per move at most (a larger winner moves alone): commitTimeoutMs bounds a move
 T = TypeVar("T")
 
 
@@ -74,6 +76,20 @@ def _quote(value: str) -> str:
 
 def token_filter(tokens: Sequence[str]) -> str:
     return f"{TXN_HEADER} IN ({', '.join(_quote(t) for t in tokens)})"
+
+
+def move_groups(winners: Sequence[Winner]) -> list[list[Winner]]:
+    """``winners`` in moves of at most ``_MOVE_GROUP`` winners and ``_MOVE_ROWS`` messages
+    (a winner above that alone), in order: a move is bounded as one task's was."""
+    groups: list[list[Winner]] = []
+    rows = 0
+    for w in winners:
+        if not groups or len(groups[-1]) >= _MOVE_GROUP or rows + w.rows > _MOVE_ROWS:
+            groups.append([])
+            rows = 0
+        groups[-1].append(w)
+        rows += w.rows
+    return groups
 
 
 def batch_filter(batch_id: int) -> str:
@@ -377,8 +393,8 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         return True
 
     def commit_winners(self, decision: JmsDecision, winners: Sequence[Winner]) -> list[Any]:
-        for i in range(0, len(winners), _MOVE_GROUP):
-            self._move(winners[i:i + _MOVE_GROUP])
+        for group in move_groups(winners):
+            self._move(group)
         return []
 
     def _move(self, winners: Sequence[Winner]) -> int:

@@ -447,7 +447,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     def _commit_winners(self, decision: Decision, abandon_lost: bool = False) -> list[Producer]:
         """Step 1's finishing of a decided batch: commit every winner; returns those the
         broker had aborted already, which fail unless ``abandon_lost`` (the operator's resolve)."""
-        lost = [w for w in decision.winners if not self.commit_winner(decision, w)]
+        lost = self.commit_winners(decision, decision.winners)
         if lost and not abandon_lost:
             raise self.lost(decision, lost)
         return lost
