@@ -60,6 +60,8 @@ def _curve(name: str) -> bool:
     module, fn = CURVES[name].split(":")
     curve: curves.Curve = getattr(importlib.import_module(module), fn)()
     print(f"curve: {curves.save(curve, RESULTS)}", file=sys.stderr)
+    if not curve.complete:
+        print(f"{name}: some points were not measured (see its notes)", file=sys.stderr)
     return curve.equal
 
 
@@ -87,6 +89,9 @@ def main(argv: list[str]) -> int:
     names = argv or sorted(CASES)
     if "scale" in names:
         names = [n for n in names if n != "scale"] + sorted(CURVES)
+    names = list(dict.fromkeys(names))  # each once, in the order given
+    # scale_commit sets the Python workers' environment before the JVM starts: first.
+    names.sort(key=lambda n: n != "scale_commit")
     unknown = [n for n in names if n not in CASES and n not in CURVES]
     if unknown:
         print(f"unknown bench case(s) {unknown}; available: {sorted(CASES)}, curves (or 'scale'): "

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchError, drain_queue, read_to_end, run_sql, services_env, spark_session
-from bench.scaling.curves import Curve
+from bench.scaling.curves import Curve, scale_quick
 
 CASE = "scale_commit"
 TASKS = (1, 4, 16, 64, 200)
@@ -50,9 +50,7 @@ BATCH_TIMEOUT_S = 300
 SCHEMA = "id LONG, key STRING, value STRING"
 
 
-def quick() -> bool:
-    """``SCALE_QUICK=1``: fewer task counts and one timed batch (smoke tests)."""
-    return os.environ.get("SCALE_QUICK", "") not in ("", "0")
+quick = scale_quick
 
 
 @dataclass

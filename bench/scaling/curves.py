@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -11,6 +12,11 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def scale_quick() -> bool:
+    """``SCALE_QUICK=1``: each curve's smoke-test size (fewer points, smaller inputs)."""
+    return os.environ.get("SCALE_QUICK", "") not in ("", "0")
 
 
 @dataclass
@@ -28,6 +34,7 @@ class Curve:
     log_y: bool = False
     notes: list[str] = field(default_factory=list)
     equal: bool = True  # every measured output held what its input said (checked by the case)
+    complete: bool = True  # every point was measured (a case may stop a point past its time limit)
 
     def add(self, series: str, x: float, y: float) -> None:
         """One point, printed at once so a long case shows its progress."""

@@ -50,7 +50,7 @@ from unittest import mock
 
 from bench import windows as wb
 from bench.common import BenchError, spark_session
-from bench.scaling.curves import Curve
+from bench.scaling.curves import Curve, scale_quick
 
 CASE = "scale_windows"
 K_FRAMES = 12  # size / slide: 60 s windows sliding by 5 s
@@ -73,7 +73,7 @@ class Sizes:
 
     @classmethod
     def from_env(cls) -> Sizes:
-        quick = os.environ.get("SCALE_QUICK") == "1"
+        quick = scale_quick()
         events = int(os.environ.get("SCALE_WINDOWS_EVENTS", "50000" if quick else "1000000"))
         keys = (1_000, 100_000, 1_000_000)
         batches = (10_000, 100_000, 1_000_000)
@@ -240,7 +240,10 @@ def run() -> Curve:
     _log(_fold())
     # Spark's state-store maintenance may still write under a stopped query's checkpoint.
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-        _warm_up(spark, sizes, rate, tmp)
+        try:
+            _warm_up(spark, sizes, rate, tmp)
+        except TooSlow as e:
+            _stopped(curve, f"warm-up: {e}")
         ratios_k = _keys_sweep(spark, sizes, rate, tmp, curve)
         ratios_b, ms = _batch_sweep(spark, sizes, rate, tmp, curve)
     ms_line = "; ".join(f"{_fmt(b)}: ours {o:.0f}, spark {s:.0f}" for b, (o, s) in ms.items())
@@ -347,7 +350,8 @@ def _check(spark: Any, curve: Curve, where: str, point: str) -> None:
 
 
 def _stopped(curve: Curve, why: str) -> None:
-    """A sweep cut short: no figure for the point, and the curve does not claim equal output."""
-    curve.equal = False
+    """A sweep cut short: no figure for the point, so the curve is not complete (what was
+    measured stays equal or not on its own account)."""
+    curve.complete = False
     curve.notes.append(why)
     print(why, file=sys.stderr, flush=True)

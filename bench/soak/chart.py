@@ -40,7 +40,7 @@ def draw(rows: list[dict[str, Any]], marks: list[tuple[float, str]], out: Path, 
         ax.grid(True, alpha=0.3)
         ax.axvline(plan.ref, color="grey", linestyle=":", linewidth=1)
         for t, what in marks:
-            if "kill" in what:
+            if what.startswith("kill -9"):
                 ax.axvline(t, color="red" if "job" in what else "orange", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("minutes from the first payment (red: kill -9 of the job; orange: of a worker; "
                         "dotted: the 10-minute reference)")

@@ -77,11 +77,12 @@ class Sampler:
     """One CSV row a minute from the job's processes, directories, bookkeeping and figures."""
 
     def __init__(self, url: str, checkpoint: Path, local: Path, staged: Any, vis: probes.Visibility,
-                 batches: probes.Batches, t0: float, sink_prefix: str) -> None:
+                 batches: probes.Batches, t0: float, sink_prefix: str, csv_path: Path) -> None:
         import sqlalchemy as sa
 
         self.sink_prefix = sink_prefix  # the routing sink's id: its own rows and its sub-sinks'
-
+        self.csv_path = csv_path  # each row appended as sampled: a run cut short keeps its rows
+        self.caught_up: list[float] = []  # when the job had caught up after each restart
         self.engine = sa.create_engine(url, pool_pre_ping=True)
         self.checkpoint, self.local, self.staged = checkpoint, local, staged
         self.vis, self.batches, self.t0 = vis, batches, t0
@@ -99,7 +100,7 @@ class Sampler:
         import sqlalchemy as sa
 
         now = time.monotonic()
-        procs = probes.look(pid)
+        procs = probes.steady_look(pid)
         ck_mb, ck_files = probes.dir_size(self.checkpoint)
         local_mb, _ = probes.dir_size(self.local)
         try:
@@ -127,6 +128,11 @@ class Sampler:
                "visible_p99_ms": _r(probes.percentile(lat, 0.99)), "lag_records": "" if lag is None else lag,
                "event": "; ".join(w for m, w in self.marks if m > row_since(self.rows))}
         self.rows.append(row)
+        with self.csv_path.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            if len(self.rows) == 1:
+                w.writeheader()
+            w.writerow({c: row.get(c, "") for c in COLUMNS})
         print("[soak] " + " ".join(f"{k}={v}" for k, v in row.items() if v != ""), flush=True)
         return row
 
@@ -147,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
     from examples.payments import demo, generator
+    from examples.payments.demo import DemoError
     from examples.payments.job import LEDGER, QUERY
     from examples.payments.verify import Queue, staged_messages, verify
     from services.env import load_env
@@ -168,12 +175,13 @@ def run(args: argparse.Namespace) -> int:
     notices = Queue(svc["STOMP_HOST"], int(svc["STOMP_PORT"]), svc["STOMP_USER"], svc["STOMP_PASSWORD"],
                     f"/queue/soak-notices-{run_id}")
     engine = sa.create_engine(url)
-    demo._reset_tables(engine)
+    demo.reset_tables(engine)
     generator.ensure_topic(bootstrap, topic, demo.PARTITIONS)
     generator.ensure_topic(bootstrap, alerts, 1)
     checkpoint = work / "checkpoint"
     env = dict(os.environ, STOMP_PASSWORD=svc["STOMP_PASSWORD"], TMPDIR=str(tmp),
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("SPARK_LOCAL_DIRS", None)  # it would win over spark.local.dir below
     env.setdefault("SPARK_EXT_WINDOWS_FOLD", "jvm")
     # Spark's scratch (spark-*, blockmgr-*) under the run's directory: a kill -9 skips the
     # JVM's shutdown hook that deletes it, so it is measured here and removed at the end.
@@ -194,39 +202,58 @@ def run(args: argparse.Namespace) -> int:
     rid = routing_id(str(checkpoint))
     sink_id = f"{rid}{SEPARATOR}notices"
     sent: list[int] = []
-    gen = threading.Thread(target=lambda: sent.append(generator.send(
-        bootstrap, topic, vis.track(generator.events(count, seed=args.seed)), args.rate)), daemon=True)
+    gen_error: list[Exception] = []
+
+    def send() -> None:
+        try:
+            sent.append(generator.send(bootstrap, topic, vis.track(generator.events(count, seed=args.seed)),
+                                       args.rate))
+        except Exception as e:  # noqa: BLE001 - reported by the main loop at once
+            gen_error.append(e)
+
+    gen = threading.Thread(target=send, name="soak-generator", daemon=True)
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     tps = [TopicPartition(topic, p) for p in range(demo.PARTITIONS)]
     runs = 1
     job = demo.Job(cmd, env, work / "status.json", work / "job-1.log", work)
     sampler: Sampler | None = None
+    t0 = time.monotonic()
+    counts: dict[str, int] = {}
+    verified = goals = False
     try:
         deadline = time.monotonic() + 300
         while job.status() is None:
             job.check_alive()
-            demo._wait(deadline, "the job to start its query")
+            demo.wait(deadline, "the job to start its query")
         t0 = time.monotonic()
         gen.start()
         vis.start()
         sampler = Sampler(url, checkpoint, local, lambda: staged_messages(notices, sink_id), vis, batches, t0,
-                          rid)
+                          rid, work / "samples.csv")
         deadline = t0 + args.minutes * 60 + 900
         job_kills, worker_kills = list(plan.job_kills), list(plan.worker_kills)
         next_sample, worker_tries = t0 + args.sample_s, 0
+        restarted: float | None = None  # when the job was last started again, until it caught up
+        caught_up_lag = max(1000, int(args.rate * 4))  # two 2 s triggers' worth
         while True:
             job.check_alive()
-            demo._wait(deadline, "the job to read every payment")
+            demo.wait(deadline, "the job to read every payment")
+            if gen_error:
+                raise DemoError(f"the payment generator failed: {gen_error[0]!r}")
             status = job.status()
             batches.update(runs, status, QUERY)
             now = time.monotonic()
             minute = sampler.minute(now)
-            if job_kills and minute >= job_kills[0] and demo._committed(engine)[1] > 0:
+            if restarted is not None and status is None and now - restarted > 300:
+                raise DemoError(f"the job started again at minute {sampler.minute(restarted):.1f} wrote no "
+                                f"status in 300 s (log: {job.log})")
+            if job_kills and minute >= job_kills[0] and demo.committed(engine)[1] > 0:
                 job_kills.pop(0)
                 job.kill9()
                 sampler.mark("kill -9 of the job")
                 runs += 1
                 job = demo.Job(cmd, env, work / "status.json", work / f"job-{runs}.log", work)
+                restarted = time.monotonic()
                 continue
             if worker_kills and minute >= worker_kills[0]:
                 w = probes.busy_executor_worker(job.proc.pid)
@@ -237,11 +264,15 @@ def run(args: argparse.Namespace) -> int:
                         w.kill()
                         sampler.mark(f"kill -9 of an executor's Python worker (pid {w.pid})")
                     else:
-                        sampler.mark("no executor Python worker ran a task in 100 looks: no kill")
+                        sampler.mark("no executor Python worker ran a task in 100 looks: none killed")
                     worker_tries = 0
             end = sum(consumer.end_offsets(tps).values())
             q = ((status or {}).get("queries") or {}).get(QUERY) or {}
-            read = demo._read(q.get("end_offset"))
+            read = demo.read_total(q.get("end_offset"))
+            if restarted is not None and q and end - read <= caught_up_lag:
+                sampler.caught_up.append(now)
+                sampler.mark(f"caught up after the restart (lag {max(0, end - read):,})")
+                restarted = None
             if now >= next_sample:
                 next_sample += args.sample_s
                 sampler.sample(runs, job.proc.pid, args.sample_s, max(0, end - read) if q else None)
@@ -249,41 +280,37 @@ def run(args: argparse.Namespace) -> int:
                 break
         sampler.mark(f"the query read all {end:,} events; stopping the job (SIGTERM)")
         job.stop()
+        vis.stop()
+        rep = verify(bootstrap, topic, alerts, url, 5000.0, str(checkpoint), notices)
+        print("\n".join(rep.lines))
+        print("verification: " + ("passed" if rep.ok else "FAILED"))
+        counts, verified = rep.counts, rep.ok
     except BaseException:
-        if job.proc.poll() is None:
-            job.kill9()
+        job.kill9()
         raise
     finally:
         vis.stop()
         consumer.close()
         engine.dispose()
+        batches.write_csv(work / "batches.csv", t0)
         if sampler is not None:
             sampler.close()
-    rep = verify(bootstrap, topic, alerts, url, 5000.0, str(checkpoint), notices)
-    print("\n".join(rep.lines))
-    print("verification: " + ("passed" if rep.ok else "FAILED"))
-    write_csv(work / "samples.csv", sampler.rows)
+            _chart(sampler, work / "soak.png", plan)
+            goals = summarise(plan, sampler, batches, vis, t0, counts)
+        if vis.error:
+            print(f"visibility poller stopped early: {vis.error}", file=sys.stderr)
+        shutil.rmtree(local, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if verified and goals else 1
+
+
+def _chart(sampler: Sampler, out: Path, plan: Plan) -> None:
     from bench.soak.chart import draw
 
     try:
-        print(f"chart: {draw(sampler.rows, sampler.marks, work / 'soak.png', plan)}")
+        print(f"chart: {draw(sampler.rows, sampler.marks, out, plan)}")
     except ImportError as e:
         print(f"no chart: {e} (pip install -e '.[docs]')", file=sys.stderr)
-    ok = summarise(plan, sampler, batches, vis, t0, rep.counts) and rep.ok
-    if vis.error:
-        print(f"visibility poller stopped early: {vis.error}", file=sys.stderr)
-    shutil.rmtree(local, ignore_errors=True)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return 0 if ok else 1
-
-
-def write_csv(path: Path, samples: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for s in samples:
-            w.writerow({c: s.get(c, "") for c in COLUMNS})
-    print(f"samples: {path}")
 
 
 def _at(rows: list[dict[str, Any]], minute: float) -> dict[str, Any]:
@@ -294,34 +321,47 @@ def _at(rows: list[dict[str, Any]], minute: float) -> dict[str, Any]:
 
 def summarise(plan: Plan, sampler: Sampler, batches: probes.Batches, vis: probes.Visibility, t0: float,
               counts: dict[str, int]) -> bool:
-    """Print the ``SOAK`` line and the ``SOAK_GOALS`` line; whether every goal held."""
+    """Print the ``SOAK`` line (every key, -1 for a figure not measured) and the
+    ``SOAK_GOALS`` line; whether every goal held. A p99 is taken over the ``window``
+    minutes before the mark, started no earlier than the job caught up after its last
+    restart: the catch-up batches measure the crash, not the drift the goals are about."""
     rows = sampler.rows
-    if not rows:
-        print("SOAK no samples (the run ended before its first minute)")
-        return False
-    ref, end = _at(rows, plan.ref), _at(rows, plan.minutes)
+    ref = _at(rows, plan.ref) if rows else {}
+    end = _at(rows, plan.minutes) if rows else {}
 
     def p99(upto: float, of: str) -> float | None:
-        since, until = t0 + (upto - plan.window) * 60, t0 + upto * 60
+        until = t0 + upto * 60
+        since = max([t0 + (upto - plan.window) * 60, *(t for t in sampler.caught_up if t <= until)])
         xs = batches.durations(since, until) if of == "batch" else vis.latencies_ms(since, until)
         return probes.percentile(xs, 0.99)
 
+    def n(row: dict[str, Any], key: str) -> int:
+        v = row.get(key)
+        return -1 if v in (None, "") else round(float(v))
+
     p_ref, p_end = p99(plan.ref, "batch"), p99(plan.minutes, "batch")
     v_ref, v_end = p99(plan.ref, "visible"), p99(plan.minutes, "visible")
-    print(f"SOAK minutes={plan.minutes:g} batches={len(batches)} rss_mb_10min={ref['rss_mb']} "
-          f"rss_mb_end={end['rss_mb']} fds_10min={ref['fds']} fds_end={end['fds']} "
-          f"p99_ms_10min={_r(p_ref)} p99_ms_end={_r(p_end)} duplicates={counts.get('duplicates', -1)} "
-          f"lost={counts.get('lost', -1)} in_doubt={counts.get('in_doubt', -1)}")
-    print(f"SOAK_LATENCY visible_p99_ms_10min={_r(v_ref)} visible_p99_ms_end={_r(v_end)} "
-          f"checkpoint_files_10min={ref['checkpoint_files']} checkpoint_files_end={end['checkpoint_files']} "
-          f"commit_rows_10min={ref['commit_rows']} commit_rows_end={end['commit_rows']}")
+    num = {"p_ref": _n(p_ref), "p_end": _n(p_end)}
+    print(f"SOAK minutes={plan.minutes:g} batches={len(batches)} rss_mb_10min={n(ref, 'rss_mb')} "
+          f"rss_mb_end={n(end, 'rss_mb')} fds_10min={n(ref, 'fds')} fds_end={n(end, 'fds')} "
+          f"p99_ms_10min={num['p_ref']} p99_ms_end={num['p_end']} duplicates={counts.get('duplicates', -1)} "
+          f"lost={counts.get('lost', -1)} in_doubt={counts.get('in_doubt', -1)}", flush=True)
+    print(f"SOAK_LATENCY visible_p99_ms_10min={_n(v_ref)} visible_p99_ms_end={_n(v_end)} "
+          f"checkpoint_files_10min={n(ref, 'checkpoint_files')} "
+          f"checkpoint_files_end={n(end, 'checkpoint_files')} "
+          f"commit_rows_10min={n(ref, 'commit_rows')} commit_rows_end={n(end, 'commit_rows')} "
+          f"visibility_unseen={vis.skipped}", flush=True)
     goals = {
-        "rss": float(end["rss_mb"]) <= 1.10 * float(ref["rss_mb"]),
-        "fds": float(end["fds"]) <= 1.10 * float(ref["fds"]),
+        "rss": rows != [] and n(end, "rss_mb") <= 1.10 * n(ref, "rss_mb"),
+        "fds": rows != [] and n(end, "fds") <= 1.10 * n(ref, "fds"),
         "p99": p_ref is not None and p_end is not None and p_end <= 1.20 * p_ref,
-        "checkpoint": int(end["checkpoint_files"]) <= 1.10 * int(ref["checkpoint_files"]) + 50,
-        "bookkeeping": int(end["commit_rows"]) <= 1.10 * int(ref["commit_rows"]) + 20,
+        "checkpoint": rows != [] and n(end, "checkpoint_files") <= 1.10 * n(ref, "checkpoint_files") + 50,
+        "bookkeeping": rows != [] and n(end, "commit_rows") <= 1.10 * n(ref, "commit_rows") + 20,
         "verified": counts.get("duplicates") == 0 and counts.get("lost") == 0 and counts.get("in_doubt") == 0,
     }
-    print("SOAK_GOALS " + " ".join(f"{k}={'held' if v else 'MISSED'}" for k, v in goals.items()))
+    print("SOAK_GOALS " + " ".join(f"{k}={'held' if v else 'MISSED'}" for k, v in goals.items()), flush=True)
     return all(goals.values())
+
+
+def _n(x: float | None) -> int:
+    return -1 if x is None else round(x)

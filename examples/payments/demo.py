@@ -90,7 +90,10 @@ class Job:
 
     def kill9(self) -> None:
         """What a crash does: the driver's JVM, its Python and their children, at once."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the whole group is gone already
         self.proc.wait()
 
     def stop(self, timeout: float = 120) -> None:
@@ -105,7 +108,7 @@ class Job:
             raise DemoError(f"the job did not stop within {timeout:.0f} s after SIGTERM") from None
 
 
-def _read(offsets: dict[str, Any] | None) -> int:
+def read_total(offsets: dict[str, Any] | None) -> int:
     return sum(int(v) for parts in (offsets or {}).values() for v in parts.values())
 
 
@@ -196,7 +199,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     notices = Queue(args.stomp_host, args.stomp_port, args.stomp_user, env.get("STOMP_PASSWORD", ""),
                     f"/queue/payment-notices-{run_id}")
     engine = sa.create_engine(args.postgres_url)  # one pool for the whole run
-    _reset_tables(engine)
+    reset_tables(engine)
     generator.ensure_topic(args.bootstrap, topic, PARTITIONS)
     generator.ensure_topic(args.bootstrap, alerts, 1)
     job_args = ["--bootstrap", args.bootstrap, "--topic", topic, "--alerts-topic", alerts,
@@ -224,31 +227,31 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     try:
         while job.status() is None:
             job.check_alive()
-            _wait(deadline, "the job to start its query")
+            wait(deadline, "the job to start its query")
         gen.start()
         if sampler is not None:
             sampler.start()
         rate, prev = 0.0, (time.monotonic(), 0)
         while True:
             job.check_alive()
-            _wait(deadline, "the job to read every payment")
+            wait(deadline, "the job to read every payment")
             snap = job.status() or {"queries": {}}
             qs = snap["queries"]
             end = sum(consumer.end_offsets(tps).values())
-            read = {n: _read(q.get("end_offset")) for n, q in qs.items()}
+            read = {n: read_total(q.get("end_offset")) for n, q in qs.items()}
             now = time.monotonic()
             if now - prev[0] >= 1:
                 rate = 0.7 * rate + 0.3 * max(0, read.get(QUERY, 0) - prev[1]) / (now - prev[0])
                 prev = (now, read.get(QUERY, 0))
             progress.show(runs, qs, read, end, rate)
             if runs == 1 and read.get(QUERY, 0) >= args.kill_fraction * args.count and (
-                    committed := _committed(engine))[1] > 0:
+                    rows := committed(engine))[1] > 0:
                 # Killed after both tables hold committed rows: a replay that wrote them
                 # again would show as duplicates, not only a gap as loss.
                 job.kill9()
                 if sampler is not None:
                     sampler.mark("kill -9")
-                killed_at = (f"killed with {committed[0]:,} ledger rows and {committed[1]:,} windows "
+                killed_at = (f"killed with {rows[0]:,} ledger rows and {rows[1]:,} windows "
                              f"committed, {read[QUERY]:,} events read")
                 progress.done(f"kill -9 of the job's process group ({killed_at}); restarting it")
                 runs += 1
@@ -285,13 +288,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(deadline: float, what: str) -> None:
+def wait(deadline: float, what: str) -> None:
     if time.monotonic() > deadline:
         raise DemoError(f"timed out waiting for {what}")
     time.sleep(0.5)
 
 
-def _committed(engine: sa.Engine) -> tuple[int, int]:
+def committed(engine: sa.Engine) -> tuple[int, int]:
     """Rows committed so far: (ledger, windows); tables the job has not created count 0."""
     import sqlalchemy as sa
 
@@ -304,7 +307,7 @@ def _committed(engine: sa.Engine) -> tuple[int, int]:
         return 0, 0
 
 
-def _reset_tables(engine: sa.Engine) -> None:
+def reset_tables(engine: sa.Engine) -> None:
     import sqlalchemy as sa
 
     with engine.begin() as conn:
