@@ -4,7 +4,9 @@ sampled every minute, then verified.
 The job is ``make demo``'s (``examples/payments/job.py``: Kafka in; a PostgreSQL ledger and
 windows, Kafka alerts and queue notices out, one routing sink, ``exactly_once``), launched
 with ``spark-submit`` on ``local[2,4]`` (a failed task is retried, as on a cluster). Payments
-go to Kafka at ``--rate`` for ``--minutes``. Faults:
+go to Kafka at ``--rate`` for ``--minutes``; the notices queue is read while the job runs, as
+the account holders' service would (an hour of unread notices outgrew the broker's 1 GB
+heap), and the verification counts what was read. Faults:
 
 - ``kill -9`` of the job's whole process group at each of ``--job-kill-at`` minutes
   (default 4: inside the warm-up, so the run from minute 10 to the end is one JVM whose

@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
           f"samples and logs in {work}", flush=True)
 
     vis = probes.Visibility(url, LEDGER, args.seed, count)
+    reader = probes.Notices(notices.host, notices.port, notices.user, notices.password, notices.destination)
     batches = probes.Batches()
     rid = routing_id(str(checkpoint))
     sink_id = f"{rid}{SEPARATOR}notices"
@@ -228,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         gen.start()
         vis.start()
+        reader.start()
         sampler = Sampler(url, checkpoint, local, lambda: staged_messages(notices, sink_id), vis, batches, t0,
                           rid, work / "samples.csv")
         deadline = t0 + args.minutes * 60 + 900
@@ -281,7 +283,10 @@ def run(args: argparse.Namespace) -> int:
         sampler.mark(f"the query read all {end:,} events; stopping the job (SIGTERM)")
         job.stop()
         vis.stop()
-        rep = verify(bootstrap, topic, alerts, url, 5000.0, str(checkpoint), notices)
+        reader.stop()
+        if reader.error:
+            raise DemoError(f"reading the notices: {reader.error}")
+        rep = verify(bootstrap, topic, alerts, url, 5000.0, str(checkpoint), notices, reader.ids)
         print("\n".join(rep.lines))
         print("verification: " + ("passed" if rep.ok else "FAILED"))
         counts, verified = rep.counts, rep.ok
@@ -290,6 +295,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         vis.stop()
+        reader.stop()
         consumer.close()
         engine.dispose()
         batches.write_csv(work / "batches.csv", t0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -110,8 +111,9 @@ def _close(a: pd.Series, b: pd.Series) -> pd.Series:
 
 
 def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float,
-           checkpoint: str, notices: Queue) -> Report:
-    """Compare the job's outputs with its input; one report line per item."""
+           checkpoint: str, notices: Queue, consumed: Sequence[str] = ()) -> Report:
+    """Compare the job's outputs with its input; one report line per item. ``consumed``:
+    payment ids of notices a reader already took off the queue while the job ran."""
     import sqlalchemy as sa
 
     rep = Report()
@@ -154,7 +156,8 @@ def verify(bootstrap: str, topic: str, alerts_topic: str, url: str, limit: float
     dup_alerts = len(got) - len(set(got))
     missing_alerts, extra_alerts = len(want - set(got)), len(set(got) - want)
 
-    noticed = pd.Series([json.loads(b)["payment_id"] for b in read_queue(notices)], dtype=object)
+    left = [json.loads(b)["payment_id"] for b in read_queue(notices)]
+    noticed = pd.Series([*consumed, *left], dtype=object)
     dup_notices = int(noticed.duplicated().sum())
     lost_notices, extra_notices = len(ids - set(noticed)), len(set(noticed) - ids)
 
