@@ -308,10 +308,28 @@ def committed(engine: sa.Engine) -> tuple[int, int]:
 
 
 def reset_tables(engine: sa.Engine) -> None:
+    """Drop the tables of an earlier run. A run killed before it finished a batch leaves
+    that batch's prepared transactions holding locks on them (its checkpoint, which would
+    have finished them, is that run's alone), so the DROP would wait forever: the earlier
+    runs' prepared transactions on these tables are rolled back first, and the DROP gives
+    up after 30 s naming what still holds a lock."""
     import sqlalchemy as sa
 
     with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {LEDGER}, {WINDOWS}"))
+        gids = conn.execute(sa.text(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+            "AND (gid LIKE 'sx:rt-%--ledger:%' OR gid LIKE 'sx:rt-%--windows:%')")).scalars().all()
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # ROLLBACK PREPARED: no transaction block
+        for gid in gids:
+            conn.execute(sa.text("ROLLBACK PREPARED :gid"), {"gid": gid})
+    with engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL lock_timeout = '30s'"))
+        try:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {LEDGER}, {WINDOWS}"))
+        except sa.exc.OperationalError as e:
+            raise DemoError(f"{LEDGER} and {WINDOWS} are locked by another session (a payments job "
+                            f"still running?): {e.orig}") from None
 
 
 def parser() -> argparse.ArgumentParser:
