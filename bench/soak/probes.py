@@ -281,7 +281,15 @@ class Notices:
             def on_error(self, frame: Any) -> None:
                 outer.error = f"the broker sent ERROR: {frame.body[:200]!r}"
 
-        self._conn = stomp.Connection12([(host, port)], heartbeats=(0, 0))
+            def on_disconnected(self) -> None:
+                if not outer.stopping:
+                    outer.error = "the broker closed the notices reader's connection"
+
+        # Heartbeats both ways: a consumer acking automatically sends nothing, and the broker
+        # ends a connection it has heard nothing from within its TTL (seen: the reader went
+        # quiet after a minute and an hour's notices piled up until the broker ran out of heap).
+        self.stopping = False
+        self._conn = stomp.Connection12([(host, port)], heartbeats=(10_000, 10_000))
         self._conn.set_listener("notices", Listener())
         self._creds = (user, password)
         self.destination = destination
@@ -292,6 +300,7 @@ class Notices:
 
     def stop(self) -> None:
         """Unsubscribe and disconnect with a receipt: every message delivered before is in ``ids``."""
+        self.stopping = True
         if self._conn.is_connected():
             self._conn.unsubscribe("soak-notices")
             self._conn.disconnect(receipt="soak-notices-bye")

@@ -242,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
             demo.wait(deadline, "the job to read every payment")
             if gen_error:
                 raise DemoError(f"the payment generator failed: {gen_error[0]!r}")
+            if reader.error:
+                raise DemoError(f"reading the notices: {reader.error}")
             status = job.status()
             batches.update(runs, status, QUERY)
             now = time.monotonic()
