@@ -12,16 +12,17 @@ heap), and the verification counts what was read. Faults:
   (default 4: inside the warm-up, so the run from minute 10 to the end is one JVM whose
   growth the figures show), then the job is started again from its checkpoint;
 - ``kill -9`` of an executor's Python worker running a task every ``--worker-kill-every``
-  minutes from minute 11 to 6 minutes before the end (the task is retried; the driver
-  lives on).
+  minutes from minute 11 until a minute before the end's p99 window (the task is retried;
+  the driver lives on).
 
 Every ``--sample-s`` (default 60) one CSV row (``samples.csv`` in the run's directory,
 ``COLUMNS``): resident memory of the JVM and of every Python process, their open
 descriptors, the checkpoint's size and files, Spark's local directory, the sinks'
 bookkeeping rows and staged queue messages, and the batches' duration and the payments'
 visibility (sent to the ledger) p50/p99 over the minute. At the end: a chart
-(``soak.png``), the verification (every payment once in every output, nothing in doubt)
-and one line other tools read::
+(``soak.png``), ``batches.csv`` (every batch), the verification (every payment once in
+every output, nothing in doubt; then the run's topics are deleted) and one line other
+tools read::
 
     SOAK minutes=<n> batches=<n> rss_mb_10min=<n> rss_mb_end=<n> fds_10min=<n> fds_end=<n>
     p99_ms_10min=<n> p99_ms_end=<n> duplicates=<n> lost=<n> in_doubt=<n>

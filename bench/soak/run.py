@@ -309,7 +309,22 @@ def run(args: argparse.Namespace) -> int:
             print(f"visibility poller stopped early: {vis.error}", file=sys.stderr)
         shutil.rmtree(local, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
+    if verified:  # an hour of payments is a gigabyte or two; a failed run keeps them to look at
+        _delete_topics(bootstrap, [topic, alerts])
     return 0 if verified and goals else 1
+
+
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics(topics)
+    except KafkaError as e:
+        print(f"the soak's topics {topics} were not deleted: {e}", file=sys.stderr)
+    finally:
+        admin.close()
 
 
 def _chart(sampler: Sampler, out: Path, plan: Plan) -> None:
