@@ -16,7 +16,9 @@ heap), and the verification counts what was read. Faults:
   the driver lives on).
 
 Every ``--sample-s`` (default 60) one CSV row (``samples.csv`` in the run's directory,
-``COLUMNS``): resident memory of the JVM and of every Python process, their open
+``COLUMNS``): resident memory of the JVM and of every Python process, the JVM's heap in
+use (``jstat``; the heap is taken whole at start, ``--driver-memory``, so that resident
+memory shows what the job holds and not what the JVM has reserved), their open
 descriptors, the checkpoint's size and files, Spark's local directory, the sinks'
 bookkeeping rows and staged queue messages, and the batches' duration and the payments'
 visibility (sent to the ledger) p50/p99 over the minute. At the end: a chart

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from bench.soak.run import Plan
 
 PANELS = (
-    ("resident memory (MB)", ("rss_mb", "rss_jvm_mb", "rss_python_mb")),
+    ("resident memory (MB)", ("rss_mb", "rss_jvm_mb", "rss_python_mb", "heap_used_mb", "heap_old_mb")),
     ("open descriptors, JVM threads", ("fds", "jvm_threads")),
     ("ms (batch: triggerExecution; visible: sent to the ledger)",
      ("batch_p50_ms", "batch_p99_ms", "visible_p50_ms", "visible_p99_ms")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -85,6 +86,29 @@ def look(root_pid: int) -> Procs:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue  # a worker that ended between the listing and the look
     return Procs(round(jvm, 1), round(py, 1), n_py, fds, threads)
+
+
+def heap_mb(root_pid: int) -> tuple[float, float] | None:
+    """The driver JVM's heap in use and its old generation in use (``jstat -gc``), in MB:
+    what the JVM holds, apart from what it has committed (with a fixed heap its resident
+    memory is flat whether the live set grows or not, so a leak shows here)."""
+    jvm = next((p for p in tree(root_pid) if role(p) == "jvm"), None)
+    if jvm is None:
+        return None
+    try:
+        out = subprocess.run(["jstat", "-gc", str(jvm.pid)], capture_output=True, text=True,
+                             timeout=20).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    half = len(out) // 2
+    if half == 0 or len(out) != 2 * half:
+        return None
+    gc = dict(zip(out[:half], out[half:], strict=True))
+    try:
+        used = sum(float(gc[k]) for k in ("S0U", "S1U", "EU", "OU"))
+        return round(used / 1024, 1), round(float(gc["OU"]) / 1024, 1)
+    except (KeyError, ValueError):
+        return None
 
 
 def steady_look(root_pid: int, looks: int = 5, every_s: float = 0.4) -> Procs:
