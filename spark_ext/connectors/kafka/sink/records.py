@@ -132,15 +132,17 @@ class Partitioner:
                 raise ConnectorError("a row has a null 'topic' and no option 'topic' is set; "
                                      "set option 'topic' as the default or fill the column")
             topics = tcol.to_numpy(zero_copy_only=False).astype(object)
+            uniq = np.unique(topics)
         else:
             topics = np.full(n, self.topic_option, dtype=object)
+            uniq = topics[:1]
         part = np.full(n, -1, np.int32)
         if "partition" in names:
             pcol = batch.column("partition")
             part = pc.fill_null(pcol, -1).to_numpy(zero_copy_only=False).astype(np.int32)
         out = Targets()
-        for topic in np.unique(topics):
-            t_rows = np.nonzero(topics == topic)[0] if len(set(topics)) > 1 else np.arange(n)
+        for topic in uniq:
+            t_rows = np.nonzero(topics == topic)[0] if len(uniq) > 1 else np.arange(n)
             count = self.counts.get(str(topic))
             if count is None:
                 raise ConnectorError(f"topic {topic!r} does not exist; create it first "
@@ -161,8 +163,10 @@ class Partitioner:
                 free = free[~keyed]
             if len(free):
                 p[free] = self._sticky_runs(len(free), count)
-            for q in np.unique(p):
-                out.rows[(str(topic), int(q))] = t_rows[p == q]
+            # One stable sort, not a pass over the rows per partition: rows keep their order.
+            order = np.argsort(p, kind="stable")
+            for group in np.split(order, np.flatnonzero(np.diff(p[order])) + 1):
+                out.rows[(str(topic), int(p[group[0]]))] = t_rows[group]
         return out
 
     def _sticky_runs(self, n: int, count: int) -> np.ndarray:
@@ -227,9 +231,10 @@ class Batcher:
 def column_lists(batch: pa.RecordBatch, rows: np.ndarray) -> tuple[list[Any], list[Any], list[Any] | None]:
     """Python lists of key, value and headers for ``rows`` (bytes, as the encoder wants)."""
     idx = pa.array(rows)
-    value = _binary(batch.column("value")).take(idx).to_pylist()
+    # Taken, then cast: a string column is cast for these rows only, not once per partition.
+    value = _binary(batch.column("value").take(idx)).to_pylist()
     names = batch.schema.names
-    key = _binary(batch.column("key")).take(idx).to_pylist() if "key" in names else [None] * len(rows)
+    key = _binary(batch.column("key").take(idx)).to_pylist() if "key" in names else [None] * len(rows)
     headers = None
     if "headers" in names:
         headers = [[(h["key"], h["value"]) for h in hs] if hs else None

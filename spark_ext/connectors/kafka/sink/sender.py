@@ -1,14 +1,18 @@
 """Produce requests to partition leaders, pipelined, riding out a broker restart. Executor.
 
-Up to ``MAX_IN_FLIGHT`` requests per leader are unacknowledged at a time. When a leader
-is lost (the connection drops, or it answers "not the leader" / "no leader yet", as
-during a restart or a leader move), the new leader is asked which sequence number of
-this producer it holds last per partition (``DescribeProducers``): unacknowledged
-batches it already appended are dropped, the others are sent again, in order, one at
-a time, until the client timeout. Asking first matters: a restarted broker remembers
-only the last batch of each producer, so a batch it appended earlier, sent again, would
-be refused as out of order rather than recognised as a duplicate. Any other refusal
-fails the task; Spark retries it in a new transaction.
+Batches are queued per partition and one request carries one batch of each partition a
+leader leads, up to ``REQUEST_BYTES`` (as Kafka's own producer drains its accumulator):
+a task that writes to 64 partitions sends a few requests, not 64 or more, and the broker
+handles a few. Up to ``MAX_IN_FLIGHT`` requests per leader are unacknowledged at a time
+(Kafka keeps a producer's order per partition over that many). When a leader is lost
+(the connection drops, or it answers "not the leader" / "no leader yet", as during a
+restart or a leader move), the new leader is asked which sequence number of this
+producer it holds last per partition (``DescribeProducers``): unacknowledged batches it
+already appended are dropped, the others are sent again, in order, one at a time, until
+the client timeout. Asking first matters: a restarted broker remembers only the last
+batch of each producer, so a batch it appended earlier, sent again, would be refused as
+out of order rather than recognised as a duplicate. Any other refusal fails the task;
+Spark retries it in a new transaction.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ log = logging.getLogger(__name__)
 
 PRODUCE_VERSION = 9  # below 12, where transaction protocol 2 begins
 MAX_IN_FLIGHT = 5  # Kafka keeps idempotent ordering for up to 5 unacknowledged requests
+REQUEST_BYTES = 1 << 20  # Kafka's producer's max.request.size; a larger single batch goes alone
 
 Item = tuple[tuple[str, int], bytes, int]  # (topic, partition), encoded record batch, records
+NO_ANSWER = (-1, "the broker's answer did not name this partition")  # -1: Kafka's UNKNOWN_SERVER_ERROR
 
 
 class _LeaderLost(Exception):
@@ -50,7 +56,10 @@ class Sender:
         self._leaders: dict[tuple[str, int], int] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, Conn] = {}
-        self._pending: dict[int, list[Item]] = {}
+        # Batches not sent yet, per partition in sequence order; the oldest partition first.
+        self._ready: dict[tuple[str, int], list[Item]] = {}
+        self._ready_bytes = 0
+        self._pending: dict[int, list[list[Item]]] = {}  # per leader: requests sent, not acknowledged
         self.counts: dict[str, int] = {}
 
     def load(self, topics: list[str]) -> None:
@@ -63,22 +72,16 @@ class Sender:
                     self._leaders[(t.name, p.partition_index)] = p.leader_id
 
     def send(self, tp: tuple[str, int], records: bytes, count: int) -> None:
-        while len(self._pending.get(self._leaders[tp], ())) >= MAX_IN_FLIGHT:
-            self._receive(self._leaders[tp])
-        # Looked up after the wait: a recovery in it replaces the leader's pending list and
-        # may move the leader; appending to the old list would leave this batch's
-        # acknowledgement unread.
-        leader = self._leaders[tp]
-        pending = self._pending.setdefault(leader, [])
-        try:
-            self._conn(leader).send(self._request(tp, records), PRODUCE_VERSION)
-        except OSError as e:
-            self._recover(leader, [*self._pending.pop(leader, []), (tp, records, count)], str(e))
-            return
-        if self.acks != 0:
-            pending.append((tp, records, count))
+        """Queue a batch for ``tp``; requests go out once ``REQUEST_BYTES`` are queued, and
+        at ``flush``."""
+        self._ready.setdefault(tp, []).append((tp, records, count))
+        self._ready_bytes += len(records)
+        while self._ready_bytes >= REQUEST_BYTES:
+            self._ship(self._leaders[next(iter(self._ready))])
 
     def flush(self) -> None:
+        while self._ready:
+            self._ship(self._leaders[next(iter(self._ready))])
         for leader in list(self._pending):
             while self._pending.get(leader):
                 self._receive(leader)
@@ -90,30 +93,72 @@ class Sender:
 
     # --- internals ---------------------------------------------------------------------
 
+    def _ship(self, leader: int) -> None:
+        """Send one request to ``leader``: the oldest queued batch of each partition it
+        leads, up to ``REQUEST_BYTES``, once fewer than ``MAX_IN_FLIGHT`` of its requests
+        are unacknowledged."""
+        while len(self._pending.get(leader, ())) >= MAX_IN_FLIGHT:
+            self._receive(leader)
+        # Chosen after the wait: a recovery in it reloads the leaders, and a partition that
+        # moved goes to its new leader, still after its batches sent earlier.
+        items: list[Item] = []
+        size = 0
+        for tp in list(self._ready):
+            if self._leaders[tp] != leader:
+                continue
+            queue = self._ready[tp]
+            if items and size + len(queue[0][1]) > REQUEST_BYTES:
+                break
+            items.append(queue.pop(0))
+            size += len(items[-1][1])
+            if not queue:
+                del self._ready[tp]
+        self._ready_bytes -= size
+        if not items:
+            return
+        # Looked up after the wait: a recovery in it replaces the leader's pending list;
+        # appending to the old list would leave this request's acknowledgement unread.
+        pending = self._pending.setdefault(leader, [])
+        try:
+            self._conn(leader).send(self._request(items), PRODUCE_VERSION)
+        except OSError as e:
+            self._recover(leader, [*_flat(self._pending.pop(leader, [])), *items], str(e))
+            return
+        if self.acks != 0:
+            pending.append(items)
+
     def _conn(self, leader: int) -> Conn:
         conn = self._conns.get(leader)
         if conn is None:
             conn = self._conns[leader] = Conn(*self._brokers[leader], self.cfg.timeout_s, self.cfg.security)
         return conn
 
-    def _request(self, tp: tuple[str, int], records: bytes) -> Any:
-        part = ProduceRequest.TopicProduceData.PartitionProduceData(index=tp[1], records=records)
-        data = ProduceRequest.TopicProduceData(name=tp[0], partition_data=[part])
+    def _request(self, items: list[Item]) -> Any:
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), records, _ in items:
+            by_topic.setdefault(topic, []).append(
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records))
+        data = [ProduceRequest.TopicProduceData(name=t, partition_data=ps) for t, ps in by_topic.items()]
         return ProduceRequest(transactional_id=self.tid, acks=self.acks,
-                              timeout_ms=int(self.cfg.timeout_s * 1000), topic_data=[data])
+                              timeout_ms=int(self.cfg.timeout_s * 1000), topic_data=data)
 
     def _receive(self, leader: int) -> None:
         pending = self._pending[leader]
         try:
-            code, message = _code(self._conns[leader].receive(ProduceResponse, PRODUCE_VERSION))
+            conn = self._conns.get(leader)
+            if conn is None:  # closed by a recovery of another leader's batches
+                raise ConnectionResetError("the connection was closed while requests were unacknowledged")
+            codes = _codes(conn.receive(ProduceResponse, PRODUCE_VERSION))
         except OSError as e:
-            self._recover(leader, self._pending.pop(leader), str(e))
+            self._recover(leader, _flat(self._pending.pop(leader)), str(e))
             return
-        if errors.is_retriable(code):  # the leader moved or is not there yet: send again
-            self._recover(leader, self._pending.pop(leader), error_name(code))
+        retry = next((c for c, _ in codes.values() if errors.is_retriable(c)), None)
+        if retry is not None:  # the leader moved or is not there yet: send again
+            self._recover(leader, _flat(self._pending.pop(leader)), error_name(retry))
             return
-        tp, records, count = pending.pop(0)
-        _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
+        for tp, records, count in pending.pop(0):
+            code, message = codes.get(tp, NO_ANSWER)
+            _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
 
     def _recover(self, leader: int, items: list[Item], cause: str) -> None:
         """Send ``items`` again, in order and one at a time, to whichever broker leads
@@ -140,8 +185,8 @@ class Sender:
                 while items:
                     tp, records, count = items[0]
                     c = self._conn(self._leaders[tp])
-                    code, message = _code(c.request(self._request(tp, records), PRODUCE_VERSION,
-                                                    ProduceResponse))
+                    code, message = _codes(c.request(self._request([items[0]]), PRODUCE_VERSION,
+                                                     ProduceResponse)).get(tp, (0, ""))
                     if errors.is_retriable(code):  # the leader moved or is not there yet: send again
                         raise _LeaderLost(error_name(code))
                     _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
@@ -186,12 +231,15 @@ def _last_sequence(item: Item) -> int:
     return int(struct.unpack_from(">i", item[1], 53)[0]) + item[2] - 1
 
 
-def _code(r: Any) -> tuple[int, str]:
-    for t in r.responses:
-        for p in t.partition_responses:
-            if p.error_code:
-                return p.error_code, p.error_message or ""
-    return 0, ""
+def _flat(requests: list[list[Item]]) -> list[Item]:
+    """Requests' batches in the order sent: each partition's batches stay in sequence order."""
+    return [it for req in requests for it in req]
+
+
+def _codes(r: Any) -> dict[tuple[str, int], tuple[int, str]]:
+    """Each partition's error code and message in a produce response."""
+    return {(t.name, p.index): (p.error_code, p.error_message or "")
+            for t in r.responses for p in t.partition_responses}
 
 
 def _check(code: int, message: str, tp: tuple[str, int], count: int, size: int = 0,
