@@ -6,13 +6,14 @@ a task that writes to 64 partitions sends a few requests, not 64 or more, and th
 handles a few. Up to ``MAX_IN_FLIGHT`` requests per leader are unacknowledged at a time
 (Kafka keeps a producer's order per partition over that many). When a leader is lost
 (the connection drops, or it answers "not the leader" / "no leader yet", as during a
-restart or a leader move), the new leader is asked which sequence number of this
-producer it holds last per partition (``DescribeProducers``): unacknowledged batches it
-already appended are dropped, the others are sent again, in order, one at a time, until
-the client timeout. Asking first matters: a restarted broker remembers only the last
-batch of each producer, so a batch it appended earlier, sent again, would be refused as
-out of order rather than recognised as a duplicate. Any other refusal fails the task;
-Spark retries it in a new transaction.
+restart or a leader move), every unacknowledged batch, of every leader, is sent again:
+the leaders are read anew, each is asked which sequence number of this producer it holds
+last per partition (``DescribeProducers``), batches it already appended are dropped and
+the others are sent in order, one at a time, until ``kafka.delivery.timeout.ms``. Asking
+first matters: a restarted broker remembers only the last batch of each producer, so a
+batch it appended earlier, sent again, would be refused as out of order rather than
+recognised as a duplicate. Any other refusal fails the task; Spark retries it in a new
+transaction.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ class Sender:
         are unacknowledged."""
         while len(self._pending.get(leader, ())) >= MAX_IN_FLIGHT:
             self._receive(leader)
-        # Chosen after the wait: a recovery in it reloads the leaders, and a partition that
-        # moved goes to its new leader, still after its batches sent earlier.
+        # Chosen after the wait: a recovery in it reloads the leaders and leaves nothing in
+        # flight, so a partition that moved goes to its new leader after its earlier batches.
         items: list[Item] = []
         size = 0
         for tp in list(self._ready):
@@ -108,7 +109,7 @@ class Sender:
                 continue
             queue = self._ready[tp]
             if items and size + len(queue[0][1]) > REQUEST_BYTES:
-                break
+                continue
             items.append(queue.pop(0))
             size += len(items[-1][1])
             if not queue:
@@ -122,7 +123,7 @@ class Sender:
         try:
             self._conn(leader).send(self._request(items), PRODUCE_VERSION)
         except OSError as e:
-            self._recover(leader, [*_flat(self._pending.pop(leader, [])), *items], str(e))
+            self._recover(str(e), items)
             return
         if self.acks != 0:
             pending.append(items)
@@ -130,6 +131,8 @@ class Sender:
     def _conn(self, leader: int) -> Conn:
         conn = self._conns.get(leader)
         if conn is None:
+            if leader not in self._brokers:  # -1: no leader elected yet
+                raise ConnectionRefusedError(f"no broker leads the partition now (leader {leader})")
             conn = self._conns[leader] = Conn(*self._brokers[leader], self.cfg.timeout_s, self.cfg.security)
         return conn
 
@@ -145,32 +148,33 @@ class Sender:
     def _receive(self, leader: int) -> None:
         pending = self._pending[leader]
         try:
-            conn = self._conns.get(leader)
-            if conn is None:  # closed by a recovery of another leader's batches
-                raise ConnectionResetError("the connection was closed while requests were unacknowledged")
-            codes = _codes(conn.receive(ProduceResponse, PRODUCE_VERSION))
+            codes = _codes(self._conns[leader].receive(ProduceResponse, PRODUCE_VERSION))
         except OSError as e:
-            self._recover(leader, _flat(self._pending.pop(leader)), str(e))
+            self._recover(str(e))
             return
         retry = next((c for c, _ in codes.values() if errors.is_retriable(c)), None)
         if retry is not None:  # the leader moved or is not there yet: send again
-            self._recover(leader, _flat(self._pending.pop(leader)), error_name(retry))
+            self._recover(error_name(retry))
             return
         for tp, records, count in pending.pop(0):
             code, message = codes.get(tp, NO_ANSWER)
             _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
 
-    def _recover(self, leader: int, items: list[Item], cause: str) -> None:
-        """Send ``items`` again, in order and one at a time, to whichever broker leads
-        their partitions now, until each is acknowledged or the client timeout passes."""
-        conn = self._conns.pop(leader, None)
-        if conn is not None:
-            conn.close()
+    def _recover(self, cause: str, unsent: list[Item] | None = None) -> None:
+        """Send every unacknowledged batch again (of every leader: a connection to another
+        may be closed here or hold replies the new requests would be matched to), then
+        ``unsent``, in order and one at a time, to whichever broker leads their partitions
+        now, until each is acknowledged or ``kafka.delivery.timeout.ms`` passes. Leaders
+        change only here, with nothing left in flight, so a partition's batches never
+        ride on two brokers at once."""
+        items = [*(it for reqs in self._pending.values() for it in _flat(reqs)), *(unsent or [])]
+        self._pending.clear()
+        self.close()
         if self.acks == 0:
             raise ConnectorError(f"lost the connection to Kafka while sending without acknowledgements "
                                  f"({cause}); the task fails and Spark retries it")
-        log.warning("the leader of %s went away (%s); sending %s unacknowledged record batches again",
-                    sorted({tp for tp, _, _ in items}), cause, len(items))
+        log.warning("a partition leader went away (%s); sending %s unacknowledged record batches of %s again",
+                    cause, len(items), sorted({tp for tp, _, _ in items}))
         deadline, delays = Deadline(self.cfg.budget_s), Backoff(0.1, 1.0).delays()
         while items:
             if deadline.expired:
@@ -186,7 +190,7 @@ class Sender:
                     tp, records, count = items[0]
                     c = self._conn(self._leaders[tp])
                     code, message = _codes(c.request(self._request([items[0]]), PRODUCE_VERSION,
-                                                     ProduceResponse)).get(tp, (0, ""))
+                                                     ProduceResponse)).get(tp, NO_ANSWER)
                     if errors.is_retriable(code):  # the leader moved or is not there yet: send again
                         raise _LeaderLost(error_name(code))
                     _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
