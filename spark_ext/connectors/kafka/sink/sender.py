@@ -4,10 +4,11 @@ Batches are queued per partition and one request carries one batch of each parti
 leader leads, up to ``REQUEST_BYTES`` (as Kafka's own producer drains its accumulator):
 a task that writes to 64 partitions sends a few requests, not 64 or more, and the broker
 handles a few. Up to ``MAX_IN_FLIGHT`` requests per leader are unacknowledged at a time
-(Kafka keeps a producer's order per partition over that many). When a leader is lost
-(the connection drops, or it answers "not the leader" / "no leader yet", as during a
-restart or a leader move), every unacknowledged batch, of every leader, is sent again:
-the leaders are read anew, each is asked which sequence number of this producer it holds
+(Kafka keeps a producer's order per partition over that many). When a connection drops
+or a broker answers with a retriable error ("not the leader", "no leader yet", as during
+a restart or a leader move), every unacknowledged batch, of every leader, is sent again
+(without acknowledgements, ``acks=0``, the task fails instead): the leaders of every
+topic are read anew, each is asked which sequence number of this producer it holds
 last per partition (``DescribeProducers``), batches it already appended are dropped and
 the others are sent in order, one at a time, until ``kafka.delivery.timeout.ms``. Asking
 first matters: a restarted broker remembers only the last batch of each producer, so a
@@ -117,7 +118,7 @@ class Sender:
         self._ready_bytes -= size
         if not items:
             return
-        # Looked up after the wait: a recovery in it replaces the leader's pending list;
+        # Looked up after the wait: a recovery in it clears every pending list;
         # appending to the old list would leave this request's acknowledgement unread.
         pending = self._pending.setdefault(leader, [])
         try:
@@ -153,7 +154,7 @@ class Sender:
             self._recover(str(e))
             return
         retry = next((c for c, _ in codes.values() if errors.is_retriable(c)), None)
-        if retry is not None:  # the leader moved or is not there yet: send again
+        if retry is not None:  # e.g. the leader moved or is not there yet: send again
             self._recover(error_name(retry))
             return
         for tp, records, count in pending.pop(0):
@@ -165,8 +166,8 @@ class Sender:
         may be closed here or hold replies the new requests would be matched to), then
         ``unsent``, in order and one at a time, to whichever broker leads their partitions
         now, until each is acknowledged or ``kafka.delivery.timeout.ms`` passes. Leaders
-        change only here, with nothing left in flight, so a partition's batches never
-        ride on two brokers at once."""
+        change only here, with nothing left in flight (the writer loads only topics it has
+        not seen), so a partition's batches never ride on two brokers at once."""
         items = [*(it for reqs in self._pending.values() for it in _flat(reqs)), *(unsent or [])]
         self._pending.clear()
         self.close()
@@ -183,7 +184,8 @@ class Sender:
                                      "the task fails and Spark retries it in a new transaction")
             time.sleep(min(next(delays), deadline.remaining))
             try:
-                self.load(sorted({tp[0] for tp, _, _ in items}))
+                # Every known topic: a queued batch of another topic may have lost its leader too.
+                self.load(sorted(set(self.counts) | {tp[0] for tp, _, _ in items}))
                 held = self._last_sequences(items)
                 items = [it for it in items if _last_sequence(it) > held.get(it[0], -1)]
                 while items:
@@ -191,7 +193,7 @@ class Sender:
                     c = self._conn(self._leaders[tp])
                     code, message = _codes(c.request(self._request([items[0]]), PRODUCE_VERSION,
                                                      ProduceResponse)).get(tp, NO_ANSWER)
-                    if errors.is_retriable(code):  # the leader moved or is not there yet: send again
+                    if errors.is_retriable(code):  # e.g. the leader moved: send again
                         raise _LeaderLost(error_name(code))
                     _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
                     items.pop(0)
