@@ -151,11 +151,12 @@ def count_committed(spark: Any, bootstrap: str, topic: str, opts: dict[str, str]
 def write_point(spark: Any, case: str, bootstrap: str, read_out: str, rows: int, partitions: int,
                 tmp: str, topic_config: dict[str, str] | None = None,
                 spark_sink_opts: dict[str, str] | None = None,
-                read_opts: dict[str, str] | None = None) -> Point:
+                read_opts: dict[str, str] | None = None, floor: bool = False) -> Point:
     """Stage ``read_out``'s key/value as Parquet (one file per topic partition, so one task
     each), then stream it into a fresh ``partitions``-partition topic by our sink
     (``exactly_once``) and Spark's (at least once), alternating. Each written topic is
-    counted with ``read_committed`` and deleted."""
+    counted with ``read_committed`` and deleted. ``floor``: also the same input into a
+    Python data source sink that writes nothing (``bench.scaling.floor``), side ``floor``."""
     src = f"{tmp}/stage"
     spark.read.parquet(read_out).select("key", "value").write.mode("overwrite").parquet(src)
     tasks = spark.read.parquet(src).rdd.getNumPartitions()
@@ -178,6 +179,17 @@ def write_point(spark: Any, case: str, bootstrap: str, read_out: str, rows: int,
     made: list[str] = []
     try:
         for i in range(n_rounds()):
+            if floor:
+                from bench.scaling.floor import FORMAT, register
+
+                register(spark)
+                n, dt = timed_parquet_stream(spark, case, src, f"{tmp}/ck-write-floor-{i}",
+                                             lambda w: w.format(FORMAT))
+                print(f"[bench] {case} write floor p={partitions} round {i}: {n} rows in {dt:.2f} s",
+                      file=sys.stderr)
+                if n != rows:
+                    pt.differs(f"{case}: the floor sink read {n} staged rows, expected {rows}")
+                pt.best("floor", n / dt)
             for side, sink in (("spark", builtin), ("ours", ours)):
                 topic = f"bench-{case.replace('_', '-')}-w-{side}-p{partitions}-{run_id}-{i}"
                 new = NewTopic(topic, partitions, 1, config=topic_config or {})

@@ -9,8 +9,10 @@ For each P in 1, 4, 16, 64: a topic of P partitions holding the same 1M records
 (``SCALE_PARTITIONS_ROWS``; ~100-byte values, key ``k<n % 1000>``) is read into Parquet
 with ``Trigger.AvailableNow`` by both sources; then those records (key, value) are
 written to a fresh topic of P partitions by our sink (``exactly_once``) and Spark's (at
-least once). Sink tasks = P: the input is staged as P Parquet files, one task each (no
-shuffle, the same input for both). ``SCALE_QUICK=1``: 50k records, P in 1, 4, one round.
+least once), and into a Python data source sink that writes nothing (``floor``: what
+Spark's Python Data Source API costs per task, which no Python sink can go below). Sink
+tasks = P: the input is staged as P Parquet files, one task each (no shuffle, the same
+input for all three). ``SCALE_QUICK=1``: 50k records, P in 1, 4, one round.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bench.scaling.curves import Curve
 
 PARTITIONS = (1, 4, 16, 64)
 VALUE_BYTES = 100
+FLOOR = "python sink floor"
 
 
 def run() -> Curve:
@@ -40,6 +43,8 @@ def run() -> Curve:
                "ours read_committed, Spark's read_uncommitted (their defaults)",
                "write: key/value Parquet staged as P files -> fresh topic of P partitions, P tasks; ours "
                "exactly_once, Spark's at least once (its defaults)",
+               "python sink floor: the same input into a Python data source sink that writes nothing "
+               "(Spark's per-task cost of the Python Data Source API)",
                f"best of {kc.n_rounds()} round(s) per point, wall clock from start() to termination"],
     )
     with tempfile.TemporaryDirectory() as root:
@@ -50,9 +55,10 @@ def run() -> Curve:
             read, spark_out = kc.read_point(spark, "scale_partitions", bootstrap, topic, rows, tmp)
             curve.add("ours read", p, read.rates["ours"])
             curve.add("spark read", p, read.rates["spark"])
-            write = kc.write_point(spark, "scale_partitions", bootstrap, spark_out, rows, p, tmp)
+            write = kc.write_point(spark, "scale_partitions", bootstrap, spark_out, rows, p, tmp, floor=True)
             curve.add("ours write exactly_once", p, write.rates["ours"])
             curve.add("spark write", p, write.rates["spark"])
+            curve.add(FLOOR, p, write.rates["floor"])
             for pt in (read, write):
                 if not pt.equal:
                     curve.equal = False
@@ -63,5 +69,8 @@ def run() -> Curve:
     at = ",".join(str(p) for p in points)
     print(f"SCALE partitions ours/spark at P={at}: "
           f"read {kc.ratios(curve, 'ours read', 'spark read', points)} | "
-          f"write {kc.ratios(curve, 'ours write exactly_once', 'spark write', points)}", flush=True)
+          f"write {kc.ratios(curve, 'ours write exactly_once', 'spark write', points)} | "
+          f"write ours/floor {kc.ratios(curve, 'ours write exactly_once', FLOOR, points)} | "
+          f"floor/spark {kc.ratios(curve, FLOOR, 'spark write', points)}",
+          flush=True)
     return curve
