@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ from spark_ext.commit import TaskInfo
 from spark_ext.connectors.jms import JmsSink
 from spark_ext.connectors.jms.sink.committer import JmsCommitter, JmsDecision, Winner
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
-from spark_ext.connectors.jms.sink.entries import SEQ_HEADER
+from spark_ext.connectors.jms.sink.entries import SEQ_HEADER, SinkState
 from spark_ext.errors import ConfigurationError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
@@ -39,6 +40,17 @@ def _config(services, dest: str) -> JmsSinkConfig:
     return JmsSinkConfig.parse(opts, Guarantee.EXACTLY_ONCE)
 
 
+def _shown(committer: JmsCommitter, entry: SinkState) -> SinkState | None:
+    """Wait until the log's listing shows ``entry`` (bounded). A listing right after a
+    committed append may not show it yet (seen in CI under load): the sink's own appends
+    read again and retry, but this test's steps must start from known states."""
+    deadline = time.monotonic() + 10
+    while (now := committer.state()) != entry:
+        assert time.monotonic() < deadline, f"the log shows {now}, not the entry appended: {entry}"
+        time.sleep(0.05)
+    return now
+
+
 def test_the_log_is_appended_by_compare_and_set(services):
     """Two drivers read the same state and both append the next entry: the broker's
     duplicate-id check (``_AMQ_DUPL_ID`` sent as a STOMP header, in a transaction) lets one
@@ -50,11 +62,13 @@ def test_the_log_is_appended_by_compare_and_set(services):
     assert start is None and b.state() is None
     first = a._append(start, 1, None, True)
     assert first is not None and first.seq == 0
-    now = a.state()
+    now = _shown(a, first)
     decision = JmsDecision(0, "q", (Winner("w", 1),))
     won = a._append(now, 1, decision, False)
-    lost = b._append(now, 2, None, True)  # on the same state: must lose
-    assert won is not None and lost is None
+    assert won is not None
+    _shown(b, won)
+    lost = b._append(now, 2, None, True)  # on the same, older state: must lose
+    assert lost is None
     assert b.state() == won  # both see the winner's entry
     a.close()
     b.close()
