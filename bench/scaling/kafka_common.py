@@ -177,12 +177,13 @@ def write_point(spark: Any, case: str, bootstrap: str, read_out: str, rows: int,
 
     pt = Point()
     made: list[str] = []
+    if floor:
+        from bench.scaling.floor import FORMAT, register
+
+        register(spark)
     try:
         for i in range(n_rounds()):
             if floor:
-                from bench.scaling.floor import FORMAT, register
-
-                register(spark)
                 n, dt = timed_parquet_stream(spark, case, src, f"{tmp}/ck-write-floor-{i}",
                                              lambda w: w.format(FORMAT))
                 print(f"[bench] {case} write floor p={partitions} round {i}: {n} rows in {dt:.2f} s",
