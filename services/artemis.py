@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tarfile
 import time
@@ -123,6 +124,17 @@ def tls_acceptors() -> list[str]:
     return out
 
 
+#: The broker's heap: ``artemis create``'s own default. Paging starts at a quarter of it
+#: (``globalMaxSize`` in artemis-broker.properties).
+HEAP = "2G"
+
+
+def _heap(profile: Path) -> None:
+    """The instance's -Xmx set to ``HEAP`` (an instance created before keeps its profile)."""
+    text = profile.read_text()
+    profile.write_text(re.sub(r"-Xmx\S+", f"-Xmx{HEAP}", text))
+
+
 def artemis_up() -> None:
     home = artemis_home()
     instance = LOCAL / "artemis" / "broker"
@@ -133,12 +145,13 @@ def artemis_up() -> None:
              "--user", STOMP_USER, "--password", STOMP_PASSWORD, "--require-login",
              "--host", HOST, "--http-host", HOST, "--no-web", "--no-amqp-acceptor",
              "--no-hornetq-acceptor", "--no-mqtt-acceptor", "--no-autotune",
-             "--java-memory", "1G"],
+             "--java-memory", HEAP],
             capture_output=True, text=True,
         )
         if res.returncode != 0:
             raise ServiceError(f"artemis create failed:\n{res.stdout}\n{res.stderr}")
     _stomp_prefixes(instance / "etc")
+    _heap(instance / "etc" / "artemis.profile")
     pid = _spawn("artemis", [str(instance / "bin" / "artemis"), "run"])
     log(f"starting artemis (pid {pid})")
     _wait("artemis", _stomp_ready, pid, LOCAL / "logs" / "artemis.log")

@@ -4,9 +4,10 @@ STOMP transactions belong to one connection, so a task cannot prepare one for th
 to commit. Instead a task commits its messages into the sink's *staging queue*
 (``spark_ext.<sink id>.staging``), tagged with its attempt's token, and the driver, once
 the batch is decided, asks the broker to move the winners' messages into the destination
-(``QueueControl.moveMessages`` over STOMP management). Each message moves in its own
-broker transaction, so a message is in staging or in the destination, never both: a move
-broken off by a crash is finished by moving what is left.
+(``QueueControl.moveMessages`` over STOMP management). A message leaves staging and
+enters the destination in one broker transaction (500 messages a transaction), so it is
+in one or the other, never both: a move broken off by a crash is finished by moving what
+is left.
 
 The sink's record lives in its *log queue* (``spark_ext.<sink id>.log``): messages nobody
 consumes, each holding the whole state (sequence number, fencing epoch, last decision,
@@ -66,7 +67,8 @@ _LOCK_ID = "spark-ext-lock"
 _UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
 _ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
 _MOVE_GROUP = 200  # winners per move at most: the filter names each one (about 60 characters a token)
-_MOVE_ROWS = 20_000  # messages per move at most (a larger winner moves alone): commitTimeoutMs bounds a move
+_MOVE_ROWS = 20_000  # messages per move call at most: the broker holds a call's messages in its heap
+_MOVE_FLUSH = 500  # messages per broker transaction within a move (the broker's own default)
 T = TypeVar("T")
 
 
@@ -80,7 +82,7 @@ def token_filter(tokens: Sequence[str]) -> str:
 
 def move_groups(winners: Sequence[Winner]) -> list[list[Winner]]:
     """``winners`` in moves of at most ``_MOVE_GROUP`` winners and ``_MOVE_ROWS`` messages
-    (a winner above that alone), in order: a move is bounded as one task's was."""
+    (a winner above that alone, in several calls), in order."""
     groups: list[list[Winner]] = []
     rows = 0
     for w in winners:
@@ -398,23 +400,33 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         return []
 
     def _move(self, winners: Sequence[Winner]) -> int:
-        """Move every staged message of ``winners`` into the destination: one management
-        call for them all (each call walks the whole staging queue, so one a winner made a
-        batch's commit grow with the square of its tasks). Each task's messages keep their
-        order. The broker moves what its queue holds in memory at the call, so this repeats
-        until none is left."""
+        """Move every staged message of ``winners`` into the destination: one filter for them
+        all (each call walks the staging queue, so one a winner made a batch's commit grow
+        with the square of its tasks), at most ``_MOVE_ROWS`` messages a call. The broker
+        holds a call's moved messages in its heap until the call returns: one call of a
+        100,000-message winner (2 tasks of 200,000 rows) exhausted a 1 GiB broker, which
+        moved 200,000 in calls of 20,000 in 4-6 s. Messages move in queue order, so each
+        task's keep their order. The broker moves what its queue holds in memory at the
+        call, so a short call is followed by a count, and the move repeats until none is left."""
         where = token_filter([w.token for w in winners])
         moved = 0
         deadline = Deadline(self.cfg.commit_timeout_s)
         while True:
-            moved += int(self.session.call(f"queue.{self.cfg.staging}", "moveMessages", where, self.cfg.queue,
-                                           False, timeout_s=self.cfg.commit_timeout_s))
+            n = int(self.session.call(f"queue.{self.cfg.staging}", "moveMessages", _MOVE_FLUSH, where,
+                                      self.cfg.queue, False, _MOVE_ROWS, timeout_s=self.cfg.commit_timeout_s))
+            moved += n
+            if n:
+                deadline = Deadline(self.cfg.commit_timeout_s)  # the limit is on a move that stalls
+            if n >= _MOVE_ROWS:
+                continue
             left = self.staged(where)
             if not any(left.values()):
                 return moved
             if deadline.expired:
                 raise RetriableCommitError(f"moving {', '.join(sorted(left))} into {self.cfg.queue}: "
                                            f"messages still staged after {self.cfg.commit_timeout_s:.0f} s")
+            if not n:
+                time.sleep(0.05)  # committed messages reach the queue's memory a moment after the receipt
 
     def lost(self, decision: JmsDecision, lost: Sequence[Any]) -> CommitError:
         return FatalCommitError(f"batch {decision.batch_id}: {len(lost)} attempts could not be moved")

@@ -29,7 +29,8 @@ SINK_OPTIONS = OptionSpec.of(
            "`checkpointLocation`.", shown="derived from `checkpointLocation`"),
     Option("persistent", "`persistent:true` on every message; `exactly_once` refuses false.", default=True),
     Option("connectTimeoutMs", "How long a login or a management call waits (ms).", default=10_000),
-    Option("commitTimeoutMs", "How long moving one task's messages into the destination may take (ms).",
+    Option("commitTimeoutMs", "How long moving the batch's messages into the destination may go without "
+           "progress (ms); each management call moves at most 20,000.",
            default=120_000),
     Option("reconnectTimeoutMs", "How long every connection of the sink waits for a broker that is down, "
            "restarting or frozen before the query fails (ms; 0: fail at once); a refused login fails at "
