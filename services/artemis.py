@@ -130,7 +130,8 @@ HEAP = "2G"
 
 
 def _heap(profile: Path) -> None:
-    """The instance's -Xmx set to ``HEAP`` (an instance created before keeps its profile)."""
+    """The instance's -Xmx set to ``HEAP`` on every start, so an instance created with
+    another heap gets this one too."""
     text = profile.read_text()
     profile.write_text(re.sub(r"-Xmx\S+", f"-Xmx{HEAP}", text))
 

@@ -5,9 +5,9 @@ to commit. Instead a task commits its messages into the sink's *staging queue*
 (``spark_ext.<sink id>.staging``), tagged with its attempt's token, and the driver, once
 the batch is decided, asks the broker to move the winners' messages into the destination
 (``QueueControl.moveMessages`` over STOMP management). A message leaves staging and
-enters the destination in one broker transaction (500 messages a transaction), so it is
-in one or the other, never both: a move broken off by a crash is finished by moving what
-is left.
+enters the destination in one broker transaction (one a call for the messages the queue
+holds in memory, one per 500 for paged ones), so it is in one or the other, never both: a
+move broken off by a crash is finished by moving what is left.
 
 The sink's record lives in its *log queue* (``spark_ext.<sink id>.log``): messages nobody
 consumes, each holding the whole state (sequence number, fencing epoch, last decision,
@@ -68,7 +68,7 @@ _UNLIMITED_BROWSE = json.dumps({"managementBrowsePageSize": 2**31 - 1})
 _ARRIVAL_S = 10.0  # how long the check waits for staged messages to show in the queue
 _MOVE_GROUP = 200  # winners per move at most: the filter names each one (about 60 characters a token)
 _MOVE_ROWS = 20_000  # messages per move call at most: the broker holds a call's messages in its heap
-_MOVE_FLUSH = 500  # messages per broker transaction within a move (the broker's own default)
+_MOVE_FLUSH = 500  # paged messages per broker transaction within a move (the broker's own default)
 T = TypeVar("T")
 
 
@@ -81,17 +81,9 @@ def token_filter(tokens: Sequence[str]) -> str:
 
 
 def move_groups(winners: Sequence[Winner]) -> list[list[Winner]]:
-    """``winners`` in moves of at most ``_MOVE_GROUP`` winners and ``_MOVE_ROWS`` messages
-    (a winner above that alone, in several calls), in order."""
-    groups: list[list[Winner]] = []
-    rows = 0
-    for w in winners:
-        if not groups or len(groups[-1]) >= _MOVE_GROUP or rows + w.rows > _MOVE_ROWS:
-            groups.append([])
-            rows = 0
-        groups[-1].append(w)
-        rows += w.rows
-    return groups
+    """``winners`` in moves of at most ``_MOVE_GROUP`` winners (one filter names them), in
+    order; each move goes in calls of at most ``_MOVE_ROWS`` messages."""
+    return [list(winners[i:i + _MOVE_GROUP]) for i in range(0, len(winners), _MOVE_GROUP)]
 
 
 def batch_filter(batch_id: int) -> str:
@@ -402,13 +394,15 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
     def _move(self, winners: Sequence[Winner]) -> int:
         """Move every staged message of ``winners`` into the destination: one filter for them
         all (each call walks the staging queue, so one a winner made a batch's commit grow
-        with the square of its tasks), at most ``_MOVE_ROWS`` messages a call. The broker
-        holds a call's moved messages in its heap until the call returns: one call of a
-        100,000-message winner (2 tasks of 200,000 rows) exhausted a 1 GiB broker, which
-        moved 200,000 in calls of 20,000 in 4-6 s. Messages move in queue order, so each
-        task's keep their order. The broker moves what its queue holds in memory at the
-        call, so a short call is followed by a count, and the move repeats until none is left."""
+        with the square of its tasks), at most ``_MOVE_ROWS`` messages a call (Artemis 2.37
+        or later keeps to that count). The broker holds a call's moved messages in its heap
+        until the call returns: one call for a winner of 100,000 messages (200,000 rows in 2
+        tasks) exhausted a 1 GiB broker, which moved the 200,000 in calls of 20,000 in 4-6 s.
+        Messages move in queue order, so each task's keep their order. The broker moves what
+        its queue holds in memory at the call, so a short call is followed by a count, and
+        the move repeats until none is left; ``commitTimeoutMs`` ends one that stops moving."""
         where = token_filter([w.token for w in winners])
+        expected = sum(w.rows for w in winners)
         moved = 0
         deadline = Deadline(self.cfg.commit_timeout_s)
         while True:
@@ -416,15 +410,15 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                                       self.cfg.queue, False, _MOVE_ROWS, timeout_s=self.cfg.commit_timeout_s))
             moved += n
             if n:
-                deadline = Deadline(self.cfg.commit_timeout_s)  # the limit is on a move that stalls
-            if n >= _MOVE_ROWS:
-                continue
+                deadline.reset()
+            if n >= _MOVE_ROWS and moved < expected:
+                continue  # more to move (a move resumed after a crash counts only what it moved)
             left = self.staged(where)
             if not any(left.values()):
                 return moved
             if deadline.expired:
                 raise RetriableCommitError(f"moving {', '.join(sorted(left))} into {self.cfg.queue}: "
-                                           f"messages still staged after {self.cfg.commit_timeout_s:.0f} s")
+                                           f"no message moved for {self.cfg.commit_timeout_s:.0f} s")
             if not n:
                 time.sleep(0.05)  # committed messages reach the queue's memory a moment after the receipt
 
