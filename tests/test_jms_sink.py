@@ -218,45 +218,10 @@ def test_winners_move_in_groups_of_at_most_200():
     assert [w for g in groups for w in g] == ws  # every winner once, in order
 
 
-def test_a_batch_of_many_tasks_moves_in_two_management_calls(services, monkeypatch):
-    """Each move walks the whole staging queue, so a move per winner made a batch's commit
-    cost grow with the square of its tasks: the first winner moves alone (a crash between
-    it and the rest is a crash point of its own), the others in one call."""
+def _counted_moves(monkeypatch) -> list[int]:
+    """Messages each moveMessages call moved, in call order."""
     from spark_ext.connectors.jms.session import BrokerSession
 
-    moves: list[str] = []
-    call = BrokerSession.call
-
-    def counted(self, resource, operation, *args, **kw):
-        if operation == "moveMessages":
-            moves.append(resource)
-        return call(self, resource, operation, *args, **kw)
-
-    monkeypatch.setattr(BrokerSession, "call", counted)
-    qid = new_query_id()
-    dest = stomp_util.queue_name("grouped")
-    opts = Options(_options(services, dest, sinkid=f"g-{uuid.uuid4().hex[:12]}"), "hzsink")
-    plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
-    ids = [[f"{p}.{i}" for i in range(5)] for p in range(12)]
-    done = [plan.new_writer().write(iter([pa.record_batch({"body": pa.array(b)})]), TaskInfo(qid, 0, p, 0, p))
-            for p, b in enumerate(ids)]
-    plan.new_committer().commit(done, 0, plan.claim)
-    assert len(moves) == 2, moves
-    got = stomp_util.drain(services, dest)
-    assert sorted(got) == sorted(i for b in ids for i in b)
-    for b in ids:  # each task's messages in its row order
-        assert [m for m in got if m in set(b)] == b
-
-
-def test_a_winner_larger_than_a_move_call_moves_in_bounded_calls(services, monkeypatch):
-    """The broker holds every message of a moveMessages call in its heap until the call
-    returns: one call for a winner of 100,000 messages (a batch of 200,000 rows in 2 tasks)
-    exhausted a 1 GiB Artemis. Here the bound is lowered to 1,000 and each task stages
-    2,500: every call must move at most 1,000, and every message arrive once, in order."""
-    from spark_ext.connectors.jms.session import BrokerSession
-    from spark_ext.connectors.jms.sink import committer as jc
-
-    monkeypatch.setattr(jc, "_MOVE_ROWS", 1000)
     moved: list[int] = []
     call = BrokerSession.call
 
@@ -267,19 +232,45 @@ def test_a_winner_larger_than_a_move_call_moves_in_bounded_calls(services, monke
         return result
 
     monkeypatch.setattr(BrokerSession, "call", counted)
+    return moved
+
+
+def _commit_each_once_in_order(services, name: str, ids: list[list[str]]) -> None:
+    """One batch: task ``p`` stages ``ids[p]``, the driver commits; every message arrives
+    once, each task's in its row order."""
     qid = new_query_id()
-    dest = stomp_util.queue_name("bounded")
-    opts = Options(_options(services, dest, sinkid=f"b-{uuid.uuid4().hex[:12]}"), "hzsink")
+    dest = stomp_util.queue_name(name)
+    opts = Options(_options(services, dest, sinkid=f"{name[0]}-{uuid.uuid4().hex[:12]}"), "hzsink")
     plan = JmsSink().plan(opts, _BODY, Guarantee.EXACTLY_ONCE)
-    ids = [[f"{p}.{i}" for i in range(2500)] for p in range(2)]
     done = [plan.new_writer().write(iter([pa.record_batch({"body": pa.array(b)})]), TaskInfo(qid, 0, p, 0, p))
             for p, b in enumerate(ids)]
     plan.new_committer().commit(done, 0, plan.claim)
-    assert sum(moved) == 5000 and max(moved) <= 1000, moved
     got = stomp_util.drain(services, dest)
     assert sorted(got) == sorted(i for b in ids for i in b)
-    for b in ids:  # each task's messages in its row order
+    for b in ids:
         assert [m for m in got if m in set(b)] == b
+
+
+def test_a_batch_of_many_tasks_moves_in_two_management_calls(services, monkeypatch):
+    """Each move walks the whole staging queue, so a move per winner made a batch's commit
+    cost grow with the square of its tasks: the first winner moves alone (a crash between
+    it and the rest is a crash point of its own), the others in one call."""
+    moved = _counted_moves(monkeypatch)
+    _commit_each_once_in_order(services, "grouped", [[f"{p}.{i}" for i in range(5)] for p in range(12)])
+    assert len(moved) == 2, moved
+
+
+def test_a_winner_larger_than_a_move_call_moves_in_bounded_calls(services, monkeypatch):
+    """The broker holds every message of a moveMessages call in its heap until the call
+    returns: one call for a winner of 100,000 messages (a batch of 200,000 rows in 2 tasks)
+    exhausted a 1 GiB Artemis. Here the bound is lowered to 1,000 and each task stages
+    2,500: every call must move at most 1,000, and every message arrive once, in order."""
+    from spark_ext.connectors.jms.sink import committer as jc
+
+    monkeypatch.setattr(jc, "_MOVE_ROWS", 1000)
+    moved = _counted_moves(monkeypatch)
+    _commit_each_once_in_order(services, "bounded", [[f"{p}.{i}" for i in range(2500)] for p in range(2)])
+    assert sum(moved) == 5000 and max(moved) <= 1000, moved
 
 
 @pytest.mark.parametrize(("tasks", "id_len"), [
