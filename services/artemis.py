@@ -136,21 +136,26 @@ def _heap(profile: Path) -> None:
     profile.write_text(re.sub(r"-Xmx\S+", f"-Xmx{HEAP}", text))
 
 
+def create_instance(instance: Path, heap: str = HEAP, port_offset: int = 0) -> None:
+    """``artemis create`` of a broker instance on loopback with the local login; its STOMP
+    acceptor at ``STOMP_PORT + port_offset``."""
+    instance.parent.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(
+        [str(artemis_home() / "bin" / "artemis"), "create", str(instance), "--silent", "--force",
+         "--user", STOMP_USER, "--password", STOMP_PASSWORD, "--require-login",
+         "--host", HOST, "--http-host", HOST, "--no-web", "--no-amqp-acceptor",
+         "--no-hornetq-acceptor", "--no-mqtt-acceptor", "--no-autotune",
+         "--java-memory", heap, "--port-offset", str(port_offset)],
+        capture_output=True, text=True,
+    )
+    if res.returncode != 0:
+        raise ServiceError(f"artemis create failed:\n{res.stdout}\n{res.stderr}")
+
+
 def artemis_up() -> None:
-    home = artemis_home()
     instance = LOCAL / "artemis" / "broker"
     if not (instance / "bin" / "artemis").exists():
-        instance.parent.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(
-            [str(home / "bin" / "artemis"), "create", str(instance), "--silent", "--force",
-             "--user", STOMP_USER, "--password", STOMP_PASSWORD, "--require-login",
-             "--host", HOST, "--http-host", HOST, "--no-web", "--no-amqp-acceptor",
-             "--no-hornetq-acceptor", "--no-mqtt-acceptor", "--no-autotune",
-             "--java-memory", HEAP],
-            capture_output=True, text=True,
-        )
-        if res.returncode != 0:
-            raise ServiceError(f"artemis create failed:\n{res.stdout}\n{res.stderr}")
+        create_instance(instance)
     _stomp_prefixes(instance / "etc")
     _heap(instance / "etc" / "artemis.profile")
     pid = _spawn("artemis", [str(instance / "bin" / "artemis"), "run"])

@@ -115,6 +115,8 @@ def test_ack_frames_are_what_stomp_py_sends_and_odd_ids_round_trip():
         assert wire.header(sent[0], b"\nid:") == ack_id and used == len(_ack_frame(ack_id))
     assert _ack_frame("1,2158433556") == stomp_frame("ACK", {"id": "1,2158433556"}, b"").replace(
         b"content-length:0\n", b"")
+    assert _ack_frame("1,2", "spark-ext-ack-1-2") == stomp_frame(
+        "ACK", {"id": "1,2", "receipt": "spark-ext-ack-1-2"}, b"").replace(b"content-length:0\n", b"")
 
 
 def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():

@@ -57,7 +57,7 @@ class BrokerSession:
         self.where = f"the STOMP broker at {host}:{port}"
         self.timeout_s = timeout_s
         try:
-            self._sock = wire.StompSocket(host, port, timeout_s, tls, nodelay=True)
+            self._sock = wire.StompSocket(host, port, timeout_s, tls)
         except OSError as e:
             raise BrokerUnavailableError(f"cannot connect to {self.where}: {type(e).__name__}: {e}. Check "
                                          "options host/port (or brokerUrl)") from None

@@ -138,18 +138,11 @@ class StompSocket:
     and calls ``on_closed`` once when the connection ends (either side). ``send`` may be
     called from any thread."""
 
-    def __init__(self, host: str, port: int, timeout_s: float, tls: StompTls | None = None,
-                 nodelay: bool = False) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, tls: StompTls | None = None) -> None:
         sock = socket.create_connection((host, port), timeout=timeout_s)
-        if nodelay:
-            # Frames go out as soon as written: a BEGIN, SEND, COMMIT written back to back
-            # otherwise waits on the broker's delayed ACK (about 40 ms) under Nagle's algorithm.
-            # The queue source's receiver keeps Nagle: with it off, its acknowledgement
-            # receipt (an empty transaction, which the broker need not write to its journal)
-            # came back within a millisecond, and a restart test that freezes and then kills
-            # the broker once wrote 152 of 600 messages twice, as if acks the broker had
-            # confirmed were lost with it. Not explained yet.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Frames go out as soon as written: a BEGIN, SEND, COMMIT written back to back
+        # otherwise waits on the broker's delayed ACK (about 40 ms) under Nagle's algorithm.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock if tls is None else tls_wrap(sock, host, port, tls)
         self._where = (host, port)
         self._send_lock = threading.Lock()
