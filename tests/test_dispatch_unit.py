@@ -121,3 +121,35 @@ def test_installed_connectors_name_their_extras():
     targets = {**registry.available(registry.SOURCES), **registry.available(registry.SINKS)}
     assert targets["kafka"].endswith("[kafka]") and targets["jdbc"].endswith("[postgres]")
     assert targets["jms"].endswith("[jms]")
+
+
+def test_a_lazily_exported_connector_whose_extra_is_missing_names_the_pip_command(monkeypatch, tmp_path):
+    # the package names its connector through lazy_exports: the client library is imported
+    # by the attribute lookup, not by the package's import
+    pkg = tmp_path / "spark_ext_test_lazy_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from spark_ext.registry import lazy_exports\n"
+                                     "__getattr__ = lazy_exports(__name__, {'Sink': 'sink'})\n")
+    (pkg / "sink.py").write_text("import spark_ext_test_absent_client\nSink = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry._extra[registry.SINKS], "lazyq", "spark_ext_test_lazy_pkg:Sink [jms]")
+    with pytest.raises(MissingExtraError, match=r"pip install 'spark-ext\[jms\]'"):
+        registry.load(registry.SINKS, "lazyq", "hzsink")
+
+
+@pytest.mark.parametrize("side, other", [
+    ("spark_ext.connectors.kafka.source.reader", "spark_ext.connectors.kafka.sink"),
+    ("spark_ext.connectors.kafka.sink.writer", "spark_ext.connectors.kafka.source"),
+    ("spark_ext.connectors.jms.source", "spark_ext.connectors.jms.sink"),
+    ("spark_ext.connectors.jms.sink.writer", "spark_ext.connectors.jms.source"),
+])
+def test_a_connectors_source_and_sink_are_imported_apart(side, other):
+    # every Python worker Spark starts for a query imports what it runs: a reading worker
+    # that also loaded the sink paid its imports (numpy, the transaction client) for nothing
+    import subprocess
+    import sys
+
+    probe = f"import sys, {side}; print({other!r} in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False", f"importing {side} imported {other}"
