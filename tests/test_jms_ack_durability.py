@@ -11,6 +11,7 @@ import pytest
 
 from spark_ext.connectors.jms.client import StompReceiver
 from spark_ext.connectors.jms.config import JmsSourceConfig
+from spark_ext.connectors.jms.session import BrokerSession
 from spark_ext.options import Options
 from tests.support.artemis_instance import PrivateArtemis
 from tests.support.stomp_util import drain, queue_name, send
@@ -24,8 +25,14 @@ _SLOW_JOURNAL = {"journalBufferTimeout_NIO": "2000000000", "journalBufferTimeout
 def test_a_confirmed_acknowledgement_survives_a_broker_killed_right_after(tmp_path):
     broker = PrivateArtemis(tmp_path, _SLOW_JOURNAL)
     dest = queue_name("durable-ack")
-    broker.start()
     try:
+        broker.start()
+        session = BrokerSession("127.0.0.1", broker.port, broker.services.stomp_user,
+                                broker.services.stomp_password, 30)
+        try:  # the slow journal is what opens the window: without it this test proves nothing
+            assert session.attribute("broker", "JournalBufferTimeout") == 2_000_000_000
+        finally:
+            session.close()
         send(broker.services, dest, [f"d{i}" for i in range(300)])
         cfg = JmsSourceConfig.parse(Options({
             "host": "127.0.0.1", "port": str(broker.port), "user": broker.services.stomp_user,

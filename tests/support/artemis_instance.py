@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from services.artemis import BROKER_PROPERTIES, create_instance
-from services.common import HOST, STOMP_PASSWORD, STOMP_PORT, STOMP_USER
+from services.common import ARTEMIS_CORE_PORT, HOST, STOMP_PASSWORD, STOMP_PORT, STOMP_USER
 from tests.support.waiting import wait_for
 
 
@@ -19,7 +19,7 @@ def _free_offset() -> int:
     """A port offset whose STOMP and core ports are both free on loopback."""
     for offset in range(700, 1700, 37):
         free = True
-        for port in (STOMP_PORT + offset, 61616 + offset):
+        for port in (STOMP_PORT + offset, ARTEMIS_CORE_PORT + offset):
             with socket.socket() as s:
                 free = free and s.connect_ex((HOST, port)) != 0
         if free:

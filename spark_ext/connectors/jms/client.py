@@ -391,9 +391,9 @@ class StompReceiver:
             # The broker may never store ACK frames it has not confirmed (a hung link, a
             # crash right after): the caller keeps every ID as committed-but-unacknowledged,
             # and a restart learns them from the next offset.
-            log.warning("the STOMP broker at %s did not confirm %d acknowledgement(s) within %.0f s; "
-                        "their messages are dropped if they come again", self.cfg.where, len(ids),
-                        self.cfg.connect_timeout_s)
+            log.warning("the acknowledgement of %d message(s) is not confirmed (no receipt from the STOMP "
+                        "broker at %s within %.0f s, or the connection failed); they are dropped if they "
+                        "come again", len(ids), self.cfg.where, self.cfg.connect_timeout_s)
             return list(ids)
         return unacked
 

@@ -33,8 +33,10 @@ What a restart finds, and what happens:
    belong to the old connection) but not the IDs: messages of batches planned before it
    come again and are acknowledged when their batch commits; IDs that could not be
    acknowledged then (their copy has not arrived yet), and IDs acked in the last batches
-   on the old connection (the broker may not have processed those acks), join the
-   committed IDs whose redeliveries are dropped and acknowledged.
+   on the old connection, join the committed IDs whose redeliveries are dropped and
+   acknowledged. Those acks were confirmed, and Artemis confirms an ack once it stored
+   it; STOMP itself promises only that the frame was handled, so a broker that confirms
+   earlier and then crashes is covered too.
 
 ``at_least_once`` records IDs too, so a replay reads the same messages (a sink that skips
 a batch or partition that already landed then skips exactly what it wrote), but does
@@ -192,8 +194,9 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         return self._rx
 
     def _reconnected(self) -> None:
-        """A new connection: acks sent on the old one may not have reached the broker, and
-        copies of every unacknowledged message will come again. Keep their IDs."""
+        """A new connection: acks sent on the old one may not have reached the broker (or,
+        on a broker that confirms a frame before storing it, been lost with it), and copies
+        of every unacknowledged message will come again. Keep their IDs."""
         assert self._rx is not None
         if self._generation and self.cfg.tracks_ids:
             now = time.time()
