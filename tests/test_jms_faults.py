@@ -300,3 +300,42 @@ def test_acknowledgements_the_broker_never_handled_do_not_let_a_batch_be_written
     done = subprocess.run([*argv, "600", "-", *opts], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert query(url, f"SELECT count(*), count(DISTINCT message_id) FROM {table}") == [(600, 600)]
+
+
+def test_a_once_run_waits_for_a_broker_slow_to_push_after_subscribing(services, monkeypatch):
+    """Trigger.Once plans one batch (read limit: all available) and ends: a plan made
+    before the new subscription's first messages arrive would end the run having read
+    nothing (seen in CI under load). The receiving thread is held 300 ms at its first
+    messages, a slow broker's first push (timing only; the reader's steps are unchanged)."""
+    from spark_ext.compat import ReadAllAvailable
+    from spark_ext.connectors.jms.client import StompReceiver
+    from spark_ext.connectors.jms.config import JmsSourceConfig
+    from spark_ext.connectors.jms.ids import unpack_ids
+    from spark_ext.connectors.jms.source import JmsStreamReader
+    from spark_ext.options import Options
+
+    dest = queue_name("onceslow")
+    send(services, dest, [f"o{i}" for i in range(30)])
+    real = StompReceiver._received
+    held: set[int] = set()
+
+    def slow_first_push(self, frames):
+        if id(self) not in held:
+            held.add(id(self))
+            time.sleep(0.3)
+        real(self, frames)
+
+    monkeypatch.setattr(StompReceiver, "_received", slow_first_push)
+    cfg = JmsSourceConfig.parse(Options({
+        "host": services.stomp_host, "port": str(services.stomp_port), "user": services.stomp_user,
+        "password": services.stomp_password, "destination": dest}, "test"))
+    reader = JmsStreamReader(cfg)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end != start, "the only plan of the run was empty"
+        assert len(unpack_ids(end["ids"])) == 30
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # acknowledges the batch: nothing new
+    finally:
+        reader.stop()
+    assert drain(services, dest) == []

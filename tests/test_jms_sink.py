@@ -51,6 +51,16 @@ def _shown(committer: JmsCommitter, entry: SinkState) -> SinkState | None:
     return now
 
 
+def _recorded(committer: JmsCommitter, batch) -> None:
+    """``record`` the batch's decision, then wait until the log's listing shows it (bounded,
+    as ``_shown``): a doctor run right after must find it, as one run later in life does."""
+    decision = committer.record(batch)
+    deadline = time.monotonic() + 10
+    while committer.recorded(batch) != decision:
+        assert time.monotonic() < deadline, "the log's listing never showed the recorded decision"
+        time.sleep(0.05)
+
+
 def test_the_log_is_appended_by_compare_and_set(services):
     """Two drivers read the same state and both append the next entry: the broker's
     duplicate-id check (``_AMQ_DUPL_ID`` sent as a STOMP header, in a transaction) lets one
@@ -165,7 +175,7 @@ def test_doctor_finishes_a_decided_batch_and_clears_staging(services, capsys, mo
     assert isinstance(committer, JmsCommitter)
     batch = Batch(0, (winner,), plan.claim)
     committer.check(batch)
-    committer.record(batch)  # decided; the driver dies here
+    _recorded(committer, batch)  # decided; the driver dies here
     committer.close()
 
     monkeypatch.setenv(PASSWORD_ENV, services.stomp_password)
@@ -304,7 +314,7 @@ def test_a_decision_naming_many_winners_or_a_long_sink_id_is_read_back_whole(ser
     assert isinstance(committer, JmsCommitter)
     batch = Batch(1, tuple(write_batch(plan, 1)), plan.claim)
     committer.check(batch)
-    committer.record(batch)
+    _recorded(committer, batch)
     committer.close()
 
     monkeypatch.setenv(PASSWORD_ENV, services.stomp_password)
