@@ -88,12 +88,14 @@ unit: $(JAR) $(STAMP)
 # Two pytest workers (most tests wait on brokers and JVMs more than they compute); tests
 # that stop and start a shared service (marker restarts_services) then run alone. Exit
 # status 5 is "no test selected", for a PYTEST_ARGS="-k ..." that selects from one part only.
+# Then the suite fails if it left a prepared, XA or open Kafka transaction on the servers.
 test: $(JAR) $(STAMP) lint services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services and not compat_only and not kafka_cluster and not campaign and not broker_clock" \
 	  --durations=25 \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -m "restarts_services and not compat_only and not kafka_cluster and not campaign and not broker_clock" \
 	  --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m tests.leftovers
 
 # The tests marked compat, on PySpark $(PYSPARK) and Python $(PYTHON), from the built wheel
 # in a virtualenv cached in ~/.cache/spark-ext/compat (tests/compat_env.py).

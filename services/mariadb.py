@@ -29,6 +29,7 @@ from services.common import (
     _wait,
     log,
 )
+from services.pki import make_pki
 
 HOME = LOCAL / "mariadb"
 ROOT = HOME / "root"  # the unpacked packages
@@ -80,13 +81,18 @@ def password() -> str:
 
 def _args(server: Path) -> list[str]:
     user = ["--user=root"] if os.geteuid() == 0 else []
+    # TLS on the same port for whoever asks (the local CA's server certificate), as a
+    # production server offers it; clear text stays allowed for the tests' own URL.
+    pki = make_pki()
+    tls = [f"--ssl-ca={pki / 'ca.pem'}", f"--ssl-cert={pki / 'server.pem'}",
+           f"--ssl-key={pki / 'server.key'}"]
     return [str(server), "--no-defaults", f"--basedir={ROOT / 'usr'}", f"--datadir={DATA}", *user,
             f"--bind-address={HOST}", f"--port={MARIADB_PORT}", f"--socket={SOCKET}",
             f"--pid-file={HOME / 'mariadbd.pid'}", f"--lc-messages-dir={ROOT / 'usr/share/mysql'}",
             "--log-bin=binlog", "--binlog-format=ROW", "--server-id=1", "--max-connections=400",
             "--innodb-buffer-pool-size=256M", "--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1",
             "--skip-name-resolve", "--local-infile=1", "--character-set-server=utf8mb4",
-            "--collation-server=utf8mb4_bin"]
+            "--collation-server=utf8mb4_bin", *tls]
 
 
 def root_connect() -> object:

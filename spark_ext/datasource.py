@@ -9,6 +9,9 @@ The readers and writers they return are pickled to executors.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -21,7 +24,7 @@ from pyspark.sql.types import StructType
 from spark_ext import compat, registry
 from spark_ext.commit import ProtocolStreamWriter
 from spark_ext.connector import SinkConnector, SourceConnector
-from spark_ext.errors import ConfigurationError
+from spark_ext.errors import ConfigurationError, SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.shipping import Shipped
@@ -84,9 +87,10 @@ class HzSink(Shipped, DataSource):
         since the batch's transactions are prepared and waiting).
         """
         conn, opts = _sink(Options(self.options, "hzsink"))
-        guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
-        conn.check(opts, guarantee)
-        plan = conn.plan(opts, schema, guarantee, prepare=not compat.in_commit_runner())
+        with _users_words(opts):
+            guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
+            conn.check(opts, guarantee)
+            plan = conn.plan(opts, schema, guarantee, prepare=not compat.in_commit_runner())
         return ProtocolStreamWriter(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -100,11 +104,27 @@ class HzSink(Shipped, DataSource):
         given = Options(self.options, "hzsink")
         identity = batch.BatchIdentity.parse(given)
         conn, opts = _sink(batch.without_batch_options(given))
-        guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
-        conn.check(opts, guarantee)
-        sink_id = batch.require_sink_id(opts, conn.id_option, conn.name) if guarantee.transactional else None
-        plan = conn.plan(opts, schema, guarantee, prepare=True)
+        with _users_words(opts):
+            guarantee = Guarantee.parse(opts.get_str("guarantee"), conn.default_guarantee)
+            conn.check(opts, guarantee)
+            sink_id = (batch.require_sink_id(opts, conn.id_option, conn.name) if guarantee.transactional
+                       else None)
+            plan = conn.plan(opts, schema, guarantee, prepare=True)
         return batch.ProtocolBatchWriter(plan, identity, sink_id)
+
+
+@contextmanager
+def _users_words(opts: Options) -> Iterator[None]:
+    """Errors of a sink with dead letters name the options the user wrote, not the
+    routing sink they were composed into (``deadletters.in_users_words``)."""
+    from spark_ext import deadletters
+
+    try:
+        yield
+    except SparkExtError as e:
+        if opts.get_str("deadletters") != deadletters.COMPOSED:
+            raise
+        raise deadletters.in_users_words(e) from e.__cause__
 
 
 def _sink(opts: Options) -> tuple[SinkConnector, Options]:

@@ -26,14 +26,16 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_ext.errors import InvalidOptionError
+from spark_ext.errors import InvalidOptionError, SparkExtError
 from spark_ext.options import Options
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-PREFIX = "deadletter."
+PREFIX = "deadletter."  # as options reach a data source: lower-cased
+USERS_PREFIX = "deadLetter."  # as users write them
 TARGET, DEAD = "target", "dead"
+COMPOSED = f"{TARGET}:{DEAD}"  # option deadLetters of the routing sink ``compose`` makes
 # The dead-letter rows' columns; ``value`` / ``body``: all the others as one JSON document,
 # for a Kafka topic or a queue.
 COLUMNS = ("sink_id", "batch_id", "partition_id", "error_class", "error_code", "error_message", "row")
@@ -102,15 +104,44 @@ def compose(opts: Options, id_option: str) -> Options:
     if given_id is not None:
         out["sinkid"] = given_id
     out["connector"] = "routing"
-    if raw.get("connector", "").strip().lower() == "jdbc":
-        out["decider"] = TARGET  # the sink's own database holds the decisions, as without dead letters
-    out["deadletters"] = f"{TARGET}:{DEAD}"
+    out["deadletters"] = COMPOSED
     out.update({f"sinks.{TARGET}.{k}": v for k, v in own.items()})
     out.update({f"sinks.{DEAD}.{k}": v for k, v in dead.items()})
     if "columns" not in dead:
         cols = BY_CONNECTOR.get(dead["connector"].strip().lower(), COLUMNS)
         out[f"sinks.{DEAD}.columns"] = ",".join(cols)
     return Options(out, opts.what)
+
+
+# The composed routing sink's words for the options the user wrote, longest first.
+_USERS_WORDS = (
+    (f"sub-sinks {TARGET!r} and {DEAD!r}", "the sink and its dead-letter destination"),
+    (f"sub-sink {DEAD!r}", "the dead-letter destination (deadLetter.* options)"),
+    (f"sub-sink {TARGET!r}", "the sink"),
+    (f"sinks.{DEAD}.", USERS_PREFIX),
+    (f"sinks.{TARGET}.", ""),
+    (f"'{DEAD}'", "the dead-letter destination"),
+    (f"'{TARGET}'", "the sink"),
+)
+
+
+def in_users_words(e: SparkExtError) -> SparkExtError:
+    """``e``, raised by the routing sink ``compose`` made, as the options the user wrote
+    name things: ``deadLetter.*`` for the destination, the sink's own options for the
+    target (never the internal sub-sinks ``target`` and ``dead``). Same class, so callers
+    that tell errors apart by type still can."""
+    text = str(e)
+    for internal, users in _USERS_WORDS:
+        text = text.replace(internal, users)
+    if text.startswith("the dead-letter destination ("):
+        # about the destination alone: its own options, as the user must spell them
+        for option in ("createTable", "dbtable", "upsertKeys", "topic", "destination", "url"):
+            text = text.replace(f"'{option}'", f"'{USERS_PREFIX}{option}'")
+    if text == str(e):
+        return e
+    out = type(e)(text)
+    out.__cause__ = e.__cause__
+    return out
 
 
 def schema() -> Any:

@@ -23,7 +23,7 @@ import pytest
 from spark_ext.options import checkpoint_sink_id
 from tests.drivers import connect_windows_app, kafka_to_jdbc_app
 from tests.support import kafka_util, pg_util
-from tests.support.processes import stop_group
+from tests.support.processes import driver_report, stop_group
 from tests.support.windows_data import in_order_batches, write_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -81,7 +81,7 @@ def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, servi
     res = subprocess.run([sys.executable, str(client), services.kafka_bootstrap, topic, services.postgres_url,
                           table, str(tmp_path / "ck"), connect_url], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 0, driver_report(res)
     assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
     batches = int(res.stdout.split("BATCHES", 1)[1].split()[0])
     assert batches >= 3  # 600 records, 200 a batch: several 2PC commits
@@ -111,7 +111,7 @@ def test_exactly_once_writes_inside_foreach_batch_through_spark_connect(connect_
                           table, str(tmp_path / "ck"), connect_url], cwd=tmp_path,
                          env={**env, "FOREACH_BATCH_SINK_ID": sink_id}, capture_output=True, text=True,
                          timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 0, driver_report(res)
     assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
     rows = pg_util.query(services.postgres_url,
                          f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
@@ -136,7 +136,7 @@ def test_windows_with_their_state_in_files_through_spark_connect(connect_url, tm
     args = [str(tmp_path / d) for d in ("src", "out", "ck", "state")]
     res = subprocess.run([sys.executable, str(client), connect_url, *args], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 0, driver_report(res)
     assert "SESSION pyspark.sql.connect" in res.stdout, res.stdout
     assert list((tmp_path / "state").iterdir())  # the state went to files
     expected: dict[tuple[str, int], list[int]] = {}

@@ -24,6 +24,7 @@ from tests.support import kafka_sink, kafka_util, pg_util
 from tests.support.deadletters import FIRST as _FIRST
 from tests.support.deadletters import OTHERS as _OTHERS
 from tests.support.deadletters import run as _run
+from tests.support.processes import driver_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -108,13 +109,13 @@ def test_kill_9_with_dead_letters_leaves_every_row_in_one_place_once(services, t
     _files(tmp_path / "src", n)
     for batch, point in enumerate(points, start=1):
         crashed = _run(tmp_path, t.options(), f"{point}@{batch}")
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"
         good, dead = t.landed()
         assert len(set(good)) == len(good) and len(set(dead)) == len(dead), point
         want_good, want_dead = _expected(batch)
         assert set(want_good) <= set(good) and set(want_dead) <= set(dead), point
     done = _run(tmp_path, t.options())
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert t.landed() == _expected(n)
     # What an operator reads in the driver's log, per batch that set rows aside, and in status:
     assert "committed 7 refused row(s) as dead letters (sub-sink 'dead'); the first: " in done.stderr
@@ -224,6 +225,11 @@ def test_only_row_errors_are_dead_lettered(services):
     eng.dispose()
 
 
+def _error_line(text: str) -> str:
+    """The sink's own error in a failed query's message (not the traceback's code lines)."""
+    return next((line for line in text.splitlines() if "spark_ext.errors." in line), text)
+
+
 def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
     t = Target(services)
     _files(tmp_path / "src", 1)
@@ -248,7 +254,22 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
     kafka_only = {"connector": "kafka", "kafka.bootstrap.servers": kafka, "topic": "unused",
                   "deadLetter.connector": "kafka", "deadLetter.kafka.bootstrap.servers": kafka,
                   "deadLetter.topic": "unused-dlq"}
-    assert "use a jdbc dead-letter destination" in start_error(kafka_only, df.selectExpr("v AS value"))
+    assert "write the dead letters to PostgreSQL" in start_error(kafka_only, df.selectExpr("v AS value"))
+    # a MariaDB table with dead letters in Kafka: the real reason, in the options the user wrote
+    from tests.support import mysql_util
+
+    mtable = pg_util.table_name("dl_maria")
+    mysql_util.execute(services.mariadb_url, f"CREATE TABLE {mtable} (id bigint, v longtext)")
+    maria = {"connector": "jdbc", "url": services.mariadb_url, "dbtable": mtable,
+             "sinkId": f"dlm-{uuid.uuid4().hex[:12]}", "deadLetter.connector": "kafka",
+             "deadLetter.kafka.bootstrap.servers": kafka, "deadLetter.topic": "unused-dlq"}
+    said = _error_line(start_error(maria))
+    assert "MariaDB and MySQL" in said and "write the dead letters to PostgreSQL" in said, said
+    assert "decider" not in said and "sub-sink" not in said, said
+    # a dead-letter table that is missing: the hint names the option as the user writes it
+    missing = _error_line(start_error({k: v for k, v in t.options().items() if k != "deadLetter.createTable"}))
+    assert "'deadLetter.createTable'" in missing and "dead-letter destination" in missing, missing
+    assert "sub-sink" not in missing and "'dead'" not in missing, missing
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
     assert "needs option 'deadLetter.connector'" in start_error(no_connector)
     assert "maxDeadLetters needs a dead-letter destination" in start_error(
@@ -432,3 +453,40 @@ def test_a_key_twice_in_one_batch_fails_naming_the_cause_instead_of_setting_rows
     finally:
         plan.new_committer().abort([first], 0, plan.claim)
     assert t.in_doubt() == []
+
+
+def test_a_deferred_foreign_key_sets_the_row_aside_instead_of_failing_every_prepare(services):
+    """A foreign key declared ``DEFERRABLE INITIALLY DEFERRED`` is checked when the
+    transaction ends, at PREPARE: the whole batch failed there, no dead letter, and every
+    restart failed the same way. With dead letters the writer checks constraints as each
+    statement ends, so the row that breaks it is set aside like any constraint violation."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from spark_ext.commit import TaskInfo
+    from spark_ext.connectors.jdbc import JdbcSink
+    from spark_ext.deadletters import SetsAside
+    from spark_ext.guarantees import Guarantee
+    from spark_ext.options import Options
+
+    url = services.postgres_url
+    parent, child = pg_util.table_name("dl_parent"), pg_util.table_name("dl_child")
+    pg_util.execute(url, f"CREATE TABLE {parent} (id bigint PRIMARY KEY); "
+                    f"INSERT INTO {parent} VALUES (1), (2); "
+                    f"CREATE TABLE {child} (id bigint, parent bigint REFERENCES {parent} (id) "
+                    "DEFERRABLE INITIALLY DEFERRED)")
+    schema = StructType([StructField("id", LongType()), StructField("parent", LongType())])
+    sink_id = f"dlfk-{uuid.uuid4().hex[:12]}"
+    plan = JdbcSink().plan(Options({"url": url, "dbtable": child, "sinkid": sink_id}, "hzsink"), schema,
+                           Guarantee.EXACTLY_ONCE)
+    writer = plan.new_writer()
+    assert isinstance(writer, SetsAside)
+    writer.refused = []
+    rows = pa.record_batch({"id": pa.array([10, 11, 12], pa.int64()),
+                            "parent": pa.array([1, 99, 2], pa.int64())})
+    msg = writer.write(iter([rows]), TaskInfo(f"q-{uuid.uuid4().hex}", 0, 0, 0, 1))
+    assert [r.row.to_pylist() for r in writer.refused] == [[{"id": 11, "parent": 99}]]
+    assert writer.refused[0].error_code == "23503"  # foreign_key_violation
+    plan.new_committer().commit([msg], 0, plan.claim)
+    assert pg_util.query(url, f"SELECT id FROM {child} ORDER BY id") == [(10,), (12,)]
+    assert pg_util.prepared(url, sink_id) == []

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from tests.support import kafka_sink, kafka_util, pg_util
 from tests.support.deadletters import FIRST, OTHERS, ended, run, write_files
+from tests.support.processes import driver_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -115,13 +116,13 @@ def test_kill_9_with_a_kafka_target_leaves_every_row_in_one_place_once(services,
     _files(tmp_path / "src", n)
     for batch, point in enumerate(points, start=1):
         crashed = run(tmp_path, t.options(), f"{point}@{batch}", SELECT)
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"
         good, dead = t.landed()
         assert len(set(good)) == len(good) and len(set(dead)) == len(dead), point
         want_good, want_dead = _expected(batch)
         assert set(want_good) <= set(good) and set(want_dead) <= set(dead), point
     done = run(tmp_path, t.options(), select=SELECT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert t.landed() == _expected(n)
     assert kafka_sink.open_transactions(t.bootstrap, t.prefix) == []
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import pg_util
 from tests.support.deadletters import ended, write_files
+from tests.support.processes import driver_report
 from tests.support.stomp_util import drain, queue_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -93,12 +94,12 @@ def test_kill_9_with_a_queue_target_leaves_every_row_in_one_place_once(services,
 
     for batch, point in enumerate(points, start=1):
         crashed = run(tmp_path, opts, f"{point}@{batch}", "|".join(SELECT))
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"
         good, dead = landed()
         assert len(set(good)) == len(good) and len(set(dead)) == len(dead), point
         want_good, want_dead = expected(batch)
         assert set(want_good) <= set(good) and set(want_dead) <= set(dead), point
     done = run(tmp_path, opts, select="|".join(SELECT))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert landed() == expected(n)
     assert pg_util.prepared(url, opts["sinkId"]) == []

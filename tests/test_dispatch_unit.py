@@ -15,6 +15,7 @@ from spark_ext.errors import MissingExtraError, UnknownOptionError, UnsupportedG
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
 from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
+from tests.support.processes import driver_report
 
 
 class EchoSink(SinkConnector[str]):
@@ -151,5 +152,5 @@ def test_a_connectors_source_and_sink_are_imported_apart(side, other):
 
     probe = f"import sys, {side}; print({other!r} in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, driver_report(out)
     assert out.stdout.strip() == "False", f"importing {side} imported {other}"

@@ -16,6 +16,7 @@ import pytest
 
 from spark_ext import failpoints
 from tests.support import pg_util
+from tests.support.processes import driver_report
 from tests.support.routing import Targets
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -65,7 +66,7 @@ def test_kill_9_in_a_foreach_batch_function_lands_each_id_once_in_every_system(s
     writes = _writes(t, base)
     for batch, point in enumerate(points, start=1):
         crashed = _run(tmp_path, writes, f"{point}@{batch}")
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"
         assert f"{point}@{batch}" in (tmp_path / "struck.log").read_text()
         for name, ids in t.committed().items():
             before, this = list(range(batch * BATCH)), set(range(batch * BATCH, (batch + 1) * BATCH))
@@ -73,7 +74,7 @@ def test_kill_9_in_a_foreach_batch_function_lands_each_id_once_in_every_system(s
             rest = ids[len(before):]
             assert len(set(rest)) == len(rest) and set(rest) <= this, f"{point}: {name}: {rest}"
     done = _run(tmp_path, writes)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     every = list(range((len(points) + 2) * BATCH))
     assert t.committed() == {"ledger": every, "alerts": every, "notes": every}
     assert t.in_doubt(base) == []

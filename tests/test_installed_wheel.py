@@ -18,6 +18,7 @@ from kafka import KafkaConsumer
 from bench.common import read_to_end
 from tests.drivers import installed_kafka_job
 from tests.support import kafka_util
+from tests.support.processes import driver_report
 from tests.support.wheel import build_wheel
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -32,7 +33,7 @@ def _venv_with_wheel(tmp: Path, extra: str) -> Path:
     # PYTHONPATH (the checkout, for the suite's own workers) would show pip the editable install
     res = subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[{extra}]"], env=_outside_env(),
                          capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, driver_report(res)
     return py
 
 
@@ -61,7 +62,7 @@ def test_wheel_with_the_kafka_extra_runs_kafka_and_names_the_extra_for_jdbc(serv
     args = [services.kafka_bootstrap, src, dst, str(tmp_path / "ck")]
     ran = subprocess.run([str(py), str(script), *args], cwd=work, env=env, capture_output=True, text=True,
                          timeout=400)
-    assert ran.returncode == 0, ran.stdout[-2000:] + _spark_error(ran.stderr)
+    assert ran.returncode == 0, driver_report(ran) + _spark_error(ran.stderr)
     assert "ROWS 300" in ran.stdout
     c = KafkaConsumer(bootstrap_servers=services.kafka_bootstrap, isolation_level="read_committed",
                       enable_auto_commit=False)
@@ -71,8 +72,8 @@ def test_wheel_with_the_kafka_extra_runs_kafka_and_names_the_extra_for_jdbc(serv
         c.close()
     assert got == sorted(v for _, _, v in kafka_util.numbered(2, 300) if v is not None)
     # the second query of the job names the PostgreSQL sink, whose extra is not installed
-    assert "QUERY FAILED" in ran.stdout, ran.stdout[-3000:]
-    assert "pip install 'spark-ext[postgres]'" in ran.stdout, ran.stdout[-3000:]
+    assert "QUERY FAILED" in ran.stdout, driver_report(ran)
+    assert "pip install 'spark-ext[postgres]'" in ran.stdout, driver_report(ran)
 
 
 def _spark_error(stderr: str) -> str:

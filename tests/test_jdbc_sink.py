@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,7 +21,9 @@ from spark_ext.errors import FencedError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, checkpoint_sink_id
 from tests.support.pg_util import execute, prepared, query, table_name, write_json_files
+from tests.support.processes import driver_report
 from tests.support.sinks import new_query_id
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -129,10 +133,10 @@ def test_upsert_at_least_once_replays_converge_to_the_exactly_once_state(service
     opts = ["guarantee=at_least_once", "upsertKeys=id"]
     crashed = subprocess.run([*argv, "jdbc.after_write@1", *opts], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     assert query(url, f"SELECT count(*) FROM {table} WHERE v LIKE 'b1-%'")[0][0] > 0  # batch 1 landed
     done = subprocess.run([*argv, "-", *opts], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert dict(query(url, f"SELECT id, v FROM {table}")) == final
 
 
@@ -205,6 +209,52 @@ def test_a_zombie_attempt_that_spark_took_commits_through_the_newer_attempt_that
                     s=sink_id)
     decided = winners[0][0] if isinstance(winners[0][0], list) else json.loads(winners[0][0])
     assert sorted(decided) == sorted([str(part1.gid), str(newer.gid)])
+
+
+def _waiting_on_the_sink_lock(url: str) -> bool:
+    return query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                      "AND wait_event = 'advisory' AND query LIKE '%%pg_advisory_lock(%%'")[0][0] > 0
+
+
+def test_a_later_attempt_never_rolls_back_a_winner_the_driver_is_recording(services, monkeypatch):
+    """The driver's decision has checked that attempt 0's transaction is prepared and is
+    recording it as the batch's winner; attempt 1 of the same task (a retry, a speculative
+    copy) starts just then. Rolled back now, attempt 0's rows would be lost though the
+    batch is decided. The later attempt waits for the decision, then writes nothing."""
+    qid, url = new_query_id(), services.postgres_url
+    table, sink_id, plan, rows = _keyed_sink(url, "racing", 3000)
+    first: JdbcCommittable = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 0, 11))
+    committer = plan.new_committer()
+    later: dict[str, Any] = {}
+
+    def attempt_1() -> None:
+        try:
+            later["msg"] = plan.new_writer().write(iter([rows]), TaskInfo(qid, 0, 0, 1, 23))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            later["error"] = e
+
+    check = type(committer)._check_prepared
+    calls: list[int] = []
+
+    def check_then_attempt_1_starts(self: Any, batch: Any) -> Any:
+        instead = check(self, batch)  # the winners are there: the decision goes on to record them
+        calls.append(1)
+        if len(calls) == 1:  # step 4a's check; the second is record's, as it writes the decision
+            return instead
+        t = later["thread"] = threading.Thread(target=attempt_1, daemon=True)
+        t.start()
+        wait_for(lambda: not t.is_alive() or _waiting_on_the_sink_lock(url),
+                 "attempt 1 done, or waiting for the sink's lock", 30)
+        return instead
+
+    monkeypatch.setattr(type(committer), "_check_prepared", check_then_attempt_1_starts)
+    committer.commit([first], 0, plan.claim)
+    assert len(calls) == 2, calls
+    later["thread"].join(30)
+    assert "error" not in later, later.get("error")
+    assert ids(url, table) == [1, 2]  # the winner's rows committed
+    assert later["msg"].rows == 0 and later["msg"].gid is None  # the batch was decided: nothing
+    assert prepared(url, sink_id) == []
 
 
 def test_an_older_attempt_that_thaws_leaves_the_newer_prepared_attempt_alone(services):
@@ -638,13 +688,13 @@ def test_the_commit_worker_killed_after_the_decision_leaves_the_batch_to_the_res
             str(tmp_path / "ckpt"), url, table]
     failed = subprocess.run([*argv, "worker:jdbc.after_decision@1", "lockTimeoutMs=5000"],
                             start_new_session=True, capture_output=True, text=True, timeout=300)
-    assert failed.returncode == 1, failed.stderr[-3000:]
-    assert "failed to abort" not in failed.stderr.lower(), failed.stderr[-3000:]
+    assert failed.returncode == 1, driver_report(failed)
+    assert "failed to abort" not in failed.stderr.lower(), driver_report(failed)
     assert ids(url, table) == list(range(100))  # batch 1 decided, not yet committed
     sink = checkpoint_sink_id(str(tmp_path / "ckpt"))
     assert len(prepared(url, sink)) == 3
     done = subprocess.run([*argv, "-"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert ids(url, table) == list(range(350))
     assert prepared(url, sink) == []
 
@@ -750,12 +800,12 @@ def test_at_least_once_replay_with_other_partitions_loses_nothing(services, tmp_
             str(tmp_path / "ckpt"), url, table]
     crashed = subprocess.run([*argv, "jdbc.after_write@1", "guarantee=at_least_once"], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     landed = set(ids(url, table))
     assert set(range(100)) < landed < set(range(300))  # batch 0 and a part of batch 1
     done = subprocess.run([*argv, "-", "guarantee=at_least_once"], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PARTITION_BY": "v"})
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert set(ids(url, table)) == set(range(350))
 
 

@@ -15,6 +15,7 @@ import pytest
 from spark_ext.options import checkpoint_sink_id
 from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
+from tests.support.processes import driver_report
 from tests.support.stomp_util import drain, queue_counts, queue_name, send
 from tests.support.waiting import wait_for, wait_for_idle_trigger
 
@@ -26,7 +27,7 @@ def restart_artemis() -> None:
     for action in ("down", "up"):
         done = subprocess.run([sys.executable, "-m", "services", action, "artemis"], capture_output=True,
                               text=True, timeout=180)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert done.returncode == 0, driver_report(done)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -130,12 +131,12 @@ def test_at_least_once_replay_reads_the_recorded_messages_when_redelivery_order_
     base = driver_argv(services, dest, tmp_path / "ckpt", table)
     crashed = subprocess.run([*base, "200", "jdbc.after_decision@2", "guarantee=at_least_once"],
                              start_new_session=True, capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     assert count(url, table) > 0  # batches landed before the crash, batch 2 among them
     send(services, dest, [f"hi{i}" for i in range(20)], headers={"priority": "9"})
     done = subprocess.run([*base, "220", "-", "guarantee=at_least_once"], capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     bodies = {b for (b,) in query(url, f"SELECT body FROM {table}")}
     expected = {f"p{i}" for i in range(200)} | {f"hi{i}" for i in range(20)}
     assert expected - bodies == set(), sorted(expected - bodies)[:10]  # nothing lost
@@ -298,7 +299,7 @@ def test_acknowledgements_the_broker_never_handled_do_not_let_a_batch_be_written
             wait_for(lambda: not _group_alive(artemis), "the killed broker to be gone")
     restart_artemis()
     done = subprocess.run([*argv, "600", "-", *opts], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert query(url, f"SELECT count(*), count(DISTINCT message_id) FROM {table}") == [(600, 600)]
 
 

@@ -11,6 +11,7 @@ from spark_ext import compat
 from spark_ext.options import checkpoint_sink_id
 from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
+from tests.support.processes import driver_report
 from tests.support.releases import assert_refused_for_release, refusal
 from tests.support.stomp_util import Holder, consumer_count, drain, queue_name, send
 from tests.support.waiting import wait_for, wait_for_idle_trigger
@@ -115,7 +116,7 @@ def test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in
     for point in KILLS:
         crashed = subprocess.run([*base, point, *tls], start_new_session=True, capture_output=True, text=True,
                                  timeout=300)
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-2000:]}"
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"
         committed = [b for (b,) in query(url, f"SELECT body FROM {table}")]
         # this run committed batches of its own before the crash, nothing twice
         assert landed < len(committed) < 400, (point, len(committed))
@@ -123,7 +124,7 @@ def test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in
         assert set(committed) <= set(sent)
         landed = len(committed)
     done = subprocess.run([*base, "-", *tls], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     rows = query(url, f"SELECT body, count(*) FROM {table} GROUP BY body")
     assert sorted(b for b, _ in rows) == sorted(sent)
     assert all(n == 1 for _, n in rows)  # redelivered duplicates were dropped
@@ -145,12 +146,12 @@ def test_recorded_message_that_never_returns_fails_clearly_or_is_skipped(service
     assert len(lost) == 100
     failed = subprocess.run([*base, "1", "-", "replayTimeoutMs=3000"], capture_output=True, text=True,
                             timeout=300)
-    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert failed.returncode == 1, driver_report(failed)
     assert "did not redeliver" in failed.stderr and "skipMissingMessages=true" in failed.stderr
     send(services, dest, [f"new{i}" for i in range(10)])
     skipped = subprocess.run([*base, "10", "-", "replayTimeoutMs=3000", "skipMissingMessages=true"],
                              capture_output=True, text=True, timeout=300)
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert skipped.returncode == 0, driver_report(skipped)
     assert "skipped (skipMissingMessages=true)" in skipped.stderr
     # The query went on past the lost batch: the new messages landed, once each.
     bodies = sorted(r[0] for r in query(url, f"SELECT body FROM {table}"))
@@ -233,7 +234,7 @@ def test_replay_whose_messages_come_back_late_still_reads_the_whole_batch(servic
     base = [*driver_argv(services, dest, tmp_path / "ckpt", table), "300"]
     crashed = subprocess.run([*base, "jdbc.before_decision", "maxMessagesPerTrigger=300"],
                              start_new_session=True, capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     assert query(url, f"SELECT count(*) FROM {table}") == [(0,)]
     holder = Holder(services, dest)
     wait_for(lambda: holder.count() == 300, "the holder to receive every message", 60)

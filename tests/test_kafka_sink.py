@@ -25,6 +25,7 @@ from tests.support.kafka_sink import (
 )
 from tests.support.kafka_util import create_topic
 from tests.support.pg_util import write_json_files
+from tests.support.processes import driver_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -135,7 +136,7 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once_over_sasl_ssl(service
     options = [f"{k}={v}" for k, v in listener.spark_options().items()]
     crashed = subprocess.run([*argv, f"{point}@1", *options], start_new_session=True, capture_output=True,
                              text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]  # killed at the failpoint
+    assert crashed.returncode == -9, driver_report(crashed)  # killed at the failpoint
     prefix = prefix_of(tmp_path / "ckpt")
     assert open_transactions(listener, prefix), "the crash should leave transactions open"
     visible = sorted(int(v) for _, _, v in consume(listener, topic))
@@ -147,7 +148,7 @@ def test_kill_9_of_the_driver_then_restart_is_exactly_once_over_sasl_ssl(service
     else:
         assert visible == list(range(40))  # batch 0 only
     done = subprocess.run([*argv, "-", *options], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     values = sorted(int(v) for _, _, v in consume(listener, topic))
     assert values == list(range(120))  # nothing lost, nothing twice
     assert open_transactions(listener, prefix) == []  # recovery resolved every open transaction
@@ -168,7 +169,7 @@ def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses
     first = [sys.executable, "-m", "tests.drivers.files_to_kafka", str(tmp_path / "src1"), str(ckpt),
              bootstrap, topic]
     done = subprocess.run(first, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(900))
     shutil.rmtree(ckpt)
     write_json_files(tmp_path / "src2", [200, 200, 200], start=900)
@@ -176,11 +177,11 @@ def test_checkpoint_reset_at_the_same_path_then_a_crash_after_the_decision_loses
               bootstrap, topic]
     crashed = subprocess.run([*second, "kafka.after_decision@0"], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     # decided, not yet committed: only query 1's rows are visible
     assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(900))
     done = subprocess.run(second, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(1500))
     assert open_transactions(bootstrap, prefix_of(ckpt)) == []
 
@@ -202,7 +203,7 @@ def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_
     timeout = "kafka.transaction.timeout.ms=15000"
     crashed = subprocess.run([*argv, "kafka.after_decision@1", timeout], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     prefix = prefix_of(tmp_path / "ckpt")
     deadline = time.monotonic() + 60
     while open_transactions(bootstrap, prefix):  # the broker aborts them after 15 s
@@ -219,7 +220,7 @@ def test_winners_the_broker_aborted_after_the_decision_stop_the_query_until_the_
     report = capsys.readouterr().out
     assert report.count("lost ") >= 1 and "of batch 1" in report
     done = subprocess.run([*argv, "-", timeout], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     values = sorted(int(v) for _, _, v in consume(bootstrap, topic))
     assert values[:40] == list(range(40)) and values[-40:] == list(range(80, 120))
     assert len(values) == len(set(values)) < 120  # batch 1's aborted part is lost, as reported

@@ -18,6 +18,7 @@ from tests.support.kafka_broker import temporary_broker
 from tests.support.kafka_sink import consume, open_transactions, prefix_of
 from tests.support.kafka_util import create_topic
 from tests.support.pg_util import write_json_files
+from tests.support.processes import driver_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.services, pytest.mark.broker_clock]
 
@@ -56,14 +57,14 @@ def test_a_restart_after_the_decision_records_expired_is_still_exactly_once(serv
                     str(tmp_path / f"ckpt{name}"), bootstrap, topic]
             crashed = subprocess.run([*argv, point, *extra], start_new_session=True, capture_output=True,
                                      text=True, timeout=300)
-            assert crashed.returncode == -9, crashed.stderr[-2000:]
+            assert crashed.returncode == -9, driver_report(crashed)
             runs[name] = (argv, extra, topic, prefix_of(tmp_path / f"ckpt{name}"))
 
         argv, extra, topic, prefix = runs["a"]
         assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(80))
         _wait_expired(bootstrap, topic, prefix)
         done = subprocess.run([*argv, "-", *extra], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.returncode == 0, driver_report(done)
         assert sorted(int(v) for _, _, v in consume(bootstrap, topic)) == list(range(120))
 
         argv, extra, topic, prefix = runs["b"]

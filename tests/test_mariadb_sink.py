@@ -37,6 +37,7 @@ from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from tests.support.mysql_util import execute, prepared, query
 from tests.support.pg_util import table_name
+from tests.support.processes import driver_report
 from tests.support.sinks import new_query_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -145,6 +146,49 @@ def test_a_retried_task_rolls_back_its_earlier_prepared_attempt_and_a_zombie_com
     assert prepared(url, sink_id) == []
 
 
+def test_a_take_over_ends_a_frozen_writers_open_transaction_instead_of_waiting_for_it(services):
+    """An executor froze inside its write: its session holds an open (not prepared) XA
+    transaction and the share lock on the sink's row, and says nothing more. The next
+    run's take-over ends that session, as PostgreSQL's ends a stale task session, and
+    claims the sink in seconds: not after lockTimeoutMs (then the server's 8 h
+    wait_timeout, every restart failing meanwhile)."""
+    import threading
+
+    url = services.mariadb_url
+    table = _table(url, "frozen", "id bigint PRIMARY KEY, v longtext")
+    sink_id, qid = table_name("frozen"), new_query_id()
+    plan = _plan(url, table, sink_id, lockTimeoutMs="20000")
+    thaw, wrote = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def rows():  # the task's input: one batch, then the executor freezes
+        yield _kv([1, 2])
+        wrote.set()
+        thaw.wait(120)
+        yield _kv([3])
+
+    def task() -> None:
+        try:
+            outcome["msg"] = plan.new_writer().write(rows(), TaskInfo(qid, 0, 0, 0, 1))
+        except Exception as e:  # noqa: BLE001 - the frozen task's end, checked below
+            outcome["error"] = e
+
+    frozen = threading.Thread(target=task, daemon=True)
+    frozen.start()
+    try:
+        assert wrote.wait(60), "the task did not start writing"
+        t0 = time.monotonic()
+        again = _plan(url, table, sink_id, lockTimeoutMs="20000")  # the next run's start: its take-over
+        took = time.monotonic() - t0
+        assert again.claim.fence == plan.claim.fence + 1
+        assert took < 10, f"the take-over waited {took:.1f} s for the frozen task's transaction"
+    finally:
+        thaw.set()
+        frozen.join(60)
+    assert "error" in outcome, outcome  # its session was ended: the thawed task fails, writes nothing
+    assert prepared(url, sink_id) == [] and query(url, f"SELECT count(*) FROM {table}") == [(0,)]
+
+
 def test_upsert_tasks_of_one_batch_never_wait_on_each_other_s_staged_rows(services):
     """Under exactly_once a task's staged rows stay locked until the batch is decided: the
     next task of the batch, writing other keys, must not scan or lock them (with one staging
@@ -166,11 +210,13 @@ def test_two_tasks_writing_one_key_time_out_naming_the_fix(services):
     table = _table(url, "dupkey", "id bigint PRIMARY KEY, v longtext")
     sink_id, qid = table_name("dupkey"), new_query_id()
     plan = _plan(url, table, sink_id, upsertKeys="id", lockTimeoutMs="1000")
-    plan.new_writer().write(iter([_kv([1])]), TaskInfo(qid, 0, 0, 0, 1))
+    first = plan.new_writer().write(iter([_kv([1])]), TaskInfo(qid, 0, 0, 0, 1))
     t0 = time.monotonic()
     with pytest.raises(ConnectorError, match=r"Lock wait timeout.*dropDuplicates"):
         plan.new_writer().write(iter([_kv([1])]), TaskInfo(qid, 0, 1, 0, 2))
     assert time.monotonic() - t0 < 10
+    plan.new_committer().commit([first], 0, plan.claim)  # nothing left in doubt on the server
+    assert prepared(url, sink_id) == [] and query(url, f"SELECT id FROM {table}") == [(1,)]
 
 
 @pytest.mark.parametrize(("columns", "rows", "said"), [
@@ -238,6 +284,39 @@ def test_an_unknown_dialect_is_refused_listing_the_supported_ones():
         parse_url("jdbc:mysql://h:3306/db?useSSL=true", None, None)
 
 
+def _tls_url(services, ca: str, **query: str) -> str:
+    url = parse_url(services.mariadb_url, None, None)
+    return url.update_query_dict({"ssl_ca": str(services.pki / ca), **query}).render_as_string(
+        hide_password=False)
+
+
+def test_a_certificate_the_client_refuses_fails_at_start_in_seconds_naming_ssl_ca(services):
+    """A CA in the URL is what the server is checked with: a server certificate signed by
+    another CA is refused at start, in seconds (never retried as a server still starting,
+    for reconnectTimeoutMs), naming ssl_ca and the host; nothing is written. PyMySQL alone
+    would check nothing with ``ssl_ca`` and no ``ssl_verify_cert``."""
+    table = _table(services.mariadb_url, "tlsca")
+    t0 = time.monotonic()
+    with pytest.raises(ConnectorError) as info:
+        _plan(_tls_url(services, "other-ca.pem"), table, table_name("tlsca"))
+    assert time.monotonic() - t0 < 15, "retried as a server not up yet"
+    text = str(info.value)
+    assert "ssl_ca" in text and "127.0.0.1" in text and "certificate verify failed" in text, text
+    assert "reconnectTimeoutMs" not in text, text
+    assert query(services.mariadb_url, f"SELECT count(*) FROM {table}") == [(0,)]
+
+
+def test_the_right_ca_verifies_the_server_and_writes(services):
+    """The local CA that signed the server's certificate: TLS is verified and rows land."""
+    table = _table(services.mariadb_url, "tlsok")
+    plain = _plan(_tls_url(services, "ca.pem"), table, table_name("tlsok"), guarantee=Guarantee.NONE)
+    msg = plain.new_writer().write(iter([_kv([1, 2])]), TaskInfo(new_query_id(), 0, 0, 0, 1))
+    assert msg.rows == 2
+    assert query(services.mariadb_url, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,)]
+    cipher = query(_tls_url(services, "ca.pem"), "SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+    assert cipher and cipher[0][1], "the session was not encrypted"
+
+
 def test_a_wrong_password_fails_at_once_naming_the_fix_and_not_the_password(services):
     url = parse_url(services.mariadb_url, None, None)
     bad = url._replace(password="wrong-Secret-42").render_as_string(hide_password=False)
@@ -293,7 +372,7 @@ def test_a_server_killed_with_batches_prepared_keeps_them_and_the_restart_is_exa
     os.kill(pid, signal.SIGKILL)
     up = subprocess.run([sys.executable, "-m", "services", "up", "mariadb"], capture_output=True, text=True,
                         timeout=180)
-    assert up.returncode == 0, up.stderr[-2000:]
+    assert up.returncode == 0, driver_report(up)
     assert sorted(prepared(url, sink_id)) == sorted([str(decided.gid), str(undecided.gid)])
     again = _plan(url, table, sink_id)  # the restarted query's take-over
     assert prepared(url, sink_id) == [] and again.claim.fence > plan.claim.fence

@@ -24,6 +24,7 @@ from spark_ext.monitoring.exporter import Families, QueryState, QueryWatcher, _l
 from spark_ext.monitoring.metrics import BY_NAME
 from spark_ext.monitoring.sidecar import StatusFamilies
 from tests.support import kafka_util, pg_util
+from tests.support.processes import driver_report
 
 RECORDS = 3000
 SCRAPE_ERRORS = (OSError, http.client.HTTPException, ValueError)  # refused, cut off, half a text
@@ -291,7 +292,7 @@ def _group_lags(bootstrap: str, group: str) -> dict[int, tuple[int, int, int]]:
     tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
     done = subprocess.run(["java", "-cp", f"{kafka_libs()}/*", tool, "--bootstrap-server", bootstrap,
                            "--describe", "--group", group], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, driver_report(done)
     out = {}
     for line in done.stdout.splitlines():
         cols = line.split()

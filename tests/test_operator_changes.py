@@ -17,6 +17,7 @@ import pytest
 from tests.support.kafka_sink import consume, open_transactions, prefix_of
 from tests.support.kafka_util import create_topic
 from tests.support.pg_util import write_json_files
+from tests.support.processes import driver_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.services, pytest.mark.campaign]
 
@@ -43,22 +44,22 @@ def test_a_kafka_checkpoint_copied_after_a_decision_is_refused_until_the_old_run
 
     crashed = subprocess.run([*argv(old), "kafka.after_decision@1"], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
-    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     assert values() == list(range(40)) and len(open_transactions(bootstrap, prefix_of(old))) == 3
     shutil.copytree(old, new)
 
     refused = subprocess.run([*argv(new), "-"], capture_output=True, text=True, timeout=300)
-    assert refused.returncode != 0, "the copy ran on as a new sink: " + refused.stderr[-2000:]
-    assert f"transactionalIdPrefix '{prefix_of(old)}'" in refused.stderr, refused.stderr[-3000:]
+    assert refused.returncode != 0, "the copy ran on as a new sink: " + driver_report(refused)
+    assert f"transactionalIdPrefix '{prefix_of(old)}'" in refused.stderr, driver_report(refused)
     assert open_transactions(bootstrap, prefix_of(new)) == []
 
     finished = subprocess.run([*argv(old), "-"], capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.returncode == 0, driver_report(finished)
     assert values() == list(range(120))
     shutil.rmtree(new)
     shutil.copytree(old, new)
     write_json_files(tmp_path / "src", [40], start=120)
     moved = subprocess.run([*argv(new), "-"], capture_output=True, text=True, timeout=300)
-    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert moved.returncode == 0, driver_report(moved)
     assert values() == list(range(160))
     assert open_transactions(bootstrap, prefix_of(old)) == open_transactions(bootstrap, prefix_of(new)) == []

@@ -16,6 +16,7 @@ import pytest
 
 from spark_ext import failpoints
 from tests.support import pg_util
+from tests.support.processes import driver_report
 from tests.support.routing import Targets
 from tests.support.sinks import ROUTING_POINTS
 
@@ -66,7 +67,7 @@ def test_kill_9_at_the_routing_steps_leaves_every_system_exactly_once(services, 
     options = targets.options(sinkId=routing_id)
     for batch, point in enumerate(points, start=1):
         crashed = _run(tmp_path, options, f"{point}@{batch}")
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-3000:]}"
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"
         got = targets.committed()
         before = _expected(range(batch * BATCH))
         this = _expected(range(batch * BATCH, (batch + 1) * BATCH))
@@ -75,7 +76,7 @@ def test_kill_9_at_the_routing_steps_leaves_every_system_exactly_once(services, 
             rest = ids[len(before[name]):]
             assert len(set(rest)) == len(rest) and set(rest) <= set(this[name]), f"{point}: {name}: {rest}"
     done = _run(tmp_path, options)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert targets.committed() == _expected(range((len(points) + 2) * BATCH))
     assert targets.in_doubt(routing_id) == []
     struck = (tmp_path / "struck.log").read_text().split()

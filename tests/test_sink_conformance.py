@@ -18,6 +18,7 @@ from spark_ext.commit import TaskInfo
 from spark_ext.errors import ConnectorError, FencedError
 from spark_ext.guarantees import Guarantee
 from tests.support.pg_util import write_json_files
+from tests.support.processes import driver_report
 from tests.support.sinks import CAMPAIGN_ONLY, PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
 from tests.support.sinks import run_driver as _run
 from tests.support.status import status
@@ -89,7 +90,7 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
     for batch, point in enumerate(points, start=1):
         spelled = respelled if batch == 2 else str(ckpt)
         crashed = _run(case, tmp_path, target, f"{point}@{batch}", spelled, **extra)
-        assert crashed.returncode == -9, f"{point}: {crashed.stderr[-2000:]}"  # killed at the point
+        assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"  # killed at the point
         before, this = list(range(batch * BATCH)), range(batch * BATCH, (batch + 1) * BATCH)
         visible = case.committed(target)
         assert visible[:len(before)] == before, f"{point}: earlier batches lost or twice: {visible}"
@@ -114,15 +115,15 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(make_ca
             copy = tmp_path / "copy" / "ckpt"
             shutil.copytree(ckpt, copy)
             refused = _run(case, tmp_path, target, checkpoint=str(copy))
-            assert refused.returncode != 0, f"the copy ran on as a new sink: {refused.stderr[-2000:]}"
-            assert case.predecessor(ckpt) in refused.stderr, refused.stderr[-3000:]
+            assert refused.returncode != 0, f"the copy ran on as a new sink: {driver_report(refused)}"
+            assert case.predecessor(ckpt) in refused.stderr, driver_report(refused)
             assert case.committed(target) == visible, "the refused copy wrote rows"
             assert case.in_doubt(copy, target) == [], "the refused copy left its batch in doubt"
             ckpt, extra = case.carry_on(ckpt, copy)
     # The last run also loses a task after it prepared, in its last batch: Spark retries it.
     last = len(points) + 1
     done = _run(case, tmp_path, target, f"task:{case.task_point}@{last}", str(ckpt), **extra)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert case.committed(target) == list(range((last + 1) * BATCH))  # nothing lost or twice
     assert case.in_doubt(tmp_path / "ckpt", target) == []  # the killed attempt's transaction too
     after = status(case, target, tmp_path / "ckpt", capsys, monkeypatch)
@@ -173,11 +174,11 @@ def check_shape(case, tmp_path: Path, tasks: int, long_ids: bool) -> None:
         return case.in_doubt_of(sink_id, target) if sink_id else case.in_doubt(tmp_path / "ckpt", target)
 
     crashed = _run(case, tmp_path, target, f"{case.name}.after_decision@1", tasks=str(tasks), **extra)
-    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     assert case.committed(target) == everything[:per_batch]  # batch 0 only, so far
     assert in_doubt(), "batch 1 was decided: its transactions are in doubt"
     done = _run(case, tmp_path, target, tasks=str(tasks), **extra)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert case.committed(target) == everything  # nothing lost, nothing twice
     assert in_doubt() == []
 
@@ -192,11 +193,11 @@ def test_a_kill_9_after_a_decision_then_a_restart_is_exactly_once(make_case, tmp
     target = case.new_target()
     write_json_files(tmp_path / "src", [BATCH, BATCH, BATCH])
     crashed = _run(case, tmp_path, target, f"{case.name}.after_decision@1")
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     assert case.committed(target) == list(range(BATCH))  # batch 0 only, so far
     assert case.in_doubt(tmp_path / "ckpt", target), "batch 1 was decided: its transactions are in doubt"
     done = _run(case, tmp_path, target)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert case.committed(target) == ALL  # nothing lost, nothing twice
     assert case.in_doubt(tmp_path / "ckpt", target) == []
 
@@ -317,11 +318,11 @@ def test_at_least_once_loses_nothing_when_the_driver_dies_after_the_rows_landed(
     target = case.new_target()
     write_json_files(tmp_path / "src", [40, 40, 40])
     crashed = _run(case, tmp_path, target, f"{case.written_point}@1", guarantee="at_least_once")
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     landed = case.committed(target)
     assert landed[:40] == list(range(40)) and len(landed) > 40  # batch 0, and some of batch 1
     done = _run(case, tmp_path, target, guarantee="at_least_once")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert set(case.committed(target)) == set(ALL)  # nothing lost (duplicates are allowed)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.drivers import kafka_to_jdbc_app
 from tests.support import kafka_util, pg_util
+from tests.support.processes import driver_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -34,7 +35,7 @@ def test_spark_submit_outside_the_repository_finds_hzsource_and_hzsink(services,
     args = [services.kafka_bootstrap, topic, services.postgres_url, table, str(tmp_path / "ck")]
     cmd = [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(app), *args]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 0, driver_report(res)
     rows = pg_util.query(services.postgres_url,
                          f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
     assert rows == [(200, 200)]

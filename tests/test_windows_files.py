@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from tests.support.processes import driver_report
 from tests.support.windows_data import in_order_batches, write_files
 
 pytestmark = [pytest.mark.spark]
@@ -31,14 +32,14 @@ def test_a_replayed_batch_and_a_retried_task_give_the_windows_of_one_uninterrupt
     env = {**os.environ, "SPARK_EXT_FAILPOINT_LOG": str(tmp_path / "struck")}
     crashed = subprocess.run([*argv, "windows.state_written@2", str(state)], start_new_session=True,
                              capture_output=True, text=True, timeout=300, env=env)
-    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    assert crashed.returncode == -9, driver_report(crashed)
     [query] = list(state.iterdir())
     buckets = list((query / "windows").iterdir())  # the aggregation's metrics name, then its buckets
     written = {int(f.name[:20]) for d in buckets for f in d.iterdir()}
     assert 2 in written and not (tmp_path / "ckpt" / "commits" / "2").exists()
     done = subprocess.run([*argv, "task:windows.state_written@3", str(state)], capture_output=True, text=True,
                           timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, driver_report(done)
     assert "task:windows.state_written@3" in (tmp_path / "struck").read_text()
 
     events = [r for rows in batches for r in rows]

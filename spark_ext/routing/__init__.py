@@ -120,9 +120,13 @@ class RoutingSink(SinkConnector[RoutingConfig]):
             return spec.decider
         if not able and spec.dead_letters is not None:
             raise ConfigurationError(
-                "dead letters under guarantee exactly_once are decided with the good rows in PostgreSQL: use "
-                "a jdbc dead-letter destination (deadLetter.connector 'jdbc') or a jdbc sink, or guarantee "
-                "at_least_once (Kafka and queue sinks cannot hold the decisions yet)")
+                "dead letters under guarantee exactly_once are decided with the good rows in PostgreSQL, and "
+                "neither the sink nor its dead-letter destination is a PostgreSQL table (MariaDB and MySQL, "
+                "Kafka and queue sinks cannot hold the decisions yet): write the dead letters to PostgreSQL "
+                "(deadLetter.connector 'jdbc', deadLetter.url postgresql://...), or use guarantee "
+                "at_least_once")
+        if spec.dead_letters is not None and spec.dead_letters[0] in able:
+            return spec.dead_letters[0]  # the sink's own database, as without dead letters
         if not able:
             raise ConfigurationError(
                 "hzsink connector 'routing' with guarantee exactly_once keeps its one decision per batch in "

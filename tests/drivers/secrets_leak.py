@@ -35,6 +35,7 @@ def main(spec_file: str, out: str) -> int:
                .config("spark.ui.enabled", "true").config("spark.ui.port", "0")
                .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", f"file:{out}/events")
                .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sparkext.leakcheck.marker", spec["marker"])
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
     spark = spark_ext.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("INFO")  # the most a log says

@@ -28,11 +28,12 @@ import os
 import sys
 from typing import Any
 
+import psycopg2
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.engine import URL
 
 from spark_ext.connectors.jdbc.config import parse_url
-from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE
+from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE, server_error
 from spark_ext.connectors.jdbc.transactions import (
     LOCK_SPACE,
     connect,
@@ -64,13 +65,22 @@ def _mysql(url: str, schema: str) -> tuple[URL, str | None] | None:
     return parsed, None if schema == DEFAULT_SCHEMA else schema
 
 
+def _connect(url: str) -> Any:
+    """The tools' PostgreSQL connection; a refusal says what the sink would say (the fix)."""
+    parsed = parse_url(url, None, os.environ.get("PGPASSWORD"))
+    try:
+        return connect(parsed)
+    except psycopg2.OperationalError as e:
+        raise server_error(parsed.render_as_string(hide_password=True), e) from None
+
+
 def list_in_doubt(url: str, schema: str, sink: str | None) -> list[dict[str, object]]:
     """Every in-doubt transaction of spark-ext sinks (of ``sink`` only, if given), oldest first."""
     if (my := _mysql(url, schema)) is not None:
         from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
 
         return mysql_doctor.list_in_doubt(*my, sink)
-    conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
+    conn = _connect(url)
     conn.autocommit = True
     try:
         return _in_doubt(conn, schema, sink)
@@ -110,7 +120,7 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
         from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
 
         return mysql_doctor.sink_status(*my, sink)
-    conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
+    conn = _connect(url)
     conn.autocommit = True
     try:
         doubt: dict[str, list[str]] = {}
@@ -163,7 +173,7 @@ def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
         from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
 
         return mysql_doctor.resolve(*my, sink)
-    conn = connect(parse_url(url, None, os.environ.get("PGPASSWORD")))
+    conn = _connect(url)
     conn.autocommit = True
     try:
         live = [(pid, host) for pid, host, _ in sink_sessions(conn, sink)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import ssl as ssl_lib
 import time
 import zlib
 from collections.abc import Iterable
@@ -81,6 +82,26 @@ def xid(gid: str, fmt: int) -> tuple[str, str, int]:
 def error_code(e: BaseException) -> int | None:
     args = getattr(e, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+class TlsRefusedError(pymysql.OperationalError):
+    """The TLS handshake failed: the client refused the server's certificate (or the
+    server the client's). Never transient; its message names the URL setting to fix."""
+
+
+def tls_refusal(url: URL, e: BaseException) -> str:
+    """The handshake's error in words naming the setting that fixes it."""
+    text = str(e)
+    host = f"{url.host}:{url.port or 3306}"
+    if "Hostname mismatch" in text or "doesn't match" in text or "IP address mismatch" in text:
+        fix = (f"the server's certificate does not name the host {url.host!r}: connect by a name the "
+               "certificate carries (or, knowingly, set ssl_verify_identity=false)")
+    elif "certificate verify failed" in text:
+        fix = ("the server's certificate is not signed by the CA in the URL's ssl_ca: point ssl_ca at the "
+               "CA that signed it")
+    else:
+        fix = "check the URL's ssl_ca, ssl_cert and ssl_key"
+    return f"TLS handshake with MariaDB at {host} failed ({text}); {fix}"
 
 
 class _Unreachable(Exception):
@@ -156,11 +177,21 @@ def connect(url: URL, reconnect_timeout_s: float = 0.0, lock_timeout_ms: int | N
     }
     for k, v in ssl.items():
         kw[k] = v.lower() in ("1", "true", "yes") if k.startswith("ssl_verify") else v
+    if "ssl_ca" in ssl:
+        # A CA is given to check the server with: PyMySQL alone would encrypt and check
+        # nothing unless told to. Verify the certificate and its name unless the URL says
+        # otherwise (libpq's verify-full, as the PostgreSQL sink defaults to).
+        kw.setdefault("ssl_verify_cert", True)
+        kw.setdefault("ssl_verify_identity", kw["ssl_verify_cert"])
 
     def once() -> MyConn:
         try:
             return MyConn(pymysql.connect(**kw))
         except pymysql.OperationalError as e:
+            if isinstance(getattr(e, "original_exception", None), ssl_lib.SSLError):
+                # PyMySQL reports a refused certificate as "can't connect" (2003), as it does
+                # a server still starting: a certificate does not get better with waiting.
+                raise TlsRefusedError(e.args[0], tls_refusal(url, e.original_exception)) from None
             if error_code(e) in _TRANSIENT:
                 raise _Unreachable(e) from None
             raise

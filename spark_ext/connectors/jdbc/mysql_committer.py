@@ -9,15 +9,20 @@ messages) over XA. What differs is below:
   round on the writers' share locks (``innodb_lock_wait_timeout``). MariaDB releases a
   transaction's share locks when it prepares (below ``SERIALIZABLE``), so the bump does
   not wait for prepared writers: what they prepared is resolved again after it;
-- a take-over does not end the task sessions of older runs: MariaDB names no session
-  by its client, so a frozen executor's open transaction is waited for up to
-  ``lockTimeoutMs`` and then the batch is retried (the server's ``wait_timeout`` ends it).
+- a take-over ends the task sessions of older runs by what they do, not by a name
+  (MariaDB shows no client's name without the performance schema): while the epoch
+  bump waits, the sessions whose transactions hold the lock it waits for on the sink's
+  row are the sink's writers of the run being fenced (decisions and the doctor hold the
+  sink's lock, which the take-over has), a frozen executor's among them: they are
+  killed, as PostgreSQL's take-over ends its stale task sessions. Without the PROCESS
+  privilege it cannot see them, waits up to ``lockTimeoutMs`` and says so.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,6 +47,17 @@ from spark_ext.errors import ConnectorError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
+
+
+# The sessions whose transactions hold a lock on the sink's table that session %s waits
+# for (InnoDB's lock waits; needs the PROCESS privilege).
+_BLOCKERS = (
+    "SELECT DISTINCT b.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w "
+    "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+    "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+    "JOIN information_schema.INNODB_LOCKS l ON l.lock_id = w.blocking_lock_id "
+    "WHERE r.trx_mysql_thread_id = %s AND l.lock_table LIKE %s"
+)
 
 
 class _LockWait(Exception):
@@ -129,12 +145,14 @@ class MyJdbcCommitter(JdbcCommitter):
             else:
                 rolled_back.extend(self._roll_back_batch(conn, batch_id))
             conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
+            me = int(conn.execute("SELECT CONNECTION_ID()")[0][0])
             conn.autocommit = False
             try:
-                conn.execute(
-                    f"INSERT INTO {sql.sinks_table} (sink_id, target, epoch) VALUES (%s, %s, 1) ON DUPLICATE "
-                    "KEY UPDATE epoch = epoch + 1, updated_at = current_timestamp(6)",
-                    (cfg.sink_id, cfg.qualified))
+                with self._ending_blockers(me):
+                    conn.execute(
+                        f"INSERT INTO {sql.sinks_table} (sink_id, target, epoch) VALUES (%s, %s, 1) ON "
+                        "DUPLICATE KEY UPDATE epoch = epoch + 1, updated_at = current_timestamp(6)",
+                        (cfg.sink_id, cfg.qualified))
                 epoch = int(conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s",
                                          (cfg.sink_id,))[0][0])
                 conn.commit()
@@ -166,6 +184,45 @@ class MyJdbcCommitter(JdbcCommitter):
             committed.extend(c)
             rolled_back.extend(r)
         return committed, rolled_back, epoch
+
+    @contextmanager
+    def _ending_blockers(self, waiting: int) -> Iterator[None]:
+        """While session ``waiting`` bumps the epoch: kill the sessions whose
+        transactions hold the lock it waits for on the sink's row (stale writers, see the
+        module's docstring), from a connection of its own, polled every 0.2 s."""
+        stop = threading.Event()
+        ended: list[int] = []
+        table = self.sql.sinks_table.replace("`", "").split(".")[-1]
+
+        def watch() -> None:
+            try:
+                other = connect(self.cfg.open_url(), 0.0)
+            except pymysql.Error:
+                return  # the bump waits as without
+            try:
+                while not stop.wait(0.2):
+                    for (tid,) in other.execute(_BLOCKERS, (waiting, f"%`{table}`")):
+                        if tid not in ended:
+                            other.execute(f"KILL CONNECTION {int(tid)}")
+                            ended.append(int(tid))
+            except pymysql.Error as e:
+                log.warning("sink %s: cannot see or end the sessions that hold its row (%s); the claim "
+                            "waits for them up to lockTimeoutMs (grant PROCESS to the sink's user)",
+                            self.cfg.sink_id, e)
+            finally:
+                other.close()
+
+        t = threading.Thread(target=watch, name="sink-claim-watch", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join(10)
+            if ended:
+                log.warning("sink %s: ended %d task session(s) of older runs or attempts (connection ids "
+                            "%s): their executors froze or were lost", self.cfg.sink_id, len(ended),
+                            ", ".join(map(str, ended)))
 
     def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:
         """Step 4b, as ``JdbcCommitter.record``: under the sink's lock and the epoch row's

@@ -23,6 +23,7 @@ from spark_ext.connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.connectors.jdbc.mysql import (
     ACCESS_DENIED,
     MyConn,
+    TlsRefusedError,
     connect,
     error_code,
     prepared_gids,
@@ -91,7 +92,7 @@ def connect_error(cfg: JdbcSinkConfig, e: BaseException) -> ConnectorError:
         fix = "; check the user and the password (url, password, passwordFile or passwordEnv)"
     elif code == 1049:
         fix = "; create the database or name an existing one in the URL"
-    elif code in (2003, 2002):
+    elif code in (2003, 2002) and not isinstance(orig, TlsRefusedError):
         fix = "; is the server running, and is reconnectTimeoutMs long enough for its restart?"
     return ConnectorError(f"cannot use MariaDB at {cfg.safe_url}: {text}{fix}")
 

@@ -151,11 +151,17 @@ _FIXES = (
 
 def connect_error(cfg: JdbcSinkConfig, e: Exception) -> ConnectorError:
     """A clear error naming the server and the fix, never the password."""
+    return server_error(cfg.safe_url, e)
+
+
+def server_error(safe_url: str, e: Exception) -> ConnectorError:
+    """``connect_error`` for a URL shown as ``safe_url`` (its password hidden): the sink's
+    and the command line tools' one wording of libpq's refusals."""
     orig = getattr(e, "orig", None) or e
     text = str(orig).strip()
     first = text.splitlines()[0] if text else type(orig).__name__
     fix = next((f for words, f in _FIXES if words in text), None)
-    return ConnectorError(f"cannot use PostgreSQL at {cfg.safe_url}: {first}" + (f"; {fix}" if fix else ""))
+    return ConnectorError(f"cannot use PostgreSQL at {safe_url}: {first}" + (f"; {fix}" if fix else ""))
 
 
 def left_in_doubt(cfg: JdbcSinkConfig, left: list[str]) -> ConnectorError:

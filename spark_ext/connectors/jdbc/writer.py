@@ -34,6 +34,7 @@ from spark_ext import failpoints
 from spark_ext.commit import SinkWriter, TaskInfo
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup, SqlPlan
 from spark_ext.connectors.jdbc.transactions import (
+    LOCK_SPACE,
     JdbcCommittable,
     connect,
     finish,
@@ -101,6 +102,11 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
     def _cursor(self, conn: Any) -> Any:
         cur = conn.cursor()
         cur.execute("SET LOCAL lock_timeout = %s", (f"{self.cfg.lock_timeout_ms}ms",))
+        if self.refused is not None:
+            # A deferred constraint (a foreign key DEFERRABLE INITIALLY DEFERRED) would be
+            # checked only at PREPARE / COMMIT, where no row can be set aside and every
+            # retry fails alike: with dead letters, check each as its statement ends.
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
         return cur
 
     def _mark(self, cur: Any, task: TaskInfo, rows: int, epoch: int) -> None:
@@ -228,6 +234,10 @@ class MarkedJdbcWriter(JdbcWriter):
         return JdbcCommittable.of(task, rows)
 
 
+# How long a retried attempt waits for the sink's lock before giving up (Spark retries it).
+_ROLLBACK_LOCK_WAIT_MS = 5000
+
+
 class PreparingJdbcWriter(JdbcWriter):
     """``exactly_once``: one prepared transaction per attempt (step 3), never committed here."""
 
@@ -244,7 +254,9 @@ class PreparingJdbcWriter(JdbcWriter):
         if self._decided(cur, task):
             conn.tpc_rollback()
             return JdbcCommittable.of(task, 0)
-        self._roll_back_earlier_attempts(conn, task)
+        if self._roll_back_earlier_attempts(conn, task):  # decided while this attempt began
+            conn.tpc_rollback()
+            return JdbcCommittable.of(task, 0)
         rows = self._copy(cur, batches, task)
         self._mark(cur, task, rows, self.fence)
         failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
@@ -298,21 +310,44 @@ class PreparingJdbcWriter(JdbcWriter):
                     "AND batch_id = %s AND partition_id = -1", (cfg.sink_id, task.query_id, task.batch_id))
         return cur.fetchone() is not None
 
-    def _roll_back_earlier_attempts(self, conn: Any, task: TaskInfo) -> None:
+    def _roll_back_earlier_attempts(self, conn: Any, task: TaskInfo) -> bool:
         """Roll back what earlier attempts of this task prepared (a retry, or a stage run
         again after a fetch failure, whose attempt numbers start at 0 again): they would
-        hold this attempt's row and unique-index locks. None of them can be a winner: the
-        batch is not decided (checked under the share lock this transaction holds). A later
-        attempt's is left alone, so a thawed older attempt cannot undo a newer one's work."""
+        hold this attempt's row and unique-index locks. A later attempt's is left alone, so
+        a thawed older attempt cannot undo a newer one's work.
+
+        Under the sink's advisory lock, which a decision holds (shared) from the moment it
+        checks its winners until its record commits: an earlier attempt can be a winner
+        the driver is recording right now, and rolled back then, the batch would commit
+        without its rows. With the lock, the batch is found undecided (nothing of it can
+        be a winner) or decided; True then: this attempt writes nothing, as a replay.
+        A take-over holds the lock for as long as its epoch bump waits on this task's
+        share lock: give up soon then (Spark retries the task)."""
         earlier = [g for g in prepared_gids(conn, self.cfg.sink_id)
                    if parse_gid(g)[2:4] == (task.batch_id, task.partition_id)
                    and started_before(g, self.fence, task.task_attempt_id)]
         if not earlier:
-            return
-        other = connect(self.cfg.open_url(), self.cfg.reconnect_timeout_s, self.cfg.sink_id)
+            return False
+        cfg = self.cfg
+        other = connect(cfg.open_url(), cfg.reconnect_timeout_s, cfg.sink_id)
         other.autocommit = True  # ROLLBACK PREPARED runs outside a transaction
         try:
+            with other.cursor() as cur:
+                cur.execute("SET lock_timeout = %s", (f"{_ROLLBACK_LOCK_WAIT_MS}ms",))
+                try:
+                    cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_SPACE, cfg.sink_id))
+                except psycopg2.errors.LockNotAvailable:
+                    raise ConnectorError(
+                        f"sink {cfg.sink_id!r}: its lock stayed held {_ROLLBACK_LOCK_WAIT_MS} ms (a "
+                        f"take-over?) while attempt {task.attempt} of partition {task.partition_id} "
+                        "waited to roll back an earlier attempt's transaction") from None
+                cur.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
+                            "AND batch_id = %s AND partition_id = -1",
+                            (cfg.sink_id, task.query_id, task.batch_id))
+                if cur.fetchone() is not None:
+                    return True
             for gid in earlier:
                 finish(other, gid, commit=False)
+            return False
         finally:
-            other.close()
+            other.close()  # ends the session: releases the lock

@@ -55,6 +55,14 @@ def client_error(cfg: KafkaSourceConfig, e: KafkaException, doing: str) -> Excep
     )
 
 
+def _vanished(e: KafkaException) -> bool:
+    """Is ``e`` a partition's answer that its topic or partition does not exist (now)?"""
+    err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+    return err is not None and err.code() in (
+        KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+    )
+
+
 class KafkaMetadata:
     """Partitions and offsets of one query's subscription. Driver only."""
 
@@ -140,7 +148,21 @@ class KafkaMetadata:
             futures = self._admin.list_offsets(
                 req, isolation_level=self._level, request_timeout=self._cfg.metadata_timeout_s
             )
-            got = {(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+            got: PartitionOffsets = {}
+            gone: list[TopicPartition] = []
+            for k, f in futures.items():
+                try:
+                    got[(k.topic, k.partition)] = f.result().offset
+                except KafkaException as e:
+                    if not _vanished(e):
+                        raise
+                    gone.append((k.topic, k.partition))
+            if gone:
+                # Deleted between the listing and this lookup (the broker's listing can name a
+                # topic for a moment after its deletion): answered as the listing would have
+                # been a moment later, without it. Callers treat a partition missing from the
+                # answer as missing from the cluster (failOnDataLoss decides), as Spark does.
+                log.info("partition(s) %s vanished while %s; left out", describe(sorted(gone)), doing)
             unknown = sorted(tp for tp, o in got.items() if o < 0)
             if unknown:
                 # A partition without a leader just now (one frozen or moving) answers no

@@ -12,12 +12,18 @@ commit is logged, never raised: it must not stop the query it describes.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.connectors.kafka.source.offsets import from_json
 
 log = logging.getLogger(__name__)
+
+# How long a plan that may be a run's last waits for its commit to reach the group: the
+# process ends right after it, and the group would show the last batch as lag until the
+# next run. An away coordinator costs a run's end this once, never a running query.
+_FLUSH_WAIT_S = 10.0
 
 
 class GroupCommitter:
@@ -30,6 +36,8 @@ class GroupCommitter:
         self._consumer: Any = None
         self._failing = False
         self._last: Any = None  # the offsets last committed
+        self._pending = 0  # commits queued whose outcome has not arrived yet
+        self._flushed: Any = None  # the end offsets flush() last waited for
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_consumer": None}
@@ -50,11 +58,13 @@ class GroupCommitter:
                 return  # an idle query asks for the next batch many times a second
             self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
                                   asynchronous=True)
+            self._pending += 1
             self._last = offsets
         except KafkaException as e:
             self._failed(e)
 
     def _done(self, err: Any, partitions: Any) -> None:
+        self._pending -= 1
         if err is not None:
             self._failed(err)
         elif self._failing:
@@ -67,8 +77,28 @@ class GroupCommitter:
                         "goes on, and the group's lag shows the last commit that worked", self.group, e)
         self._failing, self._last = True, None  # the next call commits again
 
+    def flush(self, end: Any = None, wait_s: float = _FLUSH_WAIT_S) -> None:
+        """Wait up to ``wait_s`` for the outcomes of the queued commits; with ``end``, once
+        per distinct ``end`` (an idle query plans the same end many times a second, and
+        an away coordinator must not hold each of those plans)."""
+        if self._consumer is None or self._pending <= 0:
+            return
+        if end is not None:
+            if end == self._flushed:
+                return
+            self._flushed = end
+        deadline = time.monotonic() + wait_s
+        while self._pending > 0 and time.monotonic() < deadline:
+            self._consumer.poll(0.05)
+        if self._pending > 0:
+            log.warning("consumer group %r: the last end offsets were not confirmed within %.0f s; its lag "
+                        "may show the last batch until the next run commits again", self.group, wait_s)
+
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.poll(0)
-            self._consumer.close()
-            self._consumer = None
+        """Let the queued commits reach the group (a query stopped right after a batch),
+        then close."""
+        if self._consumer is None:
+            return
+        self.flush()
+        self._consumer.close()
+        self._consumer = None

@@ -290,12 +290,22 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
             if self._known is None:
                 return self._remember(self._latest_now())
             start = to_json(self._known)
+        if self._group is None:
+            return self._next_end(start, limit)
+        # Spark asks for the next batch only once the last one committed, and its own
+        # commit(end) waits for a later batch with data: an idle query would show the last
+        # batch as lag for ever.
+        self._group.commit(start)
+        end = self._next_end(start, limit)
+        if end == start:
+            # A plan with nothing new is where a run ends (AvailableNow's last plan, a
+            # query stopped while idle), and Spark ends this process then without calling
+            # stop(): the commit just queued must have reached the group by now.
+            self._group.flush(start)
+        return end
+
+    def _next_end(self, start: dict, limit: ReadLimit | None) -> dict:
         begin = from_json(start)
-        if self._group is not None:
-            # Spark asks for the next batch only once the last one committed, and its own
-            # commit(end) waits for a later batch with data: an idle query would show the
-            # last batch as lag for ever.
-            self._group.commit(start)
         if self._target is not None:
             return self._toward_target(begin, limit)
         meta = self._plan.meta
@@ -311,8 +321,10 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
             log.warning("Kafka unavailable, planning no new data for now: %s", e)
             return start
         self._down_since = None
-        self._latest = latest
         earliest = meta.earliest(begin.keys() & latest.keys()) if begin else {}
+        # A topic deleted between the two lookups answers the second one no more.
+        latest = {tp: o for tp, o in latest.items() if tp not in begin or tp in earliest}
+        self._latest = latest
         self._check_loss(begin, earliest, latest)
         recreated = {tp for tp, s in begin.items() if tp in latest and latest[tp] < s}
         end = {**begin, **latest}
