@@ -91,7 +91,7 @@ unit: $(JAR) $(STAMP)
 # Then the suite fails if it left a prepared, XA or open Kafka transaction on the servers.
 test: $(JAR) $(STAMP) lint services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_services and not compat_only and not kafka_cluster and not campaign and not broker_clock" \
-	  --durations=25 \
+	  --durations=40 \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -m "restarts_services and not compat_only and not kafka_cluster and not campaign and not broker_clock" \
 	  --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -267,7 +267,8 @@ def test_refused_at_start_naming_the_fix(spark, services, tmp_path):
     assert "MariaDB and MySQL" in said and "write the dead letters to PostgreSQL" in said, said
     assert "decider" not in said and "sub-sink" not in said, said
     # a dead-letter table that is missing: the hint names the option as the user writes it
-    missing = _error_line(start_error({k: v for k, v in t.options().items() if k != "deadLetter.createTable"}))
+    uncreated = {k: v for k, v in t.options().items() if k != "deadLetter.createTable"}
+    missing = _error_line(start_error(uncreated))
     assert "'deadLetter.createTable'" in missing and "dead-letter destination" in missing, missing
     assert "sub-sink" not in missing and "'dead'" not in missing, missing
     no_connector = {k: v for k, v in t.options().items() if k != "deadLetter.connector"}
