@@ -286,8 +286,11 @@ def test_a_transaction_aborted_by_its_timeout_fails_the_commit_loudly(services):
     assert consume(bootstrap, topic) == []
     assert [v for _, _, v in consume(bootstrap, topic, committed=False)] == [b"x"]  # written, then aborted
     # nothing was decided, so the batch is not skipped when it is written again
-    again = prepare_batch(sink_plan(bootstrap, topic, prefix), 0, ["x"])
+    replan = sink_plan(bootstrap, topic, prefix)
+    again = prepare_batch(replan, 0, ["x"])
     assert again.prepared
+    replan.new_committer().abort([again], 0, replan.claim)  # nothing left open on the broker
+    assert open_transactions(bootstrap, prefix) == []
 
 
 def test_timeout_above_the_brokers_limit_is_refused_at_start(spark, services, tmp_path):
