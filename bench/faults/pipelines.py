@@ -317,7 +317,7 @@ class PipelineRun:
         if kind == "jdbc" and self.p.database == "mariadb":
             from sqlalchemy.engine import make_url
 
-            from spark_ext.connectors.jdbc.mysql import connect, format_id, prepared_gids
+            from spark_ext.connectors.jdbc.mariadb.transactions import connect, format_id, prepared_gids
 
             url = make_url(self.db_url)
             conn = connect(url)

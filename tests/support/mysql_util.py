@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from spark_ext.connectors.jdbc.mysql import MyConn, connect, format_id, prepared_gids
+from spark_ext.connectors.jdbc.mariadb.transactions import MyConn, connect, format_id, prepared_gids
 
 
 def conn(url: str) -> MyConn:

@@ -1,5 +1,5 @@
 """PostgreSQL, MariaDB and MySQL sink: ``hzsink`` connector ``jdbc`` (2PC exactly-once,
-upsert, bulk load). The URL picks the dialect; ``mysql*`` modules are MariaDB's / MySQL's.
+upsert, bulk load). The URL picks the dialect; the ``mariadb`` package is MariaDB's / MySQL's.
 
 - ``config``: options -> ``JdbcSinkConfig``;
 - ``tables``: the target and bookkeeping tables, the SQL (``JdbcSinkSetup``);
@@ -43,7 +43,7 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
         cfg = JdbcSinkConfig.parse(options, guarantee)
         # the commit runner's plan: its committer needs no staging table
         if cfg.dialect == "mysql":
-            from spark_ext.connectors.jdbc import mysql_tables
+            from spark_ext.connectors.jdbc.mariadb import tables as mysql_tables
 
             return JdbcSinkSetup(cfg, mysql_tables.statements(cfg, schema))
         return JdbcSinkSetup(cfg, statements(cfg, schema, staging_name(cfg, "")))
@@ -53,7 +53,7 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
         creates the target (``createTable``), bookkeeping and staging tables."""
         cfg = config.cfg
         if cfg.dialect == "mysql":
-            from spark_ext.connectors.jdbc import mysql_tables
+            from spark_ext.connectors.jdbc.mariadb import tables as mysql_tables
 
             return JdbcSinkSetup(cfg, mysql_tables.prepare_tables(cfg, schema, cfg.guarantee.transactional))
         sql = prepare_tables(cfg, schema, need_2pc=cfg.guarantee.transactional)
@@ -62,7 +62,7 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
     def new_writer(self, config: JdbcSinkSetup, claim: Claim[int] | None) -> SinkWriter[JdbcCommittable]:
         """A writer per guarantee: prepared transactions, marked commits, or plain commits."""
         if config.cfg.dialect == "mysql":
-            from spark_ext.connectors.jdbc import mysql_writer as my
+            from spark_ext.connectors.jdbc.mariadb import writer as my
 
             if config.cfg.guarantee is Guarantee.EXACTLY_ONCE:
                 assert claim is not None, "exactly_once plans take the sink over first"
@@ -88,7 +88,7 @@ class JdbcSink(SinkConnector[JdbcSinkSetup]):
 
     def new_committer(self, config: JdbcSinkSetup) -> JdbcCommitter:
         if config.cfg.dialect == "mysql":
-            from spark_ext.connectors.jdbc.mysql_committer import MyJdbcCommitter
+            from spark_ext.connectors.jdbc.mariadb.committer import MyJdbcCommitter
 
             return MyJdbcCommitter(config)
         return JdbcCommitter(config)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from spark_ext.connectors.jdbc.mysql import (
+from spark_ext.connectors.jdbc.mariadb.transactions import (
     MyConn,
     connect,
     decisions,

@@ -22,7 +22,7 @@ import pymysql
 
 from spark_ext import failpoints
 from spark_ext.commit import SinkWriter, TaskInfo
-from spark_ext.connectors.jdbc.mysql import (
+from spark_ext.connectors.jdbc.mariadb.transactions import (
     DEADLOCK,
     LOCK_WAIT_TIMEOUT,
     MyConn,
@@ -33,7 +33,7 @@ from spark_ext.connectors.jdbc.mysql import (
     sink_format,
     xid,
 )
-from spark_ext.connectors.jdbc.mysql import prepared_gids as xa_prepared
+from spark_ext.connectors.jdbc.mariadb.transactions import prepared_gids as xa_prepared
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable, gid_for, parse_gid, started_before
 from spark_ext.connectors.jdbc.writer import require_keys

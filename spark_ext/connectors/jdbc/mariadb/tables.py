@@ -20,7 +20,7 @@ from pyspark.sql.types import BinaryType, DoubleType, LongType, StructType
 from sqlalchemy.dialects import mysql as my
 
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
-from spark_ext.connectors.jdbc.mysql import (
+from spark_ext.connectors.jdbc.mariadb.transactions import (
     ACCESS_DENIED,
     MyConn,
     TlsRefusedError,

@@ -1,8 +1,5 @@
-"""The MariaDB / MySQL dialect of the jdbc sink: connections, XA transaction ids, and the
-queries that find and finish in-doubt transactions. The rest of the dialect:
-``mysql_tables`` (checks, bookkeeping, SQL), ``mysql_writer`` (executor side),
-``mysql_committer`` (driver side). What both dialects share (transaction names, the
-commit message, the decision rules) stays in ``transactions`` and ``committer``.
+"""The MariaDB / MySQL dialect's connections, XA transaction ids, and the queries that
+find and finish in-doubt transactions (the rest of the dialect: see the package).
 
 XA differs from PostgreSQL's prepared transactions in ways the dialect has to handle:
 

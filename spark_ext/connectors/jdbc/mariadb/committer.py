@@ -30,7 +30,7 @@ import pymysql
 
 from spark_ext.commit import Batch, Claim
 from spark_ext.connectors.jdbc.committer import JdbcCommitter, JdbcDecision
-from spark_ext.connectors.jdbc.mysql import (
+from spark_ext.connectors.jdbc.mariadb.transactions import (
     LOCK_WAIT_TIMEOUT,
     MyConn,
     connect,
