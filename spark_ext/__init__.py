@@ -12,18 +12,19 @@ from typing import TYPE_CHECKING, Any
 from spark_ext.env import configure, ensure_python_env
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
+from spark_ext.release import VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__version__ = "0.1.0"
+__version__ = VERSION
 __all__ = ["Guarantee", "SparkExtError", "__version__", "configure", "ensure_python_env", "register"]
 
 ensure_python_env()
 
 
 def __getattr__(name: str) -> Any:
-    """``from spark_ext import aggregate`` as before windows became a package (imported on use)."""
+    """``from spark_ext import aggregate``: the windows' aggregates, imported on use."""
     if name == "aggregate":
         from spark_ext.windows import aggregate
 

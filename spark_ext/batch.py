@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from spark_ext import compat
-from spark_ext.commit import ProtocolStreamWriter, SinkPlan, TaskInfo, TaskReport
+from spark_ext.commit import TaskInfo
 from spark_ext.errors import ConfigurationError, InvalidOptionError, MissingOptionError
 from spark_ext.options import Options
 from spark_ext.shipping import Shipped
+from spark_ext.stream import ProtocolStreamWriter, SinkPlan, TaskReport
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -134,7 +135,7 @@ class ProtocolBatchWriter(Shipped, DataSourceArrowWriter):
             task = TaskInfo.current()
             if task.batch_id < 0:  # no streaming batch runs this write
                 task = replace(task, batch_id=self.identity.batch_id or 0)
-        return self.stream.write(iterator, task)
+        return self.stream.write_as(iterator, task)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver (commit worker), step 4."""

@@ -35,11 +35,9 @@ snapshot is one Spark micro-batch. For batch N:
 5. **Driver** (``TwoPhaseCommitter.abort(committables, N, claim)``): roll back what the
    batch's tasks prepared; a batch already decided in step 4(b) is left for step 1.
 
-How the claim reaches step 4: Spark gives the commit worker nothing of the plan but the
-tasks' commit messages, so the core wraps each committable in a ``TaskReport`` with the
-claim the task wrote under and hands ``commit`` / ``abort`` the claim itself; committables
-carry only what their task alone knows. Every task of a batch comes from one plan, so
-reports naming two claims are refused.
+Spark reaches these steps through ``spark_ext.stream`` (its writer: each task's report
+carries the claim it wrote under to step 4) and ``spark_ext.batch`` (the same writer for
+``foreachBatch``).
 
 The crash points (``spark_ext.failpoints``) at the step boundaries are hit here, named
 ``<committer name>.<point>``, so every sink has the same ones: ``before_decision``,
@@ -50,14 +48,8 @@ composes its sub-sinks' primitives in this same order: its 4b is the one decisio
 sub-sink records its part as its own (``adopt``) before any winner commits, and its
 take-over hands each sub-sink an unfinished one.
 
-Where each object lives: ``SinkPlan`` is built on the driver and pickled to executors
-and to the driver's commit worker; it holds only plain configuration and the claim,
-never a live connection. Writers and committers are built fresh from it where they
-run, because Spark calls ``commit``/``abort`` on a freshly unpickled writer each time.
-The processes themselves live on: Spark's Python daemon reuses the driver's planning
-worker and its commit worker from batch to batch (``spark.python.worker.reuse``; seen:
-one process id each over a query's batches), so what a process keeps between calls
-survives to the next batch, and must be right after any change outside it.
+Writers and committers are built fresh where they run, from a plan of plain, picklable
+configuration and the claim (never a live connection).
 """
 
 from __future__ import annotations
@@ -65,27 +57,17 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from spark_ext import compat, failpoints, timeline
-from spark_ext.compat import StreamArrowWriter
-from spark_ext.errors import (
-    CommitError,
-    FatalCommitError,
-    RetriableCommitError,
-    RetriesExhaustedError,
-    SparkExtError,
-    UnknownCommitError,
-)
-from spark_ext.guarantees import Guarantee
-from spark_ext.retry import Backoff, retry
-from spark_ext.shipping import Shipped
-from spark_ext.timeline import CommitTimes, PlanTimes, WriteTimes, log_to_stderr
+from spark_ext import compat, failpoints
+from spark_ext.errors import CommitError, FatalCommitError, PredecessorSinkError, SparkExtError
+from spark_ext.options import is_sibling
+from spark_ext.timeline import CommitTimes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -141,6 +123,21 @@ class DecidedBatch:
     query_id: str
 
 
+@dataclass(frozen=True)
+class Predecessor:
+    """Another identity under which this batch's query decided batches in the sink's
+    system: the sink it ran as before its checkpoint was copied, spelled differently, or
+    given another id. ``name``: that identity as its option spells it; ``finished``: its
+    last decision carried out; ``in_doubt``: transactions it left prepared or open;
+    ``checkpoint``: where it ran from, where the system keeps it."""
+
+    name: str
+    last_batch: int
+    finished: bool
+    in_doubt: int = 0
+    checkpoint: str | None = None
+
+
 F = TypeVar("F")
 
 
@@ -165,20 +162,31 @@ class Claim(Generic[F]):
     rolled_back: int = 0
     planned_ms: float = 0.0
 
+    def replays(self, task: TaskInfo) -> bool:
+        """Step 3's replay rule: this claim shows ``task``'s batch decided by the same
+        query (before a crash), so its rows are in the sink and the task writes nothing."""
+        d = self.last_decided
+        if d is None or d.query_id != task.query_id or task.batch_id > d.batch_id:
+            return False
+        log.info("batch %s was committed before; writing nothing", task.batch_id)
+        return True
+
+    @property
+    def resolved(self) -> int:
+        """In-doubt transactions step 1 committed or rolled back."""
+        return self.committed + self.rolled_back
+
+    @property
+    def epoch(self) -> int | None:
+        """The fence's epoch: the fence itself (PostgreSQL, MariaDB) or its ``epoch`` (a
+        Kafka producer, a queue sink's or a routing sink's fence)."""
+        fence: Any = self.fence
+        epoch = fence if isinstance(fence, int) else getattr(fence, "epoch", None)
+        return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
 
 C = TypeVar("C", bound=Committable)
 D = TypeVar("D")
-
-
-@dataclass(frozen=True)
-class TaskReport(WriterCommitMessage):
-    """One task attempt's message to the driver: its committable and the claim it wrote
-    under; for the batch's timeline, its plan's times and its own."""
-
-    committable: Committable
-    claim: Claim[Any] | None
-    plan_times: PlanTimes | None = None
-    write_times: WriteTimes | None = None
 
 
 @dataclass(frozen=True)
@@ -252,11 +260,19 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     """
 
     name: ClassVar[str]
+    #: How a refusal names an identity of this kind of sink, and the option that sets it.
+    kind: ClassVar[str] = "sink"
+    id_option: ClassVar[str] = "sinkId"
 
     @property
     def label(self) -> str:
         """Who commits, in log lines: the connector and, where the committer knows it, the sink."""
         return self.name
+
+    @property
+    def identity(self) -> str:
+        """This sink's identity as ``id_option`` spells it, for a predecessor's refusal."""
+        return self.label
 
     @abstractmethod
     def take_over(self, adopt: Batch[C] | None = None) -> Claim[Any]:
@@ -288,6 +304,44 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         """Step 4b: durably record "this batch commits its prepared transactions", fenced
         by the claim. Returns the decision (an earlier one, if a race recorded it first)."""
 
+    def predecessors(self, batch: Batch[C]) -> Sequence[Predecessor]:
+        """Step 4a's search: other identities under which ``batch``'s query decided batches
+        in this sink's system (a routing sink's sibling sub-sinks may be among them; the
+        check passes them over). Default: none kept."""
+        return ()
+
+    def carry_on(self, predecessor: Predecessor) -> str:
+        """The way out a predecessor's refusal names. Default: carry the old identity on."""
+        return (f"Restart with .option('{self.id_option}', '{predecessor.name}') to carry that sink on (its "
+                "decided batches are finished, none written twice) and keep that option")
+
+    @final
+    def check_predecessors(self, batch: Batch[C]) -> None:
+        """Step 4a: refuse, rolling the batch back, to decide a batch whose query decided
+        batches as another sink that may hold this one or left some unfinished. The sink's
+        identity comes from the checkpoint's spelling (or its id option), Spark's query id
+        from the checkpoint's content: a checkpoint copied to a new path keeps the query
+        under a new identity. If the old one decided this batch (its driver died before
+        Spark's commit log) or left transactions in doubt, the new one would write the
+        batch again and leave the old transactions waiting for ever; the old one, carried
+        on, finishes both."""
+        if not batch.query_id:
+            return
+        for p in self.predecessors(batch):
+            if is_sibling(self.identity, p.name):
+                continue  # another sub-sink of the same routing sink: the same batches, decided once
+            if p.last_batch < batch.batch_id and p.finished and not p.in_doubt:
+                continue  # an earlier identity whose every batch is done: nothing at stake
+            self.roll_back(batch)
+            at = f" (checkpoint {p.checkpoint})" if p.checkpoint else ""
+            left = f" and left {p.in_doubt} transaction(s) in doubt" if p.in_doubt else ""
+            raise PredecessorSinkError(
+                f"query {batch.query_id} ran before as {self.kind} {p.name!r}{at}, which decided batch "
+                f"{p.last_batch}{'' if p.finished else ' without finishing it'}{left}; this run is "
+                f"{self.kind} {self.identity!r} (the checkpoint was copied or spelled differently, or "
+                f"{self.id_option} changed) and would write batch {batch.batch_id} again. "
+                f"{self.carry_on(p)}; nothing of this batch was committed")
+
     def vet(self, batch: Batch[C]) -> None:
         """4a for a decision another committer makes (a routing sink's): raise, rolling back,
         what ``record`` would refuse on this sink's own account. Default: nothing."""
@@ -302,8 +356,10 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         Default: not known, so the winners are committed again (idempotently)."""
         return False
 
-    def before_winners(self, decision: D) -> None:
-        """Runs after the decision is known and before any winner commits, on every try."""
+    def before_winners(self, batch: Batch[C], decision: D) -> D:
+        """Runs after the decision is known and before any winner commits, on every try;
+        returns the decision the rest of step 4 carries out. Default: ``decision``."""
+        return decision
 
     def set_aside(self, batch: Batch[C]) -> int | None:
         """Rows of ``batch`` set aside as dead letters, for its log line (None: no destination)."""
@@ -355,6 +411,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
                 if not batch.prepared:
                     return CommitTimes()  # nothing written, nothing decided
                 self.check(batch)                                                   # step 4a
+                self.check_predecessors(batch)
                 failpoints.hit(f"{self.name}.before_decision", batch_id, batch.rows)
                 decision = self.record(batch)                                       # step 4b
                 failpoints.hit(f"{self.name}.after_decision", batch_id, batch.rows)
@@ -362,7 +419,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
                 self.roll_back_others(batch, decision)                              # step 4d
                 return None
             decided = time.monotonic()
-            self.before_winners(decision)
+            decision = self.before_winners(batch, decision)
             winners = self.winners(decision)
             lost = self.commit_winners(decision, winners[:1])                       # step 4c
             if len(winners) > 1:  # a crash here leaves the first winner committed, the rest not
@@ -387,112 +444,3 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
                             self.name, batch_id)
                 return
             self.roll_back(batch)
-
-
-@dataclass(frozen=True)
-class SinkPlan:
-    """Everything both sides need, as plain picklable factories (no live connections).
-
-    ``claim``: step 1's, in the plan that runs the batch's tasks; None in the commit
-    worker's plan (the claim comes back with the tasks' reports) and without exactly-once.
-    """
-
-    guarantee: Guarantee
-    new_writer: Callable[[], SinkWriter[Any]]
-    new_committer: Callable[[], Committer[Any]]
-    claim: Claim[Any] | None = None
-    times: PlanTimes | None = None
-    label: str = "hzsink"  # names the sink in log lines where its committer does not
-    commit_retries: int = 5
-    retry_backoff_s: float = 0.2
-
-
-def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s: float) -> None:
-    """Run ``fn``; retry ``RetriableCommitError`` with backoff, wrap surprises as unknown-fatal.
-
-    After the last retry the failure is no longer retriable: ``RetriesExhaustedError``.
-    """
-    def give_up(e: BaseException) -> BaseException:
-        return RetriesExhaustedError(f"{what} still failing after {retries} retries: {e}")
-
-    try:
-        retry(fn, what=what, retry_on=RetriableCommitError, attempts=retries + 1,
-              backoff=Backoff(initial_s=backoff_s, max_s=backoff_s * 2 ** retries),
-              give_up=give_up)
-    except CommitError:
-        raise
-    except Exception as e:
-        raise UnknownCommitError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
-
-
-class ProtocolStreamWriter(Shipped, StreamArrowWriter):
-    """Spark's streaming writer, delegating to a sink's writer and committer.
-
-    Built on the driver before each batch; pickled to executors (``write``) and to the
-    driver's commit worker that runs ``commit`` / ``abort``.
-    """
-
-    def __init__(self, plan: SinkPlan) -> None:
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch], task: TaskInfo | None = None) -> WriterCommitMessage:
-        """Executor, step 3: one task attempt's rows -> a ``Committable``, with the claim.
-        ``task``: who writes, if not the running task as Spark names it (``spark_ext.batch``)."""
-        started = time.monotonic()
-        committable = self.plan.new_writer().write(iterator, task or TaskInfo.current())
-        took = WriteTimes((time.monotonic() - started) * 1000)
-        return TaskReport(committable, self.plan.claim, self.plan.times, took)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver, step 4: after every task of batch ``batchId`` succeeded. Logs the
-        batch's one INFO line (``spark_ext.timeline``), which operators read."""
-        log_to_stderr()
-        committables, claim = _unwrap(messages, batchId)
-        committer = self.plan.new_committer()
-        took: list[CommitTimes | None] = []
-        tries: list[int] = []
-
-        def attempt() -> None:
-            tries.append(1)  # a retried attempt counts in the sink's metrics
-            took.append(committer.commit(committables, batchId, claim))
-
-        call_with_retries(attempt, f"commit of batch {batchId}", self.plan.commit_retries,
-                          self.plan.retry_backoff_s)
-        label = committer.label if isinstance(committer, TwoPhaseCommitter) else self.plan.label
-        query_id = committables[0].query_id if committables else None
-        if took and took[-1] is not None:
-            reports = [m for m in messages if isinstance(m, TaskReport)]
-            plans = [r.plan_times for r in reports if r.plan_times is not None]
-            log.info("%s", timeline.report(
-                label, batchId, query_id, sum(c.rows for c in committables), plans[0] if plans else None,
-                [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms(),
-                claim=claim, retries=len(tries) - 1))
-        elif claim is not None and claim.committed + claim.rolled_back:
-            # The replay of a batch its take-over finished (after a crash): no line, as nothing
-            # was committed now, but the metrics count what the take-over resolved.
-            timeline.recovered(label, batchId, query_id, claim, len(tries) - 1)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver, step 5: after a task of batch ``batchId`` failed for good."""
-        log_to_stderr()
-        committables, claim = _unwrap(messages, batchId)
-        committer = self.plan.new_committer()
-        call_with_retries(lambda: committer.abort(committables, batchId, claim),
-                          f"abort of batch {batchId}", self.plan.commit_retries, self.plan.retry_backoff_s)
-
-
-def _unwrap(messages: list[WriterCommitMessage | None], batch_id: int) -> tuple[list[Committable],
-                                                                                 Claim[Any] | None]:
-    """The committables of the tasks that reported, and the one claim they wrote under."""
-    out, claims = [], set()
-    for m in messages:
-        if m is None:  # the task failed before returning a message
-            continue
-        if not isinstance(m, TaskReport) or not isinstance(m.committable, Committable):
-            raise UnknownCommitError(f"unexpected commit message {type(m).__name__}; expected a TaskReport")
-        out.append(m.committable)
-        claims.add(m.claim)
-    if len(claims) > 1:
-        raise FatalCommitError(f"batch {batch_id}'s tasks wrote under {len(claims)} different claims; one "
-                               "batch is planned once, so this is a bug: nothing of it is committed")
-    return out, claims.pop() if claims else None

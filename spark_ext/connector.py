@@ -15,10 +15,11 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from spark_ext import timeline
-from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkPlan, SinkWriter, TwoPhaseCommitter
+from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkWriter, TwoPhaseCommitter
 from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
+from spark_ext.stream import SinkPlan
 from spark_ext.timeline import PlanTimes
 
 if TYPE_CHECKING:

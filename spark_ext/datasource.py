@@ -22,12 +22,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_ext import compat, registry
-from spark_ext.commit import ProtocolStreamWriter
 from spark_ext.connector import SinkConnector, SourceConnector
 from spark_ext.errors import ConfigurationError, SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.shipping import Shipped
+from spark_ext.stream import ProtocolStreamWriter
 
 
 class HzSource(Shipped, DataSource):

@@ -93,7 +93,7 @@ def configure(builder: Any, *, archive: str | None = None, packages: Sequence[st
         have = [p for p in (opts.get("spark.jars.packages") or "").split(",") if p]
         builder = builder.config("spark.jars.packages", ",".join(dict.fromkeys([*have, *packages])))
     if native:
-        from spark_ext.windows.native import jar_path
+        from spark_ext.release import jar_path
 
         jar = jar_path()
         if jar.is_file():

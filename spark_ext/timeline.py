@@ -21,10 +21,6 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from spark_ext.commit import Claim
 
 
 def now_ms() -> float:
@@ -85,41 +81,29 @@ def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanT
 
 def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
            writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float, *,
-           claim: Claim[Any] | None = None, retries: int = 0) -> str:
+           epoch: int | None = None, recovered: int = 0, retries: int = 0) -> str:
     """``line``, and the same figures as the sink's metrics card for a running exporter
     (``spark_ext.monitoring.cards``: a local file, written only when an exporter serves).
-    ``claim``: the batch's ``commit.Claim`` (its fencing epoch, the in-doubt transactions
-    its take-over resolved); ``retries``: commit attempts retried."""
+    ``epoch``: the batch's fencing epoch; ``recovered``: the in-doubt transactions its
+    take-over resolved; ``retries``: commit attempts retried."""
     from spark_ext.monitoring import cards
 
     fields = {"rows": rows, "transactions": commit.transactions, "decide_ms": round(commit.decide_ms, 1),
               "commit_ms": round(commit.commit_ms, 1), "dead_letters": commit.dead_letters,
               "batch_ms": round(max(ended_ms - plan.started_ms, 0.0), 1) if plan is not None else None,
-              "at": ended_ms / 1000, **_claimed(claim, retries)}
+              "at": ended_ms / 1000, "retries": retries, "epoch": epoch, "recovered": recovered}
     cards.write(query_id, label, batch_id, fields)
     return line(label, batch_id, query_id, rows, plan, writes, commit, ended_ms)
 
 
-def recovered(label: str, batch_id: int, query_id: str | None, claim: Claim[Any], retries: int) -> None:
+def recovered(label: str, batch_id: int, query_id: str | None, epoch: int | None, resolved: int,
+              retries: int) -> None:
     """The metrics card of a batch committed by its take-over, not by this commit (a replay
     after a crash): its epoch and the transactions that take-over resolved."""
     from spark_ext.monitoring import cards
 
-    cards.write(query_id, label, batch_id, {"rows": 0, "at": time.time(), **_claimed(claim, retries)})
-
-
-def _claimed(claim: Claim[Any] | None, retries: int) -> dict[str, Any]:
-    """A card's figures of the batch's claim and its commit's retries."""
-    recovered = (claim.committed + claim.rolled_back) if claim is not None else 0
-    return {"retries": retries, "epoch": _epoch(claim), "recovered": recovered}
-
-
-def _epoch(claim: Any) -> int | None:
-    """A claim's fencing epoch: the fence itself (PostgreSQL) or its ``epoch`` (a Kafka
-    producer, a queue sink's or a routing sink's fence)."""
-    fence = getattr(claim, "fence", None)
-    epoch = fence if isinstance(fence, int) else getattr(fence, "epoch", None)
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+    cards.write(query_id, label, batch_id, {"rows": 0, "at": time.time(), "retries": retries, "epoch": epoch,
+                                            "recovered": resolved})
 
 
 LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"

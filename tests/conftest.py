@@ -129,7 +129,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     import spark_ext
-    from spark_ext.windows import native
+    from spark_ext import release as native
 
     # Spark's own kafka source, the baseline some tests compare with (Maven Central, cached).
     baseline_jars = ",".join(local_services.baseline_jars())

@@ -14,8 +14,9 @@ import pytest
 from pyspark.sql.datasource import WriterCommitMessage
 
 from spark_ext import timeline
-from spark_ext.commit import Claim, Committable, NoOpCommitter, ProtocolStreamWriter, SinkPlan, TaskReport
+from spark_ext.commit import Claim, Committable, NoOpCommitter
 from spark_ext.guarantees import Guarantee
+from spark_ext.stream import ProtocolStreamWriter, SinkPlan, TaskReport
 from spark_ext.timeline import PlanTimes, WriteTimes
 from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
 
@@ -82,7 +83,8 @@ def test_a_replay_its_take_over_finished_counts_the_recovery_in_the_sinks_card(t
 def test_the_commit_worker_writes_the_line_to_stderr_without_any_logging_set_up():
     """Spark's driver worker runs commit() with no logging configured: the line must show."""
     script = textwrap.dedent("""
-        from spark_ext.commit import Claim, Committable, ProtocolStreamWriter, SinkPlan, TaskReport
+        from spark_ext.commit import Claim, Committable
+        from spark_ext.stream import ProtocolStreamWriter, SinkPlan, TaskReport
         from spark_ext.guarantees import Guarantee
         from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
         plan = SinkPlan(Guarantee.EXACTLY_ONCE, NullWriter, RecordingTwoPhaseCommitter)
@@ -101,7 +103,7 @@ def test_the_commit_worker_writes_the_line_to_stderr_without_any_logging_set_up(
 def test_the_level_comes_from_the_environment(level, shown):
     script = textwrap.dedent("""
         import logging
-        from spark_ext.commit import log_to_stderr
+        from spark_ext.timeline import log_to_stderr
         log_to_stderr()
         logging.getLogger("spark_ext.commit").info("marker")
     """)

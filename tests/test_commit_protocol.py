@@ -14,11 +14,7 @@ from spark_ext.commit import (
     Committable,
     Committer,
     NoOpCommitter,
-    ProtocolStreamWriter,
-    SinkPlan,
     TaskInfo,
-    TaskReport,
-    call_with_retries,
 )
 from spark_ext.errors import (
     FatalCommitError,
@@ -29,6 +25,7 @@ from spark_ext.errors import (
     UnknownCommitError,
 )
 from spark_ext.guarantees import Guarantee
+from spark_ext.stream import ProtocolStreamWriter, SinkPlan, TaskReport, call_with_retries
 from tests.support.fakes import NullWriter
 
 CLAIM = Claim(fence=7)
@@ -133,3 +130,14 @@ def test_plan_pickles_without_live_state():
 def test_task_info_outside_a_task_is_a_clear_error():
     with pytest.raises(SparkExtError, match="outside a Spark task"):
         TaskInfo.current()
+
+
+def test_a_claims_epoch_is_its_fence_or_the_fences_epoch():
+    """The metrics card's epoch: PostgreSQL's fence is the epoch; Kafka's, the queue's and
+    routing's fences carry one; anything else has none."""
+    from types import SimpleNamespace
+
+    assert Claim(5).epoch == 5
+    assert Claim(SimpleNamespace(epoch=7), committed=2, rolled_back=1).epoch == 7
+    assert Claim(SimpleNamespace(epoch=7), committed=2, rolled_back=1).resolved == 3
+    assert Claim(True).epoch is None and Claim("t").epoch is None

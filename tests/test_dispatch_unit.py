@@ -8,12 +8,13 @@ import pytest
 from pyspark.sql.types import StructType
 
 from spark_ext import registry
-from spark_ext.commit import Claim, Committable, NoOpCommitter, ProtocolStreamWriter, SinkWriter
+from spark_ext.commit import Claim, Committable, NoOpCommitter, SinkWriter
 from spark_ext.connector import SinkConnector
 from spark_ext.datasource import HzSink
 from spark_ext.errors import MissingExtraError, UnknownOptionError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
+from spark_ext.stream import ProtocolStreamWriter
 from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
 from tests.support.processes import driver_report
 

@@ -71,16 +71,12 @@ def test_a_taken_port_is_refused_naming_it(spark):
 
 
 def test_a_sinks_card_keeps_running_totals_counting_a_batch_written_twice_once(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
-    from spark_ext.commit import Claim
     from spark_ext.timeline import CommitTimes, report
 
     monkeypatch.setenv(cards.ENV, str(tmp_path))
-    claim = Claim(SimpleNamespace(epoch=7), committed=2, rolled_back=1)
-    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, claim=claim, retries=1)
-    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, claim=claim, retries=1)  # the same batch again
-    report("s", 4, "q1", 5, None, [], CommitTimes(1), 2000.0, claim=Claim(8))
+    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, epoch=7, recovered=3, retries=1)
+    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, epoch=7, recovered=3, retries=1)  # again
+    report("s", 4, "q1", 5, None, [], CommitTimes(1), 2000.0, epoch=8)
     [card] = cards.read("q1")
     totals = (card["rows_total"], card["retries_total"], card["recovered_total"], card["epoch"])
     assert totals == (15, 1, 3, 8)

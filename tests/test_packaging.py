@@ -8,7 +8,7 @@ import zipfile
 from packaging.specifiers import SpecifierSet
 
 from spark_ext import compat
-from spark_ext.windows import native
+from spark_ext import release as native
 from tests.support.wheel import ROOT, build_wheel
 
 

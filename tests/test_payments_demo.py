@@ -38,6 +38,7 @@ def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) ->
     """Also the companion jar as users name it: spark-submit --packages with this release's
     coordinate, from a directory outside the checkout; the windows query folds in the JVM
     (SPARK_EXT_WINDOWS_FOLD=jvm: it fails without the jar) and its windows verify."""
+    from spark_ext import release
     from spark_ext.windows import native
 
     env_fold = os.environ.pop(native.ENV, None)  # the demo's own default (jvm) must hold
@@ -47,7 +48,7 @@ def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) ->
         if env_fold is not None:
             os.environ[native.ENV] = env_fold
     assert "cluster up at spark://127.0.0.1:" in out
-    assert f"--packages {native.coordinate()} job.py" in out
+    assert f"--packages {release.coordinate()} job.py" in out
     [logs] = [line.rsplit("logs in ", 1)[1] for line in out.splitlines() if "logs in " in line]
     assert not Path(logs).resolve().is_relative_to(ROOT), logs
     _verified(out)

@@ -72,7 +72,7 @@ def test_configure_ships_the_archive_and_merges_packages(tmp_path: Path,
 
 
 def test_configure_adds_the_jvm_companion_jar_to_the_jars() -> None:
-    from spark_ext.windows import native
+    from spark_ext import release as native
 
     assert native.jar_path().is_file(), "run make jvm"
     b = env.configure(_Builder().config("spark.jars", "/opt/a.jar"))

@@ -210,9 +210,10 @@ def _same_windows(spark: Any, where: str) -> tuple[bool, int, str]:
 
 def _fold() -> str:
     """Which stage 1 ours runs: the JVM fold needs the companion jar (``make jvm``)."""
+    from spark_ext import release
     from spark_ext.windows import native
 
-    jar = native.jar_path().exists()
+    jar = release.jar_path().exists()
     return f"fold {native.mode()}, companion jar {'present' if jar else 'missing (Python fold)'}"
 
 

@@ -166,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
     from examples.payments.job import LEDGER, QUERY
     from examples.payments.verify import Queue, staged_messages, verify
     from services.env import load_env
+    from spark_ext import release as native
     from spark_ext.options import SEPARATOR
     from spark_ext.routing.config import routing_id
-    from spark_ext.windows import native
 
     plan = Plan.of(args)
     svc = load_env()

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     import sqlalchemy as sa
     from kafka import KafkaConsumer, TopicPartition
 
-    from spark_ext.windows import native
+    from spark_ext import release as native
 
     run_id = time.strftime("%Y%m%d-%H%M%S")
     work = (Path(args.work_dir) / run_id).resolve()

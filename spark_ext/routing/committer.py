@@ -30,9 +30,9 @@ from dataclasses import replace
 from typing import Any
 
 from spark_ext import failpoints
-from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
 from spark_ext.deadletters import Cap
-from spark_ext.errors import CommitError, FatalCommitError, FencedError, PredecessorSinkError
+from spark_ext.errors import CommitError, FatalCommitError, FencedError
 from spark_ext.routing.decision import DecisionLog, RoutingDecision
 from spark_ext.routing.writer import RoutingCommittable, RoutingFence
 
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
     name = "routing"
+    kind = "routing sink"
 
     def __init__(self, routing_id: str, subs: Mapping[str, TwoPhaseCommitter[Any, Any]],
                  decisions: DecisionLog, dead_letters: tuple[str, str] | None = None,
@@ -49,13 +50,14 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         self.dead_letters, self.cap = dead_letters, cap
         self.subs = dict(subs)
         self.log = decisions
-        self._batch: Batch[RoutingCommittable] | None = None
-        self._decided: dict[str, Any] = {}  # each sub-sink's own copy of the decision being carried out
-        self._last_sub: str | None = None
 
     @property
     def label(self) -> str:
         return f"routing sink {self.routing_id}"
+
+    @property
+    def identity(self) -> str:
+        return self.routing_id
 
     # --- step 1 -------------------------------------------------------------------------------
 
@@ -99,7 +101,6 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         return Batch(batch.batch_id, part, fence.claim(name))
 
     def recorded(self, batch: Batch[RoutingCommittable]) -> RoutingDecision | None:
-        self._batch = batch
         return self.log.recorded(str(batch.query_id), batch.batch_id)
 
     def check(self, batch: Batch[RoutingCommittable]) -> None:
@@ -109,12 +110,12 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             # The newer run took every sub-sink over too: it resolves what this one prepared.
             raise FencedError(f"{self.label} was taken over by a newer run (epoch {now}, this run "
                               f"{fence.epoch}); this run commits nothing of batch {batch.batch_id}")
-        self._check_predecessors(batch)
         self._check_dead_letters(batch)
         for name, sub in self.subs.items():
             share = self._share(batch, name)
             if share.prepared:
                 sub.check(share)
+                sub.check_predecessors(share)
                 sub.vet(share)
 
     def set_aside(self, batch: Batch[RoutingCommittable]) -> int | None:
@@ -137,23 +138,18 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             f"batch {batch.batch_id}: {count} rows refused, {why}; the first: {first}. Nothing of the batch "
             "was committed: fix the rows (or the target), or raise the cap")
 
-    def _check_predecessors(self, batch: Batch[RoutingCommittable]) -> None:
-        """Refuse to decide a batch that this query already decided as another routing sink:
-        the checkpoint was copied to a new path, or spelled differently (a new routing id,
-        and new sub-sink ids), so each sub-sink would write the batch again, and the old
-        routing sink's unfinished decision would wait for ever."""
-        query = str(batch.query_id)
-        for other, last, finished in self.log.predecessors(query):
-            if last < batch.batch_id and finished:
-                continue  # an earlier name whose every batch is done: nothing at stake
-            self.roll_back(batch)
-            raise PredecessorSinkError(
-                f"query {query} ran before as routing sink {other!r}, which decided batch {last}"
-                f"{'' if finished else ' without finishing it'}; this run is routing sink "
-                f"{self.routing_id!r} (the checkpoint was copied or spelled differently, or sinkId changed) "
-                f"and would write batch {batch.batch_id} again in every sub-sink. Restart the query from its "
-                "old checkpoint location until it has committed a batch, stop it, then move the checkpoint; "
-                "nothing of this batch was committed")
+    def predecessors(self, batch: Batch[RoutingCommittable]) -> list[Predecessor]:
+        """Routing sinks of this query in the decision log under other ids. A copied
+        checkpoint is a new routing sink (new sub-sink ids), so each sub-sink would write
+        the batch again and the old routing sink's unfinished decision would wait for ever."""
+        return [Predecessor(other, last, finished) for other, last, finished
+                in self.log.predecessors(str(batch.query_id))]
+
+    def carry_on(self, predecessor: Predecessor) -> str:
+        """Its sub-sinks' ids derive from its own, and a Kafka sub-sink's prefix belongs to
+        one checkpoint: the old location finishes the batch."""
+        return ("Restart the query from its old checkpoint location until it has committed a batch, stop "
+                "it, then move the checkpoint")
 
     def record(self, batch: Batch[RoutingCommittable]) -> RoutingDecision:
         parts = []
@@ -168,46 +164,45 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
     def finished(self, decision: RoutingDecision) -> bool:
         return self.log.finished(decision)
 
-    def before_winners(self, decision: RoutingDecision) -> None:
-        """Every sub-sink's own copy of its part, before any winner commits (also on a retry)."""
-        self._last_sub = None  # a retried commit starts again at the first sub-sink
-        batch = self._batch
-        assert batch is not None, "recorded() runs first"
-        self._decided = {}
+    def before_winners(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> RoutingDecision:
+        """Every sub-sink's own copy of its part, before any winner commits (also on a retry):
+        the rest of step 4 carries the decision out through those copies."""
+        own = {}
         for name, part in decision.parts:
             sub = self.subs[name]
             share = Batch(decision.batch_id, part, _fence(batch).claim(name))
-            own = sub.recorded(share) or sub.adopt(share)
-            sub.before_winners(own)
-            self._decided[name] = own
+            own[name] = sub.before_winners(share, sub.recorded(share) or sub.adopt(share))
+        return decision.carried_by(own)
 
     def winners(self, decision: RoutingDecision) -> Sequence[tuple[str, Any]]:
-        return [(name, w) for name, own in self._decided.items() for w in self.subs[name].winners(own)]
+        return [(name, w) for name, own in decision.own for w in self.subs[name].winners(own)]
 
     def commit_winner(self, decision: RoutingDecision, winner: tuple[str, Any]) -> bool:
         return not self.commit_winners(decision, [winner])
 
     def commit_winners(self, decision: RoutingDecision, winners: Sequence[tuple[str, Any]]) -> list[Any]:
-        """Each sub-sink's run of winners in one call of its own ``commit_winners``."""
+        """Each sub-sink's run of winners in one call of its own ``commit_winners``; the crash
+        point ``routing.between_sinks`` before each sub-sink's run but the first."""
+        own, every = dict(decision.own), self.winners(decision)
         lost: list[Any] = []
         for name, run in itertools.groupby(winners, key=lambda w: w[0]):
             ws = [w for _n, w in run]
-            if self._last_sub is not None and name != self._last_sub:
+            at = every.index((name, ws[0]))
+            if at > 0 and every[at - 1][0] != name:
                 failpoints.hit("routing.between_sinks", decision.batch_id)
-            self._last_sub = name
-            lost += [(name, w) for w in self.subs[name].commit_winners(self._decided[name], ws)]
+            lost += [(name, w) for w in self.subs[name].commit_winners(own[name], ws)]
         return lost
 
     def lost(self, decision: RoutingDecision, lost: Sequence[tuple[str, Any]]) -> CommitError:
         texts = []
-        for name in self._decided:
+        for name, own in decision.own:
             mine = [w for n, w in lost if n == name]
             if mine:
-                texts.append(f"sub-sink {name!r}: {self.subs[name].lost(self._decided[name], mine)}")
+                texts.append(f"sub-sink {name!r}: {self.subs[name].lost(own, mine)}")
         return FatalCommitError(f"{self.label}, batch {decision.batch_id}: " + "; ".join(texts))
 
     def finish(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> None:
-        for name, own in self._decided.items():
+        for name, own in decision.own:
             self.subs[name].finish(self._share(batch, name), own)
         self.log.mark_finished(decision)
         if self.dead_letters is not None:
@@ -218,7 +213,7 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
                             "first: %s", self.label, batch.batch_id, count, self.dead_letters[1], first)
 
     def roll_back_others(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> None:
-        for name, own in self._decided.items():
+        for name, own in decision.own:
             self.subs[name].roll_back_others(self._share(batch, name), own)
 
     def roll_back(self, batch: Batch[RoutingCommittable]) -> None:

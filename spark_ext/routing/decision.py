@@ -20,7 +20,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_ext.commit import Committable
@@ -36,6 +36,13 @@ class RoutingDecision:
     query_id: str
     parts: tuple[tuple[str, tuple[Committable, ...]], ...]
     dead: str = ""  # the sub-sink holding dead letters, if any: their count is the status's
+    #: Each sub-sink's own record of its part, once it has one (step 4, ``before_winners``
+    #: onwards); never stored in the log.
+    own: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+
+    def carried_by(self, own: Mapping[str, Any]) -> RoutingDecision:
+        """This decision with each sub-sink's own record of its part."""
+        return dataclasses.replace(self, own=tuple(own.items()))
 
     def of(self, name: str) -> tuple[Committable, ...]:
         return dict(self.parts).get(name, ())

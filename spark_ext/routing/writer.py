@@ -56,10 +56,7 @@ class RoutingWriter(SinkWriter[RoutingCommittable]):
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> RoutingCommittable:
         import pyarrow.compute as pc
 
-        d = self.claim.last_decided if self.claim is not None else None
-        if d is not None and d.query_id == task.query_id and task.batch_id <= d.batch_id:
-            # step 3: a replay of a batch decided before a crash is in every sub-sink already
-            log.info("batch %s was committed before; writing nothing", task.batch_id)
+        if self.claim is not None and self.claim.replays(task):  # in every sub-sink already
             for _ in batches:
                 pass
             return RoutingCommittable(task.batch_id, task.partition_id, task.attempt, 0,

@@ -29,10 +29,10 @@ import base64
 import json
 import logging
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_ext.errors import ConfigurationError
+from spark_ext.release import ARTIFACT, VERSION, coordinate
 from spark_ext.windows import state as ws
 from spark_ext.windows.aggregate import UserAggregate, _CoMoments
 from spark_ext.windows.state import BUCKET
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ARTIFACT = "spark-ext-native_2.13"
-GROUP = "dev.sparkext"
 CLASS = "dev.sparkext.windows.FrameFold"
 ENV = "SPARK_EXT_WINDOWS_FOLD"
 _MODES = ("auto", "python", "jvm")
@@ -60,19 +58,7 @@ class NativeFoldError(ConfigurationError):
 
 
 def version() -> str:
-    from spark_ext import __version__
-
-    return __version__
-
-
-def coordinate() -> str:
-    """The Maven coordinate for ``spark-submit --packages``, matching this package's version."""
-    return f"{GROUP}:{ARTIFACT}:{version()}"
-
-
-def jar_path() -> Path:
-    """Where the wheel ships the jar (built into the source tree by ``make jvm``)."""
-    return Path(__file__).resolve().parent.parent / "jars" / f"{ARTIFACT}-{version()}.jar"
+    return VERSION
 
 
 def mode() -> str:

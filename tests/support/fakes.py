@@ -61,8 +61,9 @@ class RecordingTwoPhaseCommitter(TwoPhaseCommitter[Committable, tuple[int, ...]]
         self.calls.append("finished")
         return self.done
 
-    def before_winners(self, decision: tuple[int, ...]) -> None:
+    def before_winners(self, batch: Batch[Committable], decision: tuple[int, ...]) -> tuple[int, ...]:
         self.calls.append("before_winners")
+        return decision
 
     def winners(self, decision: tuple[int, ...]) -> Sequence[int]:
         return decision

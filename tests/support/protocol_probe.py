@@ -23,12 +23,11 @@ from spark_ext.commit import (
     Claim,
     Committable,
     Committer,
-    ProtocolStreamWriter,
-    SinkPlan,
     SinkWriter,
     TaskInfo,
 )
 from spark_ext.guarantees import Guarantee
+from spark_ext.stream import ProtocolStreamWriter, SinkPlan
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
 from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, SessionError
 from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX, JmsSinkConfig
 from spark_ext.connectors.jms.sink.entries import SEQ_HEADER, JmsDecision, SinkState, Winner, read_entry
@@ -54,10 +54,8 @@ from spark_ext.errors import (
     CommitError,
     FatalCommitError,
     FencedError,
-    PredecessorSinkError,
     RetriableCommitError,
 )
-from spark_ext.options import is_sibling
 from spark_ext.retry import Backoff, Deadline, retry
 
 log = logging.getLogger(__name__)
@@ -103,6 +101,10 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
     @property
     def label(self) -> str:
         return f"{self.name} sink {self.cfg.sink_id}"
+
+    @property
+    def identity(self) -> str:
+        return self.cfg.sink_id
 
     # --- the connection and the log ------------------------------------------------------------
 
@@ -306,7 +308,6 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         if now is None or now.epoch != fence:
             raise FencedError(f"batch {batch.batch_id}: another run of sink {self.cfg.sink_id!r} took over "
                               "after this batch began; this run stops without committing (zombie fencing)")
-        self._check_predecessors(batch, now)
         want = {str(c.token): c.rows for c in batch.prepared}
         deadline = Deadline(_ARRIVAL_S)
         while True:
@@ -323,21 +324,18 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                 f"{self.cfg.staging}; something removed or consumed them. Nothing of the batch was "
                 "committed; restart the query to write it again, and keep consumers off the staging queue")
 
-    def _check_predecessors(self, batch: Batch[JmsCommittable], now: SinkState) -> None:
-        """Refuse to decide a batch that this query already decided as another sink.
-
-        The sink id comes from the checkpoint's spelling (or ``sinkId``), Spark's query id
-        from the checkpoint's content: a checkpoint copied to a new path keeps the query id
-        under a new sink id. If the old sink decided this batch (its driver died before
-        Spark's commit log) or left a decision unfinished, a new sink would write the batch
-        again, and the old one's staged winners would wait for ever. Searched once per run:
-        after this sink's first decision for the query, its own log names the query."""
+    def predecessors(self, batch: Batch[JmsCommittable]) -> list[Predecessor]:
+        """Every sink keeps its state in a log queue of its own: the logs whose last decision
+        names this query. Searched until this sink decided a batch of the query: from then
+        on its claim names the query."""
         query = str(batch.query_id or "")
-        if not query or (now.decision is not None and now.decision.query_id == query):
-            return
+        own = batch.claim.last_decided if batch.claim is not None else None
+        if not query or (own is not None and own.query_id == query):
+            return []
         names = self.session.attribute("broker", "queueNames") or []
         logs = sorted(n for n in names
                       if n.startswith(QUEUE_PREFIX) and n.endswith(".log") and n != self.cfg.log)
+        found = []
         for name in logs:
             try:
                 old = self.state(name)
@@ -345,20 +343,8 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                 continue  # not a sink's log
             if old is None or old.decision is None or old.decision.query_id != query:
                 continue
-            if old.decision.batch_id < batch.batch_id and old.done:
-                continue  # an earlier name whose every batch is done: nothing at stake
-            other = name[len(QUEUE_PREFIX):-len(".log")]
-            if is_sibling(self.cfg.sink_id, other):
-                continue  # another sub-sink of the same routing sink: the same batches, decided once
-            self._roll_back(batch, keep=[])
-            what = f"decided batch {old.decision.batch_id}" + ("" if old.done else " without finishing it")
-            raise PredecessorSinkError(
-                f"query {query} ran before as sink {other!r}, which {what}; this run is sink "
-                f"{self.cfg.sink_id!r} (the checkpoint was copied or spelled differently, or sinkId changed) "
-                f"and would write batch {batch.batch_id} again. Restart with .option('sinkId', '{other}') "
-                "to carry that sink on (its decided batch is finished, none written twice) and keep that "
-                "option; nothing of this batch was committed"
-            )
+            found.append(Predecessor(name[len(QUEUE_PREFIX):-len(".log")], old.decision.batch_id, old.done))
+        return found
 
     def record(self, batch: Batch[JmsCommittable]) -> JmsDecision:
         fence = _fence(batch)

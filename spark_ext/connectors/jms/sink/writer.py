@@ -143,9 +143,7 @@ class StagingJmsWriter(JmsWriter):
         self.claim = claim
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JmsCommittable:
-        d = self.claim.last_decided
-        if d is not None and d.query_id == task.query_id and task.batch_id <= d.batch_id:
-            log.info("batch %s was committed before; writing nothing", task.batch_id)
+        if self.claim.replays(task):
             return self._done(task, 0)
         cfg = self.cfg
         token = token_for(cfg.sink_id, self.claim.fence, task)

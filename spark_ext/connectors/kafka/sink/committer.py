@@ -44,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
 from spark_ext import failpoints
-from spark_ext.commit import Batch, Claim, DecidedBatch, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.decision import Decision, TornDecisionError, join
@@ -54,10 +54,8 @@ from spark_ext.errors import (
     ConfigurationError,
     FatalCommitError,
     FencedError,
-    PredecessorSinkError,
     SparkExtError,
 )
-from spark_ext.options import is_sibling
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +75,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     """Commits, aborts and recovers the sink's transactions. Driver only."""
 
     name = "kafka"
+    kind, id_option = "the sink with transactionalIdPrefix", "transactionalIdPrefix"
 
     def __init__(self, cfg: KafkaSinkConfig) -> None:
         self.cfg = cfg
@@ -87,6 +86,10 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     @property
     def label(self) -> str:
         return f"{self.name} sink {self.cfg.txn_prefix}"
+
+    @property
+    def identity(self) -> str:
+        return self.cfg.txn_prefix
 
     @contextmanager
     def _pooled(self) -> Iterator[None]:
@@ -230,52 +233,37 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     def check(self, batch: Batch[KafkaCommittable]) -> None:
         assert batch.claim is not None  # _fence checked it
         self._check_open(batch.prepared, batch.batch_id, _fence(batch), batch.claim.planned_ms)
-        self._check_predecessors(batch)
 
-    def _check_predecessors(self, batch: Batch[KafkaCommittable]) -> None:
-        """Refuse to decide a batch that this query already decided under another prefix.
-
-        The prefix comes from the checkpoint's spelling (or the option), Spark's query id
-        from the checkpoint's content: a checkpoint copied to a new path keeps the query id
-        under a new prefix. If the old prefix decided this batch (its driver died before
-        Spark's commit log), a new prefix would write the batch again, and the old one's
-        open transactions would hold every read_committed consumer back until the broker
-        times them out. Searched once per run: after this sink's first decision for the
-        query, its own record names the query."""
+    def predecessors(self, batch: Batch[KafkaCommittable]) -> list[Predecessor]:
+        """Every sink that decided a batch keeps a copy of its last decision in a group of
+        its own (``<prefix>.batches.kept``): those naming this query, with the open
+        transactions of their prefix. Searched once per run: after this sink's first
+        decision for the query, its own record names the query."""
         query = str(batch.query_id or "")
         own = self._latest or self._kept()[0]  # read by ``recorded`` in this commit; kept if expired
         if not query or (own is not None and own.query_id == query):
-            return
-        mine = self.cfg.group + ".kept"  # every sink that decided a batch keeps a copy
+            return []
+        mine = self.cfg.group + ".kept"
         kept = sorted(g for g in self.client.list_groups() if g.endswith(".batches.kept") and g != mine)
+        found = []
         for group in kept:
             try:
                 old, done = self._kept(group)
             except (ValueError, KeyError, TypeError, zlib.error, TornDecisionError):
                 continue  # not ours
-            if old is None:
-                continue  # a sink of another topic
-            state = "done" if done else "decided"
-            if old.query_id != query:
-                continue
+            if old is None or old.query_id != query:
+                continue  # a sink of another topic, or of another query
             prefix = group[: -len(".batches.kept")]
-            if is_sibling(self.cfg.txn_prefix, prefix):
-                continue  # another sub-sink of the same routing sink: the same batches, decided once
             pattern = re.escape(prefix) + r"-(p[0-9]+-a[0-9]+(-b[01])?|commit)"
             open_ = self.client.list_transactions(pattern, OPEN_STATES)
-            if old.batch_id < batch.batch_id and state == "done" and not open_:
-                continue  # an earlier name whose every batch is done: nothing at stake
-            left = f" and left {len(open_)} transaction(s) open" if open_ else ""
-            raise PredecessorSinkError(
-                f"query {query} ran before with transactionalIdPrefix {prefix!r} (checkpoint "
-                f"{old.checkpoint or 'unknown'}), which decided batch {old.batch_id}"
-                f"{'' if state == 'done' else ' without finishing it'}{left}; this run's prefix is "
-                f"{self.cfg.txn_prefix!r} (the checkpoint was copied or spelled differently, or the prefix "
-                f"changed) and would write batch {batch.batch_id} again. Restart the query from "
-                f"{old.checkpoint or 'its old checkpoint'} until it has committed a batch, stop it, then "
-                "move the checkpoint; "
-                "nothing of this batch was committed"
-            )
+            found.append(Predecessor(prefix, old.batch_id, done, len(open_), old.checkpoint))
+        return found
+
+    def carry_on(self, predecessor: Predecessor) -> str:
+        """A prefix belongs to one checkpoint: the old location finishes the batch."""
+        return (f"Restart the query from {predecessor.checkpoint or 'its old checkpoint'} until it has "
+                "committed a batch, "
+                "stop it, then move the checkpoint")
 
     def record(self, batch: Batch[KafkaCommittable]) -> Decision:
         """The decision, as group offsets in the commit id's transaction: its epoch is the
@@ -306,8 +294,9 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
         return self._done(decision) or (same and kept_done)
 
-    def before_winners(self, decision: Decision) -> None:
+    def before_winners(self, batch: Batch[KafkaCommittable], decision: Decision) -> Decision:
         self._keep(decision, done=False)  # before any winner commits (also on a retry)
+        return decision
 
     def winners(self, decision: Decision) -> Sequence[Producer]:
         return decision.winners

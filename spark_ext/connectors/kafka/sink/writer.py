@@ -224,9 +224,6 @@ class TransactionalKafkaWriter(KafkaWriter):
         return client.init_producer(tid, self.cfg.txn_timeout_ms)
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> KafkaCommittable:
-        d = self.claim.last_decided
-        if d is not None and d.query_id == task.query_id and task.batch_id <= d.batch_id:
-            # step 3: a replay of a batch decided before a crash is already in Kafka.
-            log.info("batch %s was committed before; writing nothing", task.batch_id)
+        if self.claim.replays(task):
             return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, 0, query_id=task.query_id)
         return super().write(batches, task)
