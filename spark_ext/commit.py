@@ -317,8 +317,9 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
 
     @final
     def check_predecessors(self, batch: Batch[C]) -> None:
-        """Step 4a: refuse, rolling the batch back, to decide a batch whose query decided
-        batches as another sink that may hold this one or left some unfinished. The sink's
+        """Step 4a, first: refuse to decide a batch whose query decided batches as another
+        sink that may hold this one or left some unfinished. Nothing of the batch commits;
+        Spark's abort (step 5) or the next take-over rolls it back. The sink's
         identity comes from the checkpoint's spelling (or its id option), Spark's query id
         from the checkpoint's content: a checkpoint copied to a new path keeps the query
         under a new identity. If the old one decided this batch (its driver died before
@@ -332,7 +333,6 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
                 continue  # another sub-sink of the same routing sink: the same batches, decided once
             if p.last_batch < batch.batch_id and p.finished and not p.in_doubt:
                 continue  # an earlier identity whose every batch is done: nothing at stake
-            self.roll_back(batch)
             at = f" (checkpoint {p.checkpoint})" if p.checkpoint else ""
             left = f" and left {p.in_doubt} transaction(s) in doubt" if p.in_doubt else ""
             raise PredecessorSinkError(
@@ -410,8 +410,8 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
             if decision is None:
                 if not batch.prepared:
                     return CommitTimes()  # nothing written, nothing decided
-                self.check(batch)                                                   # step 4a
-                self.check_predecessors(batch)
+                self.check_predecessors(batch)                                      # step 4a
+                self.check(batch)
                 failpoints.hit(f"{self.name}.before_decision", batch_id, batch.rows)
                 decision = self.record(batch)                                       # step 4b
                 failpoints.hit(f"{self.name}.after_decision", batch_id, batch.rows)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from bench.soak.run import Plan
+from typing import Any
 
 PANELS = (
     ("resident memory (MB)", ("rss_mb", "rss_jvm_mb", "rss_python_mb", "heap_used_mb", "heap_old_mb")),
@@ -24,7 +21,9 @@ def _num(v: Any) -> float:
         return float("nan")
 
 
-def draw(rows: list[dict[str, Any]], marks: list[tuple[float, str]], out: Path, plan: Plan) -> Path:
+def draw(rows: list[dict[str, Any]], marks: list[tuple[float, str]], out: Path, minutes: float,
+         ref: float) -> Path:
+    """The chart of ``rows`` over ``minutes``; ``ref`` marks the minute later figures are compared with."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,13 +37,13 @@ def draw(rows: list[dict[str, Any]], marks: list[tuple[float, str]], out: Path, 
         ax.set_title(title, fontsize=9, loc="left")
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(True, alpha=0.3)
-        ax.axvline(plan.ref, color="grey", linestyle=":", linewidth=1)
+        ax.axvline(ref, color="grey", linestyle=":", linewidth=1)
         for t, what in marks:
             if what.startswith("kill -9"):
                 ax.axvline(t, color="red" if "job" in what else "orange", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("minutes from the first payment (red: kill -9 of the job; orange: of a worker; "
                         "dotted: the 10-minute reference)")
-    fig.suptitle(f"make soak: {plan.minutes:g} minutes", fontsize=11)
+    fig.suptitle(f"make soak: {minutes:g} minutes", fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)

@@ -346,7 +346,7 @@ def _chart(sampler: Sampler, out: Path, plan: Plan) -> None:
     from bench.soak.chart import draw
 
     try:
-        print(f"chart: {draw(sampler.rows, sampler.marks, out, plan)}")
+        print(f"chart: {draw(sampler.rows, sampler.marks, out, plan.minutes, plan.ref)}")
     except ImportError as e:
         print(f"no chart: {e} (pip install -e '.[docs]')", file=sys.stderr)
 

@@ -114,8 +114,8 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         for name, sub in self.subs.items():
             share = self._share(batch, name)
             if share.prepared:
-                sub.check(share)
                 sub.check_predecessors(share)
+                sub.check(share)
                 sub.vet(share)
 
     def set_aside(self, batch: Batch[RoutingCommittable]) -> int | None:
