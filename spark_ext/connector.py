@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -21,9 +21,6 @@ from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options, OptionSpec
 from spark_ext.stream import SinkPlan
 from spark_ext.timeline import PlanTimes
-
-if TYPE_CHECKING:
-    from spark_ext.routing.decision import DecisionLog
 
 ConfigT = TypeVar("ConfigT")
 
@@ -95,13 +92,8 @@ class SinkConnector(ABC, Generic[ConfigT]):
         return config
 
     def target(self, config: ConfigT) -> str | None:
-        """What the sink writes, as one string (system and table, topic or queue), so a
-        routing sink can refuse two sub-sinks writing the same. None: not known."""
-        return None
-
-    def decision_log(self, config: ConfigT, log_id: str) -> DecisionLog | None:
-        """Where a routing sink holding this sink may keep its decisions (None: this
-        connector cannot hold them). Driver; ``config`` has been validated."""
+        """What the sink writes, as one string (system and table, topic or queue): two
+        sinks of one query naming the same would write over each other. None: not known."""
         return None
 
     def sets_aside(self, config: ConfigT) -> str | None:

@@ -110,7 +110,7 @@ def test_exactly_once_without_a_jdbc_sub_sink_is_refused_and_at_least_once_runs(
 def test_the_decision_log_refuses_a_decision_under_an_epoch_a_take_over_replaced(services, tmp_path):
     """A run that passed its checks before a newer run took over must not record its
     decision afterwards: the next take-over would hand its (rolled back) winners on."""
-    from spark_ext.routing.decision import RoutingDecision
+    from spark_ext.decisions import RoutingDecision
 
     opts = Targets(services).options(sinkId=f"rt-{uuid.uuid4().hex[:12]}")
     old = _plan(opts, tmp_path / "ck")

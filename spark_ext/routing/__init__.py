@@ -8,7 +8,7 @@ share of a task as it does alone; the batch is decided once, in one system (the
 - ``config``: options -> the sub-sinks' specs (names, columns, derived ids);
 - ``writer``: executor side, one task's rows split by route (step 3);
 - ``committer``: driver side, the sub-sinks' primitives composed (steps 1, 4, 5);
-- ``decision``: the routing decision and the ``DecisionLog`` a decider offers.
+- the decision and the ``DecisionLog`` a decider offers are the core's: ``spark_ext.decisions``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pyspark.sql.types import StructType
 from spark_ext import compat, registry
 from spark_ext.commit import Claim, Committer, TwoPhaseCommitter
 from spark_ext.connector import SinkConnector
+from spark_ext.decisions import decision_log
 from spark_ext.errors import ConfigurationError, SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.routing.committer import RoutingCommitter
 from spark_ext.routing.config import ROUTING_OPTIONS, RoutingSpec, SubSinkSpec, parse
-from spark_ext.routing.decision import DecisionLog
 from spark_ext.routing.writer import RoutingFence, RoutingWriter
 
 __all__ = ["RoutingSink"]
@@ -111,7 +111,7 @@ class RoutingSink(SinkConnector[RoutingConfig]):
     def _decider(spec: RoutingSpec, subs: list[SubSink]) -> str:
         assert spec.routing_id is not None  # exactly_once parsing required one
         able = [s.spec.name for s in subs
-                if _connector(s.spec.connector).decision_log(s.config, spec.routing_id) is not None]
+                if decision_log(_connector(s.spec.connector), s.config, spec.routing_id) is not None]
         if spec.decider is not None:
             if spec.decider not in able:
                 raise ConfigurationError(
@@ -161,7 +161,6 @@ class RoutingSink(SinkConnector[RoutingConfig]):
             subs[s.spec.name] = committer
         assert config.decider is not None and config.spec.routing_id is not None
         decider = next(s for s in config.subs if s.spec.name == config.decider)
-        log: DecisionLog | None = _connector(decider.spec.connector).decision_log(decider.config,
-                                                                                   config.spec.routing_id)
+        log = decision_log(_connector(decider.spec.connector), decider.config, config.spec.routing_id)
         assert log is not None
         return RoutingCommitter(config.spec.routing_id, subs, log, config.spec.dead_letters, config.spec.cap)

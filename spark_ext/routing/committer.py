@@ -32,8 +32,8 @@ from typing import Any
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
 from spark_ext.deadletters import Cap
+from spark_ext.decisions import DecisionLog, RoutingDecision
 from spark_ext.errors import CommitError, FatalCommitError, FencedError
-from spark_ext.routing.decision import DecisionLog, RoutingDecision
 from spark_ext.routing.writer import RoutingCommittable, RoutingFence
 
 log = logging.getLogger(__name__)

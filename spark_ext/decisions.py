@@ -1,4 +1,5 @@
-"""The routing sink's decision and the log that holds it.
+"""A composed sink's decision and the log that holds it: the contract between the routing
+sink (``spark_ext.routing``) and the connectors whose systems can keep its decisions.
 
 A routing batch is decided once: one row (or record) in one system, the *decider*,
 names every sub-sink's winning task attempts. Each sub-sink then records its own copy of
@@ -7,9 +8,9 @@ commits, so a sub-sink's own take-over can finish its part; a take-over of the r
 sink hands every sub-sink the last routing decision not yet finished, which it records
 as its own before it resolves what is in doubt (``TwoPhaseCommitter.take_over(adopt=)``).
 
-``DecisionLog`` is what a connector offers to be a decider (the PostgreSQL sink does:
-``spark_ext.connectors.jdbc.routing_log``). Committables travel in it as JSON naming their
-class; only spark-ext's own frozen dataclasses are read back.
+``DecisionLog`` is what a connector offers to be a decider, by being ``KeepsDecisions``
+(the PostgreSQL sink is: ``spark_ext.connectors.jdbc.routing_log``). Committables travel
+in it as JSON naming their class; only spark-ext's own frozen dataclasses are read back.
 """
 
 from __future__ import annotations
@@ -134,3 +135,17 @@ class DecisionLog(ABC):
     @abstractmethod
     def mark_finished(self, decision: RoutingDecision) -> None:
         """Note that ``decision`` was carried out in every sub-sink; prune old entries."""
+
+
+class KeepsDecisions(ABC):
+    """A sink connector whose system can hold a composed sink's decisions."""
+
+    @abstractmethod
+    def decision_log(self, config: Any, log_id: str) -> DecisionLog | None:
+        """The log for the composed sink ``log_id`` in the system ``config`` writes to (None:
+        not this system, e.g. a dialect that cannot). Driver; ``config`` has been validated."""
+
+
+def decision_log(connector: object, config: Any, log_id: str) -> DecisionLog | None:
+    """``connector``'s decision log for ``log_id``, if it keeps decisions at all."""
+    return connector.decision_log(config, log_id) if isinstance(connector, KeepsDecisions) else None
