@@ -1,8 +1,9 @@
 """The ``spark-ext`` command (also ``python -m spark_ext``).
 
 ``spark-ext doctor <connector> ...`` runs that connector's operator tool, and
-``spark-ext status <connector> ...`` shows its sinks (``spark_ext.status``); both are
-found through the ``spark_ext.doctors`` registry group, e.g.::
+``spark-ext status <connector> ...`` shows its sinks; both are the ``main`` and ``status``
+of the connector's doctor module (a ``spark_ext.doctor.Doctor``), found through the
+``spark_ext.doctors`` registry group, e.g.::
 
     spark-ext doctor jdbc list --url postgresql+psycopg2://user@host/db
     spark-ext status jdbc --url postgresql+psycopg2://user@host/db --json

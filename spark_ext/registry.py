@@ -9,7 +9,8 @@ declares entry points in its distribution metadata (``pyproject.toml``)::
 Groups: ``spark_ext.sources`` (``SourceConnector`` classes), ``spark_ext.sinks``
 (``SinkConnector`` classes) and ``spark_ext.doctors`` (operator tools, a
 ``main(argv) -> int`` reached through ``spark-ext doctor <name> ...``, in a module that
-may also define ``status(argv) -> int`` for ``spark-ext status <name> ...``). Entry points are
+may also define ``status(argv) -> int`` for ``spark-ext status <name> ...``; a
+``spark_ext.doctor.Doctor``'s ``main`` and ``status`` are both). Entry points are
 read from the installed distributions, so they work in every Python process Spark
 starts, on the driver and on executors, as long as the package is installed there.
 ``register`` adds an entry for the current process only (tests, notebooks).

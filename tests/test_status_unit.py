@@ -127,7 +127,7 @@ def _checkpoint(root: Path, batches: dict[int, list[str]], committed: list[int])
 
 
 def test_a_checkpoints_committed_ends_are_the_last_committed_batchs_offsets(tmp_path):
-    from spark_ext.status import committed_offsets, kafka_offsets
+    from spark_ext.status.checkpoint import committed_offsets, kafka_offsets
 
     ck = _checkpoint(tmp_path / "ck", {0: ['{"t":{"0":5,"1":7}}', '{"seq":1,"ids":[]}'],
                                        1: ['{"t":{"0":9,"1":7}}', "-"], 2: ['{"t":{"0":12,"1":8}}', "-"]},

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_ext.monitoring import cards
 from spark_ext.monitoring.metrics import BY_NAME
-from spark_ext.status import kafka_offsets
+from spark_ext.status.checkpoint import kafka_offsets
 
 SOURCE_CARD_AGE_S = 300.0  # a queue source's card is renewed every 5 s while its reader lives
 

@@ -43,12 +43,13 @@ from spark_ext.connectors.jdbc.transactions import (
     resolve_in_doubt,
     sink_sessions,
 )
+from spark_ext.decisions import RoutingDecision
+from spark_ext.doctor import Command, Doctor, decision_rows, decision_state
 from spark_ext.errors import SparkExtError
-from spark_ext.routing.decision import RoutingDecision
 from spark_ext.status import SinkStatus
-from spark_ext.status import run as run_status
 
 DEFAULT_SCHEMA = "public"
+_SUMMARY = (__doc__ or "").split("\n")[0]
 
 
 def _table(schema: str, name: str) -> str:
@@ -98,9 +99,7 @@ def _in_doubt(conn: Any, schema: str, sink: str | None) -> list[dict[str, object
         s, epoch, batch, part, attempt = parse_gid(gid)
         if sink and s != sink:
             continue
-        decided = decisions(conn, _table(schema, BATCHES_TABLE), s, {batch})
-        state = ("undecided" if batch not in decided
-                 else "decided: commit" if gid in decided[batch] else "decided: not a winner")
+        state = decision_state(gid, batch, decisions(conn, _table(schema, BATCHES_TABLE), s, {batch}))
         out.append({"gid": gid, "sink": s, "epoch": epoch, "batch": batch, "partition": part,
                     "attempt": attempt, "prepared": str(when), "owner": owner, "state": state})
     return out
@@ -123,9 +122,7 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
     conn = _connect(url)
     conn.autocommit = True
     try:
-        doubt: dict[str, list[str]] = {}
-        for r in _in_doubt(conn, schema, sink):
-            doubt.setdefault(str(r["sink"]), []).append(str(r["gid"]))
+        doubt = [(str(r["sink"]), str(r["gid"])) for r in _in_doubt(conn, schema, sink)]
         sinks: dict[str, tuple[str, int]] = {}
         last: dict[str, tuple[str, int, set[str]]] = {}
         dead: dict[str, int | None] = {}
@@ -155,17 +152,9 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
                 carried = {(s, q, int(b)) for s, q, b in cur.fetchall()}
     finally:
         conn.close()
-    out = []
-    for s in sorted(set(sinks) | set(doubt) | set(last)):
-        target, epoch = sinks.get(s, (None, None))
-        query, batch, winners = last.get(s, (None, None, set()))
-        gids = doubt.get(s, [])
-        done = (s, query, batch) in carried if target == "routing" else not winners & set(gids)
-        out.append(SinkStatus(sink=s, target=target, batch=batch, query=query,
-                              finished=None if batch is None else done,
-                              in_doubt=len(gids), epoch=epoch, in_doubt_ids=tuple(gids),
-                              dead_letters=dead.get(s)))
-    return out
+    routed = {s: (s, q, b) in carried for s, (q, b, _) in last.items()
+              if s in sinks and sinks[s][0] == "routing"}
+    return decision_rows(sinks, last, doubt, finished=routed, dead_letters=dead)
 
 
 def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
@@ -214,42 +203,37 @@ def _connection_arguments(p: argparse.ArgumentParser, sink_required: bool = Fals
     p.add_argument("--sink", required=sink_required, help="sink id (sinkId, or ck-... )")
 
 
-def status(argv: list[str]) -> int:
-    """``spark-ext status jdbc ...``: every sink of the schema (or ``--sink``), one row each."""
-    return run_status("jdbc", argv,
-                      "The PostgreSQL, MariaDB and MySQL sinks' last decisions and in-doubt transactions.",
-                      _connection_arguments, lambda a: sink_status(a.url, a.schema, a.sink))
+class JdbcDoctor(Doctor):
+    """``list``: every in-doubt transaction (of ``--sink``); ``resolve``: one sink's;
+    ``status``: every sink of the schema (or ``--sink``), one row each."""
+
+    connector = "jdbc"
+    summary = _SUMMARY
+    status_summary = "The PostgreSQL, MariaDB and MySQL sinks' last decisions and in-doubt transactions."
+
+    def arguments(self, p: argparse.ArgumentParser, command: Command) -> None:
+        _connection_arguments(p, sink_required=command == "resolve")
+
+    def show(self, args: argparse.Namespace) -> None:
+        rows = list_in_doubt(args.url, args.schema, args.sink)
+        for r in rows:
+            print("  ".join(f"{k}={v}" for k, v in r.items()))
+        print(f"{len(rows)} in-doubt transaction(s)")
+
+    def resolve(self, args: argparse.Namespace) -> None:
+        committed, rolled_back = resolve(args.url, args.schema, args.sink)  # the module's function
+        for g in committed:
+            print(f"committed   {g}")
+        for g in rolled_back:
+            print(f"rolled back {g}")
+        print(f"sink {args.sink}: {len(committed)} committed, {len(rolled_back)} rolled back")
+
+    def rows(self, args: argparse.Namespace) -> list[SinkStatus]:
+        return sink_status(args.url, args.schema, args.sink)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``spark-ext doctor jdbc <list|resolve> ...`` (``argv`` starts after ``jdbc``)."""
-    ap = argparse.ArgumentParser(prog="spark-ext doctor jdbc", description=__doc__.split("\n")[0])
-    jsub = ap.add_subparsers(dest="action", required=True)
-    for name in ("list", "resolve"):
-        _connection_arguments(jsub.add_parser(name), sink_required=name == "resolve")
-    args = ap.parse_args(argv)
-    try:
-        if args.action == "list":
-            rows = list_in_doubt(args.url, args.schema, args.sink)
-            for r in rows:
-                print("  ".join(f"{k}={v}" for k, v in r.items()))
-            print(f"{len(rows)} in-doubt transaction(s)")
-        else:
-            committed, rolled_back = resolve(args.url, args.schema, args.sink)
-            for g in committed:
-                print(f"committed   {g}")
-            for g in rolled_back:
-                print(f"rolled back {g}")
-            print(f"sink {args.sink}: {len(committed)} committed, {len(rolled_back)} rolled back")
-    except (SparkExtError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001 - a CLI: report, never print a traceback with the URL
-        print(f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-              file=sys.stderr)
-        return 1
-    return 0
-
+DOCTOR = JdbcDoctor()
+main, status = DOCTOR.main, DOCTOR.status
 
 if __name__ == "__main__":
     sys.exit(main())

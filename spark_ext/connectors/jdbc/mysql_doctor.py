@@ -23,6 +23,7 @@ from spark_ext.connectors.jdbc.mariadb.transactions import (
 )
 from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE
 from spark_ext.connectors.jdbc.transactions import parse_gid
+from spark_ext.doctor import decision_rows, decision_state
 from spark_ext.errors import SparkExtError
 from spark_ext.status import SinkStatus
 
@@ -48,9 +49,7 @@ def _in_doubt(conn: MyConn, schema: str | None, sink: str | None) -> list[dict[s
             continue
         for gid in prepared_gids(conn, s, fmt):
             _, epoch, batch, part, attempt = parse_gid(gid)
-            decided = _decisions(conn, schema, s, batch)
-            state = ("undecided" if batch not in decided
-                     else "decided: commit" if gid in decided[batch] else "decided: not a winner")
+            state = decision_state(gid, batch, _decisions(conn, schema, s, batch))
             out.append({"gid": gid, "sink": s, "epoch": epoch, "batch": batch, "partition": part,
                         "attempt": attempt, "state": state})
     return out
@@ -80,9 +79,7 @@ def sink_status(url: URL, schema: str | None, sink: str | None) -> list[SinkStat
     every winner of it committed, and its in-doubt transactions."""
     conn = connect(url)
     try:
-        doubt: dict[str, list[str]] = {}
-        for r in _in_doubt(conn, schema, sink):
-            doubt.setdefault(str(r["sink"]), []).append(str(r["gid"]))
+        doubt = [(str(r["sink"]), str(r["gid"])) for r in _in_doubt(conn, schema, sink)]
         one, params = ("AND sink_id = %s", (sink,)) if sink else ("", ())
         sinks: dict[str, tuple[str, int]] = {}
         last: dict[str, tuple[str, int, set[str]]] = {}
@@ -98,15 +95,7 @@ def sink_status(url: URL, schema: str | None, sink: str | None) -> list[SinkStat
             last = {str(s): (str(q), int(b), set(json.loads(w or "[]"))) for s, q, b, w in rows}
     finally:
         conn.close()
-    out = []
-    for s in sorted(set(sinks) | set(doubt) | set(last)):
-        target, epoch = sinks.get(s, (None, None))
-        query, batch, winners = last.get(s, (None, None, set()))
-        gids = doubt.get(s, [])
-        out.append(SinkStatus(sink=s, target=target, batch=batch, query=query,
-                              finished=None if batch is None else not winners & set(gids),
-                              in_doubt=len(gids), epoch=epoch, in_doubt_ids=tuple(gids)))
-    return out
+    return decision_rows(sinks, last, doubt)
 
 
 def resolve(url: URL, schema: str | None, sink: str) -> tuple[list[str], list[str]]:

@@ -21,18 +21,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from spark_ext.connectors.jms.session import QueueMissingError
 from spark_ext.connectors.jms.sink.committer import JmsCommitter, SinkState
 from spark_ext.connectors.jms.sink.config import JmsSinkConfig
-from spark_ext.errors import SparkExtError
+from spark_ext.doctor import Command, Doctor, refuse_while_running
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.status import SinkStatus
-from spark_ext.status import run as run_status
 
 PASSWORD_ENV = "SPARK_EXT_JMS_PASSWORD"
+_SUMMARY = (__doc__ or "").split("\n")[0]
 
 
 def _config(args: argparse.Namespace) -> JmsSinkConfig:
@@ -99,67 +98,52 @@ def _connection_arguments(p: argparse.ArgumentParser, destination_required: bool
                    help="the sink's destination, /queue/NAME")
 
 
-def status(argv: list[str]) -> int:
-    """``spark-ext status jms ...``: the sink of ``--sink-id`` or ``--checkpoint``, one row."""
-    return run_status("jms", argv, "The queue sink's last decision and staged attempts.",
-                      _connection_arguments, lambda a: [sink_status(_config(a), a.destination)])
+class JmsDoctor(Doctor):
+    """``list``, ``resolve`` and ``status``: the sink of ``--sink-id`` or ``--checkpoint``
+    (``status``: one row)."""
 
+    connector = "jms"
+    summary = _SUMMARY
+    status_summary = "The queue sink's last decision and staged attempts."
+    watches = True
 
-def main(argv: list[str] | None = None) -> int:
-    """``spark-ext doctor jms <list|resolve> ...`` (``argv`` starts after ``jms``)."""
-    ap = argparse.ArgumentParser(prog="spark-ext doctor jms", description=(__doc__ or "").split("\n")[0])
-    sub = ap.add_subparsers(dest="action", required=True)
-    for name in ("list", "resolve"):
-        p = sub.add_parser(name)
-        _connection_arguments(p, destination_required=name == "resolve")
-        if name == "resolve":
-            p.add_argument("--watch", type=float, default=5.0,
-                           help="seconds to watch for a running query first (default 5)")
-    args = ap.parse_args(argv)
-    try:
+    def arguments(self, p: argparse.ArgumentParser, command: Command) -> None:
+        _connection_arguments(p, destination_required=command == "resolve")
+
+    def rows(self, args: argparse.Namespace) -> list[SinkStatus]:
+        return [sink_status(_config(args), args.destination)]
+
+    def show(self, args: argparse.Namespace) -> None:
         cfg = _config(args)
-        if args.action == "list":
-            return _list(cfg)
-        return _resolve(cfg, args.watch)
-    except (SparkExtError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-def _list(cfg: JmsSinkConfig) -> int:
-    state, left = sink_state(cfg)
-    if state is None:
-        print(f"sink {cfg.sink_id}: no log (never ran exactly-once on this broker)")
-    else:
-        d = state.decision
-        print(f"sink {cfg.sink_id}: epoch={state.epoch} entry={state.seq}")
-        if d is None:
-            print("no decision recorded")
+        state, left = sink_state(cfg)
+        if state is None:
+            print(f"sink {cfg.sink_id}: no log (never ran exactly-once on this broker)")
         else:
-            print(f"decision batch={d.batch_id} query={d.query_id} done={state.done} "
-                  f"winners={','.join(f'{w.token}:{w.rows}' for w in d.winners)}")
-    for token, n in sorted(left.items()):
-        print(f"staged {token} messages={n}")
-    print(f"{sum(left.values())} staged message(s) in {cfg.staging}")
-    return 0
+            d = state.decision
+            print(f"sink {cfg.sink_id}: epoch={state.epoch} entry={state.seq}")
+            if d is None:
+                print("no decision recorded")
+            else:
+                print(f"decision batch={d.batch_id} query={d.query_id} done={state.done} "
+                      f"winners={','.join(f'{w.token}:{w.rows}' for w in d.winners)}")
+        for token, n in sorted(left.items()):
+            print(f"staged {token} messages={n}")
+        print(f"{sum(left.values())} staged message(s) in {cfg.staging}")
+
+    def resolve(self, args: argparse.Namespace) -> None:
+        cfg = _config(args)
+        committer = JmsCommitter(cfg)
+        try:  # a running query appends to the log every batch
+            refuse_while_running(lambda: _state(committer), args.watch, "log", "batches")
+        finally:
+            committer.close()
+        claim = JmsCommitter(cfg).take_over()
+        print(f"sink {cfg.sink_id}: {claim.committed} attempt(s) moved into {cfg.queue}, "
+              f"{claim.rolled_back} staged message(s) removed; epoch {claim.fence}")
 
 
-def _resolve(cfg: JmsSinkConfig, watch_s: float) -> int:
-    committer = JmsCommitter(cfg)
-    try:
-        before = _state(committer)
-        time.sleep(watch_s)  # a running query appends to the log every batch
-        if _state(committer) != before:
-            print("error: the sink's log changed while watching: its query is running; stop it first (a "
-                  "running query resolves its own batches)", file=sys.stderr)
-            return 1
-    finally:
-        committer.close()
-    claim = JmsCommitter(cfg).take_over()
-    print(f"sink {cfg.sink_id}: {claim.committed} attempt(s) moved into {cfg.queue}, "
-          f"{claim.rolled_back} staged message(s) removed; epoch {claim.fence}")
-    return 0
-
+DOCTOR = JmsDoctor()
+main, status = DOCTOR.main, DOCTOR.status
 
 if __name__ == "__main__":
     sys.exit(main())

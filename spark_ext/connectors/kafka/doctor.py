@@ -32,11 +32,13 @@ from pathlib import Path
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, TxnState
 from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, Decision, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+from spark_ext.doctor import Command, Doctor, refuse_while_running
 from spark_ext.errors import SparkExtError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 from spark_ext.status import SinkStatus, SourceLag
-from spark_ext.status import run as run_status
+
+_SUMMARY = (__doc__ or "").split("\n")[0]
 
 
 def _properties(path: str | None) -> dict[str, str]:
@@ -52,9 +54,10 @@ def _properties(path: str | None) -> dict[str, str]:
     return out
 
 
-def _config(bootstrap: str, prefix: str, topic: str, command_config: str | None = None) -> KafkaSinkConfig:
-    opts = {**_properties(command_config),
-            "kafka.bootstrap.servers": bootstrap, "transactionalidprefix": prefix, "topic": topic}
+def _config(a: argparse.Namespace) -> KafkaSinkConfig:
+    """The sink's config from the connection arguments, as the query's options would give it."""
+    opts = {**_properties(a.command_config),
+            "kafka.bootstrap.servers": a.bootstrap, "transactionalidprefix": a.prefix, "topic": a.topic}
     return KafkaSinkConfig.parse(Options(opts, "spark-ext doctor kafka"), Guarantee.EXACTLY_ONCE)
 
 
@@ -117,95 +120,70 @@ def _connection_arguments(p: argparse.ArgumentParser, sink_required: bool = True
     p.add_argument("--command-config", help="a properties file of client security settings")
 
 
-def _status_arguments(p: argparse.ArgumentParser) -> None:
-    _connection_arguments(p, sink_required=False)
-    p.add_argument("--checkpoint", help="a query's checkpointLocation (local): show its Kafka source lag")
+class KafkaDoctor(Doctor):
+    """``list`` / ``resolve``: the sink of ``--prefix`` and ``--topic``; ``status``: that
+    sink, one row, and with ``--checkpoint`` the query's source lag per partition."""
+
+    connector = "kafka"
+    summary = _SUMMARY
+    status_summary = "The Kafka sink's last decision and open transactions; a query's Kafka source lag."
+    watches = True
+
+    def arguments(self, p: argparse.ArgumentParser, command: Command) -> None:
+        _connection_arguments(p, sink_required=command != "status")
+        if command == "status":
+            p.add_argument("--checkpoint",
+                           help="a query's checkpointLocation (local): show its Kafka source lag")
+
+    def check(self, args: argparse.Namespace) -> None:
+        if (args.prefix is None) != (args.topic is None):
+            raise SparkExtError("give both --prefix and --topic for a sink (or neither, with --checkpoint)")
+        if args.prefix is None and args.checkpoint is None:
+            raise SparkExtError("give --prefix and --topic (a sink's state), --checkpoint (a query's source "
+                                "lag), or both")
+
+    def rows(self, args: argparse.Namespace) -> list[SinkStatus]:
+        return [] if args.prefix is None else [sink_status(_config(args))]
+
+    def lag(self, args: argparse.Namespace) -> list[SourceLag] | None:
+        if args.checkpoint is None:
+            return None
+        from spark_ext.connectors.kafka.source.lag import checkpoint_lag
+
+        return checkpoint_lag(args.bootstrap, args.checkpoint, _properties(args.command_config))
+
+    def show(self, args: argparse.Namespace) -> None:
+        cfg = _config(args)
+        now = time.time() * 1000
+        st = sink_state(cfg)
+        for s in st.open:
+            parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
+            print(f"open {s.transactional_id} state={s.state} producer={s.producer_id} epoch={s.epoch} "
+                  f"age={(now - s.start_ms) / 1000:.0f}s partitions={parts or '-'}")
+        decision = st.decision
+        if decision is None:
+            print("no decision recorded")
+        else:
+            print(f"decision batch={decision.batch_id} query={decision.query_id} done={st.done} "
+                  f"winners={','.join(f'{w.transactional_id}@{w.epoch}' for w in decision.winners)}")
+        print(f"commit {st.commit.transactional_id} state={st.commit.state} producer={st.commit.producer_id} "
+              f"epoch={st.commit.epoch}")
+        print(f"{len(st.open)} open transaction(s)")
+
+    def resolve(self, args: argparse.Namespace) -> None:
+        cfg = _config(args)
+        # a running query starts transactions and re-fences its commit id
+        refuse_while_running(lambda: _snapshot(cfg), args.watch, "transactions", "transactions")
+        claim, decision, lost = KafkaCommitter(cfg).resolve()
+        for w in lost:
+            print(f"lost {w.transactional_id} (producer {w.producer_id}, epoch {w.epoch}) of batch "
+                  f"{decision.batch_id if decision else '?'}: aborted by the broker; re-send its input")
+        print(f"sink {cfg.txn_prefix}: {claim.committed} committed, {len(lost)} lost, "
+              f"{claim.rolled_back} open transaction(s) aborted")
 
 
-def _check(a: argparse.Namespace) -> None:
-    if (a.prefix is None) != (a.topic is None):
-        raise SparkExtError("give both --prefix and --topic for a sink (or neither, with --checkpoint)")
-    if a.prefix is None and a.checkpoint is None:
-        raise SparkExtError("give --prefix and --topic (a sink's state), --checkpoint (a query's source "
-                            "lag), or both")
-
-
-def _sinks(a: argparse.Namespace) -> list[SinkStatus]:
-    if a.prefix is None:
-        return []
-    return [sink_status(_config(a.bootstrap, a.prefix, a.topic, a.command_config))]
-
-
-def _lag(a: argparse.Namespace) -> list[SourceLag] | None:
-    if a.checkpoint is None:
-        return None
-    from spark_ext.connectors.kafka.source.lag import checkpoint_lag
-
-    return checkpoint_lag(a.bootstrap, a.checkpoint, _properties(a.command_config))
-
-
-def status(argv: list[str]) -> int:
-    """``spark-ext status kafka ...``: the sink of ``--prefix``, one row; with
-    ``--checkpoint``, the query's source lag per partition."""
-    return run_status("kafka", argv, "The Kafka sink's last decision and open transactions; a query's "
-                      "Kafka source lag.", _status_arguments, _sinks, _lag, _check)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``spark-ext doctor kafka <list|resolve> ...`` (``argv`` starts after ``kafka``)."""
-    ap = argparse.ArgumentParser(prog="spark-ext doctor kafka", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="action", required=True)
-    for name in ("list", "resolve"):
-        p = sub.add_parser(name)
-        _connection_arguments(p)
-        if name == "resolve":
-            p.add_argument("--watch", type=float, default=5.0,
-                           help="seconds to watch for a running query first (default 5)")
-    args = ap.parse_args(argv)
-    try:
-        cfg = _config(args.bootstrap, args.prefix, args.topic, args.command_config)
-        if args.action == "list":
-            return _list(cfg)
-        return _resolve(cfg, args.watch)
-    except (SparkExtError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-def _list(cfg: KafkaSinkConfig) -> int:
-    now = time.time() * 1000
-    st = sink_state(cfg)
-    for s in st.open:
-        parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
-        print(f"open {s.transactional_id} state={s.state} producer={s.producer_id} epoch={s.epoch} "
-              f"age={(now - s.start_ms) / 1000:.0f}s partitions={parts or '-'}")
-    decision = st.decision
-    if decision is None:
-        print("no decision recorded")
-    else:
-        print(f"decision batch={decision.batch_id} query={decision.query_id} done={st.done} "
-              f"winners={','.join(f'{w.transactional_id}@{w.epoch}' for w in decision.winners)}")
-    print(f"commit {st.commit.transactional_id} state={st.commit.state} producer={st.commit.producer_id} "
-          f"epoch={st.commit.epoch}")
-    print(f"{len(st.open)} open transaction(s)")
-    return 0
-
-
-def _resolve(cfg: KafkaSinkConfig, watch_s: float) -> int:
-    before = _snapshot(cfg)
-    time.sleep(watch_s)  # a running query starts transactions and re-fences its commit id
-    if _snapshot(cfg) != before:
-        print("error: the sink's transactions changed while watching: its query is running; stop it "
-              "first (a running query resolves its own transactions)", file=sys.stderr)
-        return 1
-    claim, decision, lost = KafkaCommitter(cfg).resolve()
-    for w in lost:
-        print(f"lost {w.transactional_id} (producer {w.producer_id}, epoch {w.epoch}) of batch "
-              f"{decision.batch_id if decision else '?'}: aborted by the broker; re-send its input")
-    print(f"sink {cfg.txn_prefix}: {claim.committed} committed, {len(lost)} lost, "
-          f"{claim.rolled_back} open transaction(s) aborted")
-    return 0
-
+DOCTOR = KafkaDoctor()
+main, status = DOCTOR.main, DOCTOR.status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.options import Options
-from spark_ext.status import SourceLag, committed_offsets, kafka_offsets
+from spark_ext.status import SourceLag
+from spark_ext.status.checkpoint import committed_offsets, kafka_offsets
 
 
 def checkpoint_lag(bootstrap: str, checkpoint: str,

@@ -1,38 +1,24 @@
-"""``spark-ext status <connector> ...``: what each sink has decided, as a table or JSON.
+"""The rows ``spark-ext status <connector>`` shows, and their table and JSON forms.
 
-Each connector's doctor module reads its sinks' state with the reads its ``list``
-command makes and returns ``SinkStatus`` rows; this module parses the common flags and
-renders the rows, so every connector shows the same columns under the same JSON keys::
-
-    spark-ext status jdbc  --url postgresql+psycopg2://user@host/db [--json]
-    spark-ext status kafka --bootstrap HOST:9092 --prefix PREFIX --topic TOPIC [--json]
-    spark-ext status jms   --broker stomp://HOST:61613 --sink-id ID [--json]
-
-The JSON document (``--json``) is ``{"connector": ..., "sinks": [...]}``; each sink has
-exactly the keys in ``JSON_KEYS``, null where the connector does not know the value.
-
-``spark-ext status kafka --bootstrap HOST:9092 --checkpoint DIR`` also shows a query's
-Kafka source lag: the end offsets of the last batch the checkpoint records as committed,
-against the broker's latest, per partition (a ``lag`` table; JSON key ``lag``, each row
-the keys in ``LAG_KEYS``). It reads the checkpoint's files, so it works with the query
-stopped or crashed, when the lag matters most.
+Each connector's doctor reads its sinks' state and returns ``SinkStatus`` rows (and, for
+a query's source, ``SourceLag`` rows); this module renders them, so every connector
+shows the same columns under the same JSON keys. The JSON document (``--json``) is
+``{"connector": ..., "sinks": [...]}``; each sink has exactly the keys in ``JSON_KEYS``,
+null where the connector does not know the value. With a source's lag asked for, the
+document also has key ``lag``: one entry per partition, with the keys in ``LAG_KEYS``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-
-from spark_ext.errors import SparkExtError
 
 #: The keys of one source partition's lag in ``--json`` output (key ``lag``), in order.
 LAG_KEYS = ("source", "topic", "partition", "end", "latest", "lag")
@@ -92,45 +78,6 @@ class SourceLag:
     def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "topic": self.topic, "partition": self.partition, "end": self.end,
                 "latest": self.latest, "lag": self.lag}
-
-
-def kafka_offsets(doc: Any) -> dict[tuple[str, int], int] | None:
-    """A source's offsets as ``{(topic, partition): offset}`` if they have the shape Spark's
-    Kafka source and ours write (``{"topic": {"0": 42}}``), None for any other source's.
-    Here, not under the Kafka connector: the exporter uses it without the Kafka extra."""
-    if not isinstance(doc, dict) or not doc:
-        return None
-    out = {}
-    for topic, parts in doc.items():
-        if not isinstance(parts, dict) or not all(str(p).isdigit() and type(o) is int
-                                                  for p, o in parts.items()):
-            return None
-        out.update({(str(topic), int(p)): o for p, o in parts.items()})
-    return out
-
-
-def committed_offsets(checkpoint: str) -> tuple[int, list[Any]] | None:
-    """The last batch a query's checkpoint records as committed (``commits/<n>``) and each
-    source's end offsets of it (``offsets/<n>``: parsed JSON, None for a source without);
-    None before the first committed batch, and for a directory not there (yet: a sidecar
-    may start before its query). A local directory (or ``file:`` URI)."""
-    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
-    if not root.exists():
-        return None
-    if not root.is_dir():
-        raise SparkExtError(f"checkpoint {checkpoint} is not a directory: give the query's "
-                            "checkpointLocation (a local path; copy a remote one here first)")
-    done = sorted(int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit())
-    if not done:
-        return None
-    lines = (root / "offsets" / str(done[-1])).read_text().splitlines()
-    sources = []
-    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
-        try:
-            sources.append(json.loads(line))
-        except ValueError:
-            sources.append(None)  # "-": a source with no offset yet
-    return done[-1], sources
 
 
 def to_json(connector: str, rows: Sequence[SinkStatus], lag: Sequence[SourceLag] | None = None) -> str:
@@ -200,47 +147,3 @@ def render(connector: str, rows: Sequence[SinkStatus], as_json: bool, out: TextI
             wide = console.options.update_width(1000)
             console.width = max(console.width, Measurement.get(console, wide, t).maximum)
         console.print(t)
-
-
-def run(connector: str, argv: Sequence[str], description: str,
-        add_arguments: Callable[[argparse.ArgumentParser], None],
-        collect: Callable[[argparse.Namespace], list[SinkStatus]],
-        lag: Callable[[argparse.Namespace], list[SourceLag] | None] | None = None,
-        check: Callable[[argparse.Namespace], None] | None = None) -> int:
-    """Parse ``argv`` (the doctor's connection arguments and ``--json``), collect, print.
-    ``lag``: a connector's source lag (None when the arguments ask for none); ``check``:
-    refuses a combination of arguments (``SparkExtError``), before anything is read.
-
-    Errors print one line, never a traceback: a driver's traceback can carry the URL.
-    """
-    ap = argparse.ArgumentParser(prog=f"spark-ext status {connector}", description=description)
-    ap.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of a table")
-    ap.add_argument("--serve", type=int, metavar="PORT",
-                    help="serve the rows as Prometheus metrics on PORT (0: any free port), read at every "
-                         "scrape")
-    ap.add_argument("--addr", default="127.0.0.1", help="with --serve: the address to listen on")
-    add_arguments(ap)
-    args = ap.parse_args(list(argv))
-    try:
-        if check is not None:
-            check(args)
-    except SparkExtError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.serve is not None:
-        from spark_ext.monitoring.sidecar import serve_status  # --json: no meaning for metrics
-
-        return serve_status(connector, lambda: collect(args), args.serve, args.addr,
-                            (lambda: lag(args)) if lag is not None else None)
-    try:
-        rows = collect(args)
-        lags = lag(args) if lag is not None else None
-    except (SparkExtError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001 - a CLI: report in one line, no traceback
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"error: {type(e).__name__}: {first}", file=sys.stderr)
-        return 1
-    render(connector, rows, args.json, lag=lags)
-    return 0
