@@ -1,8 +1,11 @@
-"""Options of the acknowledging queue source (STOMP), parsed once on the driver."""
+"""Options of the acknowledging queue source (STOMP), parsed once on the driver; and the
+broker's options and settings the queue source and sink share (``BROKER_OPTIONS``,
+``BrokerConfig``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from spark_ext.connectors.jms.tls import TLS_OPTIONS, TLS_SCHEMES, StompTls, parse_tls
@@ -54,15 +57,44 @@ SOURCE_OPTIONS = OptionSpec.of(
 
 
 @dataclass(frozen=True)
-class JmsSourceConfig:
-    """Broker address, destination and the bookkeeping policy. Picklable; no connection."""
+class BrokerConfig:
+    """What the queue source's and sink's configs share: the broker's address and login
+    (``BROKER_OPTIONS``), the destination, the guarantee and how long a connection waits
+    for a broker that is away. Picklable; no connection. A subclass is a
+    ``@dataclass(frozen=True, repr=False)``, so it keeps this ``__repr__``, which never
+    shows the password."""
 
     host: str
     port: int
     user: str | None
     password: Secret | None  # read where each connection logs in
+    tls: StompTls | None  # None: clear text
     destination: str
     guarantee: Guarantee
+    reconnect_timeout_s: float
+
+    def __repr__(self) -> str:  # never shows the password
+        return f"{type(self).__name__}({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
+
+    @property
+    def where(self) -> str:
+        """The broker and destination as messages, logs and the doctor name them."""
+        return f"stomp{'+ssl' if self.tls else ''}://{self.host}:{self.port}{self.destination}"
+
+    @staticmethod
+    def broker_fields(opts: Options, expected: str) -> dict[str, Any]:
+        """The broker's fields from the options: address (``brokerUrl`` wins over ``host`` /
+        ``port``), destination (``expected``: the destinations the caller takes, for the
+        error), login and TLS."""
+        host, port = broker_address(opts)
+        return {"host": host, "port": port, "destination": destination(opts, expected),
+                "user": opts.get_str("user"), "password": secret(opts), "tls": broker_tls(opts)}
+
+
+@dataclass(frozen=True, repr=False)
+class JmsSourceConfig(BrokerConfig):
+    """The queue source's settings: the broker's, and the bookkeeping policy."""
+
     max_per_trigger: int
     id_header: str
     window_bytes: int | None  # None: sized to two batches as messages arrive
@@ -70,15 +102,6 @@ class JmsSourceConfig:
     skip_missing: bool
     dedup_window_s: float
     connect_timeout_s: float
-    reconnect_timeout_s: float = 180.0
-    tls: StompTls | None = None  # None: clear text
-
-    def __repr__(self) -> str:  # never show the password
-        return f"JmsSourceConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
-
-    @property
-    def where(self) -> str:
-        return f"stomp{'+ssl' if self.tls else ''}://{self.host}:{self.port}{self.destination}"
 
     @property
     def tracks_ids(self) -> bool:
@@ -96,14 +119,8 @@ class JmsSourceConfig:
     def parse(opts: Options) -> JmsSourceConfig:
         spec = SOURCE_OPTIONS
         spec.check(opts.raw(), "hzsource connector 'jms'")
-        host, port = broker_address(opts)
-        dest = destination(opts, "/queue/<name> (acknowledged, replayable) or /topic/<name>")
         return JmsSourceConfig(
-            host=host,
-            port=port,
-            user=opts.get_str("user"),
-            password=secret(opts),
-            destination=dest,
+            **BrokerConfig.broker_fields(opts, "/queue/<name> (acknowledged, replayable) or /topic/<name>"),
             guarantee=Guarantee.parse(opts.get_str("guarantee"), Guarantee(spec.default_str("guarantee"))),
             max_per_trigger=spec.int_of(opts, "maxMessagesPerTrigger", minimum=1),
             # STOMP header names are case-sensitive (an application's "paymentId")
@@ -114,7 +131,6 @@ class JmsSourceConfig:
             dedup_window_s=spec.seconds_of(opts, "dedupWindowMs", minimum=0),
             connect_timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
             reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
-            tls=broker_tls(opts),
         )
 
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_ext.connectors.jms.config import BROKER_OPTIONS, broker_address, broker_tls, destination
-from spark_ext.connectors.jms.tls import StompTls
+from spark_ext.connectors.jms.config import BROKER_OPTIONS, BrokerConfig
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec, stable_sink_id
-from spark_ext.secrets import Secret, secret
 
 SINK_OPTIONS = OptionSpec.of(
     *BROKER_OPTIONS,
@@ -41,29 +39,14 @@ SINK_OPTIONS = OptionSpec.of(
 QUEUE_PREFIX = "spark_ext."
 
 
-@dataclass(frozen=True)
-class JmsSinkConfig:
-    """Broker address, destination, the sink's own queues. Picklable; no connection."""
+@dataclass(frozen=True, repr=False)
+class JmsSinkConfig(BrokerConfig):
+    """The queue sink's settings: the broker's, and the sink's own queues."""
 
-    host: str
-    port: int
-    user: str | None
-    password: Secret | None  # read where each connection logs in
-    destination: str
-    guarantee: Guarantee
     sink_id: str
     persistent: bool
     timeout_s: float
     commit_timeout_s: float
-    reconnect_timeout_s: float = 180.0
-    tls: StompTls | None = None  # None: clear text
-
-    def __repr__(self) -> str:  # never show the password
-        return f"JmsSinkConfig({self.host}:{self.port}, {self.destination!r}, {self.guarantee.value})"
-
-    @property
-    def where(self) -> str:
-        return f"stomp://{self.host}:{self.port}{self.destination}"
 
     @property
     def queue(self) -> str:
@@ -87,8 +70,8 @@ class JmsSinkConfig:
 
     @staticmethod
     def parse(opts: Options, guarantee: Guarantee) -> JmsSinkConfig:
-        host, port = broker_address(opts)
-        dest = destination(opts, "/queue/<name> (or /topic/<name> without exactly_once)")
+        broker = BrokerConfig.broker_fields(opts, "/queue/<name> (or /topic/<name> without exactly_once)")
+        dest = broker["destination"]
         if guarantee is Guarantee.EXACTLY_ONCE and dest.startswith("/topic/"):
             raise InvalidOptionError(
                 f"option 'destination' is {dest!r}: exactly_once writes to a queue (/queue/<name>), "
@@ -102,18 +85,13 @@ class JmsSinkConfig:
                 "batch durably (a broker restart would lose non-persistent ones); drop the option or "
                 "use guarantee at_least_once or none")
         return JmsSinkConfig(
-            host=host,
-            port=port,
-            user=opts.get_str("user"),
-            password=secret(opts),
-            destination=dest,
+            **broker,
             guarantee=guarantee,
             sink_id=_sink_id(opts, guarantee),
             persistent=persistent,
             timeout_s=spec.seconds_of(opts, "connectTimeoutMs", minimum=1),
             commit_timeout_s=spec.seconds_of(opts, "commitTimeoutMs", minimum=1),
             reconnect_timeout_s=spec.seconds_of(opts, "reconnectTimeoutMs", minimum=0),
-            tls=broker_tls(opts),
         )
 
 
