@@ -1,19 +1,23 @@
-"""Driver side of the PostgreSQL sink's two-phase commit, and recovery at query start.
+"""Driver side of the jdbc sink's two-phase commit, and recovery at query start:
+``JdbcCommitter`` with PostgreSQL's primitives. MariaDB's committer
+(``mariadb.committer``) subclasses it and replaces the primitives that differ (the
+connection, the sink's lock, the epoch bump, the in-doubt queries, the decision row's
+statements); the protocol (take-over, checks, commit, abort) is written once, here.
 
 Where "batch N committed" lives, and why it is atomic enough: the driver is the 2PC
-coordinator and PostgreSQL holds its log. The commit (``spark_ext.commit.TwoPhaseCommitter``
+coordinator and the database holds its log. The commit (``spark_ext.commit.TwoPhaseCommitter``
 calling the primitives below) first inserts the *decision* row ``(sink, N, partition
 -1)`` listing the winning global ids, in a transaction that
 also checks, under a share lock, that this run still owns the sink (epoch). Only then
-does it ``COMMIT PREPARED`` each winner. So:
+does it commit each winner (``COMMIT PREPARED``; MariaDB: ``XA COMMIT``). So:
 
 - crash before the decision: nothing of N is visible; recovery rolls back N's prepared
   transactions and Spark's replay of N writes it afresh;
 - crash after the decision: recovery commits the remaining winners (and only them);
   the replay's tasks see the decision and write nothing;
 - each winner also wrote its own marker row inside its prepared transaction, so a
-  ``COMMIT PREPARED`` that finds its id gone can tell "already committed" (marker
-  visible) from "lost" (fail loudly).
+  commit that finds its id gone can tell "already committed" (marker visible) from
+  "lost" (fail loudly).
 
 Fencing: before each batch (Spark plans the write anew per batch) recovery resolves
 what is in doubt and bumps the sink's epoch in ``spark_ext_sinks``. Writers and the
@@ -76,13 +80,19 @@ class JdbcDecision:
 
 
 class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
-    """Recovers, commits and aborts one sink's batches. Driver."""
+    """Recovers, commits and aborts one sink's batches (PostgreSQL's primitives). Driver."""
 
     name = "jdbc"
     # The dialect's queries over in-doubt transactions (the MariaDB committer has its own).
     _prepared_gids = staticmethod(prepared_gids)
     _finish_xact = staticmethod(finish)
     _decisions = staticmethod(decisions)
+    # What a round of the epoch bump raises when it waited its second on a writer's share lock.
+    _lock_wait: type[Exception] = psycopg2.errors.LockNotAvailable
+    # Does a writer's transaction keep its share lock on the sink's row once prepared? If
+    # not (MariaDB), an older epoch's writer may prepare while the bump waits and let it
+    # pass: a take-over resolves again after its bump.
+    _prepared_keep_share_locks = True
 
     def __init__(self, setup: JdbcSinkSetup) -> None:
         self.cfg, self.sql = setup.cfg, setup.sql
@@ -102,21 +112,28 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         to ``adopt`` is recorded under that lock at the current epoch, before the
         resolution, which then commits its winners.
         """
-        cfg = self.cfg
+        with self._claiming() as conn:
+            self._check_target(conn)
+            with self._exclusive(conn):
+                if adopt is not None:
+                    self._adopt_at_take_over(conn, adopt)
+                committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
+            if committed or rolled_back:
+                log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
+                            self.cfg.sink_id, len(committed), len(rolled_back))
+        return Claim(epoch, committed=len(committed), rolled_back=len(rolled_back))
+
+    @contextmanager
+    def _claiming(self) -> Iterator[Any]:
+        """The take-over's connection; a database error inside is the take-over's failure."""
         try:
-            with kept_db(cfg) as conn:
-                self._check_target(conn)
-                with self._exclusive(conn):
-                    if adopt is not None:
-                        self._adopt_at_take_over(conn, adopt)
-                    committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
-                if committed or rolled_back:
-                    log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
-                                cfg.sink_id, len(committed), len(rolled_back))
-                return Claim(epoch, committed=len(committed), rolled_back=len(rolled_back))
+            with kept_db(self.cfg) as conn:
+                yield conn
         except psycopg2.Error as e:
-            raise ConnectorError(f"recovering sink {cfg.sink_id!r} at {cfg.safe_url} failed: "
-                                 f"{str(e).strip()}") from None
+            raise self._claim_failed(str(e).strip()) from None
+
+    def _claim_failed(self, why: str) -> ConnectorError:
+        return ConnectorError(f"recovering sink {self.cfg.sink_id!r} at {self.cfg.safe_url} failed: {why}")
 
     def _adopt_at_take_over(self, conn: Any, batch: Batch[JdbcCommittable]) -> None:
         self._conn = conn
@@ -156,40 +173,52 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     def _resolve_and_bump(self, conn: Any, batch_id: int | None) -> tuple[list[str], list[str], int]:
         """Resolve in-doubt transactions (all, or one batch's), then bump the epoch.
 
-        The bump waits for the share locks of open and prepared writers; a stale writer
-        that prepared after the rollback holds it forever, so each round rolls back again
-        and tries the bump for at most a second, until ``lockTimeoutMs``.
+        The bump waits for the share locks of open (and, on PostgreSQL, prepared) writers;
+        a stale writer that prepared after the rollback holds it forever, so each round
+        rolls back again and tries the bump for at most a second, until ``lockTimeoutMs``.
         """
-        cfg, sql = self.cfg, self.sql
+        cfg = self.cfg
         committed: list[str] = []
         rolled_back: list[str] = []
 
-        def round_() -> int:
-            self._end_stale_sessions(conn)
+        def resolve() -> None:
             if batch_id is None:
-                c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id)
+                c, r = self._resolve_in_doubt(conn)
                 committed.extend(c)
                 rolled_back.extend(r)
             else:
                 rolled_back.extend(self._roll_back_batch(conn, batch_id))
-            with conn.cursor() as cur:
-                cur.execute("SET lock_timeout = '1s'")
-                cur.execute(
-                    f"INSERT INTO {sql.sinks_table} AS s (sink_id, target, epoch) VALUES (%s, %s, 1) "
-                    "ON CONFLICT (sink_id) DO UPDATE SET epoch = s.epoch + 1, updated_at = now() "
-                    "RETURNING epoch", (cfg.sink_id, cfg.qualified))
-                return int(cur.fetchone()[0])
+
+        def round_() -> int:
+            self._end_stale_sessions(conn)
+            resolve()
+            return self._bump(conn)
 
         epoch = retry(round_, what=f"claiming sink {cfg.sink_id!r}",
-                      retry_on=psycopg2.errors.LockNotAvailable, timeout_s=cfg.lock_timeout_ms / 1000,
+                      retry_on=self._lock_wait, timeout_s=cfg.lock_timeout_ms / 1000,
                       backoff=Backoff(initial_s=0.0, max_s=0.0),
                       give_up=lambda e: RetriableCommitError(
                           f"sink {cfg.sink_id!r}: writers of another run still hold it after "
                           f"{cfg.lock_timeout_ms} ms (lockTimeoutMs); their transactions are resolved "
                           "at the next start"))
-        if batch_id is not None:  # what prepared while the bump waited
-            rolled_back.extend(self._roll_back_batch(conn, batch_id))
+        if batch_id is not None or not self._prepared_keep_share_locks:
+            resolve()  # what prepared while the bump waited
         return committed, rolled_back, epoch
+
+    def _resolve_in_doubt(self, conn: Any) -> tuple[list[str], list[str]]:
+        """Commit the sink's prepared winners of decided batches, roll back everything else."""
+        return resolve_in_doubt(conn, self.sql.batches_table, self.cfg.sink_id)
+
+    def _bump(self, conn: Any) -> int:
+        """The sink's next epoch, waiting at most a second for the writers' share locks
+        (``_lock_wait`` when it waited that second)."""
+        with conn.cursor() as cur:
+            cur.execute("SET lock_timeout = '1s'")
+            cur.execute(
+                f"INSERT INTO {self.sql.sinks_table} AS s (sink_id, target, epoch) VALUES (%s, %s, 1) "
+                "ON CONFLICT (sink_id) DO UPDATE SET epoch = s.epoch + 1, updated_at = now() "
+                "RETURNING epoch", (self.cfg.sink_id, self.cfg.qualified))
+            return int(cur.fetchone()[0])
 
     def _end_stale_sessions(self, conn: Any) -> None:
         """End the task sessions of this sink's epochs up to the current one, which the
@@ -321,50 +350,66 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
             self._finish_xact(self.conn, str(c.gid), commit=False)
 
     def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:
-        """Step 4b: the decision row, under the sink's shared advisory lock (a take-over
+        """Step 4b: the decision row, under the sink's lock (``_deciding``; a take-over
         holds it exclusively) and the epoch row's share lock; unique per batch, so two
         live runs cannot decide one batch twice."""
         cfg, sql, conn = self.cfg, self.sql, self.conn
         epoch = batch.claim.fence if batch.claim is not None else None
+        with self._deciding(conn) as cur:
+            row = self._epoch_for_share(cur)
+            if row is None or row[0] != epoch:
+                conn.rollback()
+                conn.autocommit = True
+                self._roll_back_own(batch)
+                raise self._fenced(batch, row and row[0])
+            # Again under the lock that the doctor and take-overs hold exclusively while
+            # they roll back: a decision never names a transaction that is gone.
+            instead = self._check_prepared(batch)
+            mine = frozenset(instead.get(str(c.gid), str(c.gid)) for c in batch.prepared)
+            for gid, other in instead.items():
+                log.warning("sink %s batch %s: %s, of the task attempt Spark took, was rolled back by a "
+                            "later attempt of the same task; its %s commits in its place",
+                            cfg.sink_id, batch.batch_id, gid, other)
+            if self._insert_decision(cur, batch, epoch, mine):
+                decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine)
+            else:  # decided by an earlier run meanwhile
+                cur.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
+                            "query_id = %s AND batch_id = %s AND partition_id = -1",
+                            (cfg.sink_id, batch.query_id, batch.batch_id))
+                decided = self._decision(batch, cur.fetchone()[0])
+        return decided
+
+    @contextmanager
+    def _deciding(self, conn: Any) -> Iterator[Any]:
+        """The decision's transaction, committed when the block ends; a cursor in it. The
+        sink's advisory lock is held shared until the commit."""
         conn.autocommit = False
         try:
             with conn.cursor() as cur:
-                cur.execute("SET LOCAL lock_timeout = %s", (f"{cfg.lock_timeout_ms}ms",))
+                cur.execute("SET LOCAL lock_timeout = %s", (f"{self.cfg.lock_timeout_ms}ms",))
                 cur.execute("SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))",
-                            (LOCK_SPACE, cfg.sink_id))
-                cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE",
-                            (cfg.sink_id,))
-                row = cur.fetchone()
-                if row is None or row[0] != epoch:
-                    conn.rollback()
-                    conn.autocommit = True
-                    self._roll_back_own(batch)
-                    raise self._fenced(batch, row and row[0])
-                # Again under the lock that the doctor and take-overs hold exclusively while
-                # they roll back: a decision never names a transaction that is gone.
-                instead = self._check_prepared(batch)
-                mine = frozenset(instead.get(str(c.gid), str(c.gid)) for c in batch.prepared)
-                for gid, other in instead.items():
-                    log.warning("sink %s batch %s: %s, of the task attempt Spark took, was rolled back by a "
-                                "later attempt of the same task; its %s commits in its place",
-                                cfg.sink_id, batch.batch_id, gid, other)
-                cur.execute(
-                    f"INSERT INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
-                    "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "
-                    "RETURNING 1",
-                    (cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
-                     json.dumps(sorted(mine))))
-                if cur.fetchone() is None:  # decided by an earlier run meanwhile
-                    cur.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
-                                "query_id = %s AND batch_id = %s AND partition_id = -1",
-                                (cfg.sink_id, batch.query_id, batch.batch_id))
-                    decided = self._decision(batch, cur.fetchone()[0])
-                else:
-                    decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine)
+                            (LOCK_SPACE, self.cfg.sink_id))
+                yield cur
             conn.commit()
         finally:
             conn.autocommit = True
-        return decided
+
+    def _epoch_for_share(self, cur: Any) -> Any:
+        """The sink's epoch row, share-locked until the decision commits (None: no row)."""
+        cur.execute(f"SELECT epoch FROM {self.sql.sinks_table} WHERE sink_id = %s FOR SHARE",
+                    (self.cfg.sink_id,))
+        return cur.fetchone()
+
+    def _insert_decision(self, cur: Any, batch: Batch[JdbcCommittable], epoch: int | None,
+                         winners: frozenset[str]) -> bool:
+        """The decision row; False when the batch has one already."""
+        cur.execute(
+            f"INSERT INTO {self.sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
+            "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "
+            "RETURNING 1",
+            (self.cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
+             json.dumps(sorted(winners))))
+        return cur.fetchone() is not None
 
     def winners(self, decision: JdbcDecision) -> Sequence[str]:
         return sorted(decision.winners)

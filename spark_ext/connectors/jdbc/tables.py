@@ -228,7 +228,7 @@ def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, n
                     f"table {cfg.qualified} does not exist in {cfg.safe_url}; create it, or set "
                     ".option('createTable', 'true') to create it from the DataFrame's schema"
                 )
-            _create_target(conn, cfg, schema)
+            create_target(conn, cfg, schema, "PostgreSQL", lambda t, fam, key: _CREATE[fam](t))
         cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
         check_columns(cfg, schema, cols)
         if cfg.upsert_keys:
@@ -238,15 +238,21 @@ def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, n
     return _create_staging(eng, cfg) if cfg.upsert_keys else staging_name(cfg, "")
 
 
-def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType) -> None:
+def create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType, database: str,
+                  column_type: Callable[[DataType, str, bool], sa.types.TypeEngine[Any]],
+                  **table_kw: Any) -> None:
+    """``createTable``: the target from the DataFrame's columns, ``upsertKeys`` its primary
+    key. ``column_type(Spark type, its family, is a key)``: the column's type in ``database``
+    (the dialect's); ``table_kw``: the dialect's table options."""
     cols: list[sa.Column[Any]] = []
     for f in schema.fields:
         fam = _family_spark(f.dataType)
         if fam is None:
             raise InvalidOptionError(f"createTable cannot map column {f.name!r} of type "
-                                     f"{f.dataType.simpleString()} to PostgreSQL; create the table yourself")
-        cols.append(sa.Column(f.name, _CREATE[fam](f.dataType), primary_key=f.name in cfg.upsert_keys))
-    sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema).create(conn)
+                                     f"{f.dataType.simpleString()} to {database}; create the table yourself")
+        key = f.name in cfg.upsert_keys
+        cols.append(sa.Column(f.name, column_type(f.dataType, fam, key), primary_key=key))
+    sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema, **table_kw).create(conn)
 
 
 def check_columns(cfg: JdbcSinkConfig, schema: StructType, cols: dict[str, Any],

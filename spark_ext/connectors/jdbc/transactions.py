@@ -1,6 +1,7 @@
-"""What the PostgreSQL sink's writer, committer and doctor share: the names of its
-prepared transactions, the commit message, connections, and the queries that find and
-finish in-doubt transactions.
+"""What the jdbc sink's writers, committers and doctors share: the names of its
+prepared transactions, the commit message, how a connection waits out a restarting
+server (``reconnecting``); and PostgreSQL's connections and the queries that find and
+finish its in-doubt transactions (MariaDB's: ``mariadb.transactions``).
 
 A prepared transaction's global id is
 ``sx:<sink>:<epoch>:<batch>:<partition>:<attempt>.<task attempt id>``: every part is
@@ -13,10 +14,10 @@ written before it was added end in ``:<attempt>`` and parse the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg2
 import psycopg2.extensions
@@ -89,7 +90,32 @@ _TRANSIENT = ("connection refused", "the database system is starting up", "the d
 
 
 class _Unreachable(Exception):
-    """A connection attempt that may succeed later; wraps libpq's error."""
+    """A connection attempt that may succeed later; wraps the client's error."""
+
+
+T = TypeVar("T")
+
+
+def reconnecting(open_once: Callable[[], T], transient: Callable[[Exception], bool], what: str,
+                 timeout_s: float) -> T:
+    """``open_once()``; an error that ``transient`` says may pass (a server refusing or
+    dropping the connection: restarting, failing over) is tried again with backoff for up
+    to ``timeout_s`` (``reconnectTimeoutMs``). Then, or at once for any other error, the
+    client's error is raised."""
+
+    def once() -> T:
+        try:
+            return open_once()
+        except Exception as e:
+            if transient(e):
+                raise _Unreachable(e) from None
+            raise
+
+    def give_up(e: BaseException) -> BaseException:
+        return e.args[0] if isinstance(e, _Unreachable) else e
+
+    return retry(once, what=what, retry_on=_Unreachable, timeout_s=timeout_s, backoff=Backoff(0.1, 2.0),
+                 give_up=give_up)
 
 
 LOCK_SPACE = 0x53585431  # first key of the sinks' advisory locks ("SXT1"); the second is the sink id
@@ -143,20 +169,14 @@ def connect(url: URL, reconnect_timeout_s: float = 0.0, sink_id: str | None = No
         kw.setdefault("application_name", session_name(sink_id, epoch))
 
     def once() -> Any:
-        try:
-            return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
-                                    password=url.password, dbname=url.database, **kw)
-        except psycopg2.OperationalError as e:
-            if any(t in str(e).lower() for t in _TRANSIENT):
-                raise _Unreachable(e) from None
-            raise
+        return psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username,
+                                password=url.password, dbname=url.database, **kw)
 
-    def give_up(e: BaseException) -> BaseException:
-        return e.args[0] if isinstance(e, _Unreachable) else e
+    def transient(e: Exception) -> bool:
+        return isinstance(e, psycopg2.OperationalError) and any(t in str(e).lower() for t in _TRANSIENT)
 
-    return retry(once, what=f"connecting to PostgreSQL at {url.host}:{url.port or 5432}",
-                 retry_on=_Unreachable, timeout_s=reconnect_timeout_s, backoff=Backoff(0.1, 2.0),
-                 give_up=give_up)
+    return reconnecting(once, transient, f"connecting to PostgreSQL at {url.host}:{url.port or 5432}",
+                        reconnect_timeout_s)
 
 
 class Db:

@@ -1,19 +1,22 @@
-"""Executor side of the PostgreSQL sink: one task's rows, COPYed, then prepared or committed.
+"""Executor side of the jdbc sink: one task's rows, bulk-loaded, then prepared or committed.
 
-Runs in ``write()`` on an executor, one database connection per task attempt. Rows go
-in with ``COPY ... FROM STDIN (FORMAT csv)``, the CSV written by Arrow's C++ writer, so
-no Python object is built per row. With ``upsertKeys`` the rows are COPYed into the
-sink's staging table (tagged with the task) and merged with one
-``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE``.
+Runs in ``write()`` on an executor, one database connection per task attempt. One
+protocol per guarantee, whatever the dialect (``PlainWriter``, ``MarkedWriter``,
+``PreparingWriter``); a dialect supplies the connection and the statements (the
+primitives of ``JdbcWriter``). ``exactly_once``: the transaction also writes the task's
+marker row and is prepared under a global id naming the sink, epoch, batch, partition
+and task attempt; before writing it checks, under a share lock on the sink's row, that
+its run still owns the sink (epoch) and that batch N was not already decided, in which
+case it writes nothing (a replay). ``at_least_once``: committed by the task, with a
+marker row so a replayed partition holding the rows that already landed is skipped.
+``none``: the rows and a commit.
 
-One writer class per guarantee. ``exactly_once`` (``PreparingJdbcWriter``): the
-transaction also writes the task's marker row and ends with ``PREPARE TRANSACTION``
-under a global id naming the sink, epoch, batch, partition and task attempt; before writing
-it checks, under a share lock held until the commit, that its run still owns the sink
-(epoch) and that batch N was not already decided, in which case it writes nothing (a
-replay). ``at_least_once`` (``MarkedJdbcWriter``): committed by the task, with a marker
-row so a replayed partition holding the rows that already landed is skipped. ``none``
-(``PlainJdbcWriter``): COPY and commit.
+PostgreSQL's writers are here too (``PlainJdbcWriter``, ``MarkedJdbcWriter``,
+``PreparingJdbcWriter``; MariaDB's: ``mariadb.writer``). Rows go in with ``COPY ... FROM
+STDIN (FORMAT csv)``, the CSV written by Arrow's C++ writer, so no Python object is built
+per row. With ``upsertKeys`` the rows are COPYed into the sink's staging table (tagged
+with the task) and merged with one ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT
+(keys) DO UPDATE``. A transaction ends with ``PREPARE TRANSACTION`` under exactly_once.
 """
 
 from __future__ import annotations
@@ -71,13 +74,136 @@ def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
     return buf.getvalue()
 
 
-class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
-    """Writes one task attempt's rows over one connection; a subclass per guarantee. Executor."""
-
-    epoch: int | None = None  # the run's claim, in the session's name (exactly-once)
+class JdbcWriter(SinkWriter[JdbcCommittable]):
+    """Writes one task attempt's rows over one connection (``write``: the dialect's); the
+    guarantee's protocol is ``_write``, over the dialect's primitives below. Executor."""
 
     def __init__(self, setup: JdbcSinkSetup) -> None:
         self.cfg, self.sql = setup.cfg, setup.sql
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        raise NotImplementedError
+
+    def _transaction(self, conn: Any) -> Any:
+        """Begin the task's transaction on ``conn``; returns what its statements run on
+        (``execute(sql, args)``): a cursor, or the connection."""
+        raise NotImplementedError
+
+    def _send(self, tx: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo, digest: Any = None) -> int:
+        """Bulk-load the task's rows (merged into the target with ``upsertKeys``); returns
+        how many. ``digest`` (a hashlib object), if given, sees every byte sent."""
+        raise NotImplementedError
+
+    def _mark(self, tx: Any, task: TaskInfo, rows: int, epoch: int) -> None:
+        """The task's marker row, in its own transaction: this partition of the batch landed."""
+        raise NotImplementedError
+
+
+class PlainWriter(JdbcWriter):
+    """``none``: the rows, committed."""
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        rows = self._send(self._transaction(conn), batches, task)
+        conn.commit()
+        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
+        return JdbcCommittable.of(task, rows)
+
+
+KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
+
+
+class MarkedWriter(JdbcWriter):
+    """``at_least_once``: the rows and a marker row, committed by the task.
+
+    A replayed partition is skipped (its rows rolled back) only when it holds what landed:
+    the marker (``landed_table``) keys the batch and partition number with a digest of the
+    rows sent, since the same number names other rows once the partitioning changed
+    between a crash and the replay (``minPartitions``, a repartition). Upserts are merged
+    again instead (idempotent), with no marker.
+    """
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        cfg, sql = self.cfg, self.sql
+        tx = self._transaction(conn)
+        digest = None if cfg.upsert_keys else hashlib.blake2b(digest_size=16)
+        rows = self._send(tx, batches, task, digest)
+        if digest is not None:
+            key = (cfg.sink_id, task.query_id, task.batch_id, task.partition_id)
+            seen = digest.hexdigest()
+            if self._landed(tx, key, seen):
+                conn.rollback()
+                return JdbcCommittable.of(task, 0)
+            self._keep_landed(tx, key, seen, rows)
+            if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
+                tx.execute(f"DELETE FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
+                           "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
+        conn.commit()
+        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
+        return JdbcCommittable.of(task, rows)
+
+    def _landed(self, tx: Any, key: tuple[Any, ...], seen: str) -> bool:
+        """Did this partition of the batch (``key``: sink, query, batch, partition) land
+        with the rows of digest ``seen``?"""
+        raise NotImplementedError
+
+    def _keep_landed(self, tx: Any, key: tuple[Any, ...], seen: str, rows: int) -> None:
+        """The partition's marker: it landed with the rows of digest ``seen``."""
+        raise NotImplementedError
+
+
+class PreparingWriter(JdbcWriter):
+    """``exactly_once``: one prepared transaction per attempt (step 3), never committed here."""
+
+    def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
+        super().__init__(setup)
+        self.fence = epoch  # the claim's
+
+    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
+        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt,
+                      task.task_attempt_id)
+        tx = self._begin(conn, gid)
+        # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
+        if self._decided(tx, task) or self._roll_back_earlier_attempts(conn, task):
+            self._abandon(conn, gid)
+            return JdbcCommittable.of(task, 0)
+        rows = self._send(tx, batches, task)
+        self._mark(tx, task, rows, self.fence)
+        failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
+        self._prepare(conn, gid, task)  # step 3: durable, invisible, owned by no session
+        failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
+        return JdbcCommittable.of(task, rows, gid)
+
+    def _begin(self, conn: Any, gid: str) -> Any:
+        """Begin the transaction to prepare as ``gid``; as ``_transaction``."""
+        raise NotImplementedError
+
+    def _decided(self, tx: Any, task: TaskInfo) -> bool:
+        """Raise if a newer run owns the sink (the share lock on the sink's row holds the
+        epoch while the transaction writes); True when this batch is decided already (a
+        replay)."""
+        raise NotImplementedError
+
+    def _roll_back_earlier_attempts(self, conn: Any, task: TaskInfo) -> bool:
+        """Roll back what earlier attempts of this task prepared (a retry, or a stage run
+        again after a fetch failure, whose attempt numbers start at 0 again): they would
+        hold this attempt's row and unique-index locks. A later attempt's is left alone, so
+        a thawed older attempt cannot undo a newer one's work. True: this attempt writes
+        nothing (its batch was decided meanwhile)."""
+        raise NotImplementedError
+
+    def _abandon(self, conn: Any, gid: str) -> None:
+        """Roll back the transaction begun as ``gid``."""
+        raise NotImplementedError
+
+    def _prepare(self, conn: Any, gid: str, task: TaskInfo) -> None:
+        """Prepare the transaction ``gid``: durable, invisible, for the driver to decide."""
+        raise NotImplementedError
+
+
+class PgWriter(SetsAside, JdbcWriter):
+    """PostgreSQL's connection and statements, for the writers of every guarantee. Executor."""
+
+    epoch: int | None = None  # the run's claim, in the session's name (exactly-once)
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
         cfg = self.cfg
@@ -96,10 +222,7 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
         finally:
             conn.close()  # an unprepared transaction is rolled back with the session
 
-    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        raise NotImplementedError
-
-    def _cursor(self, conn: Any) -> Any:
+    def _transaction(self, conn: Any) -> Any:
         cur = conn.cursor()
         cur.execute("SET LOCAL lock_timeout = %s", (f"{self.cfg.lock_timeout_ms}ms",))
         if self.refused is not None:
@@ -110,14 +233,12 @@ class JdbcWriter(SetsAside, SinkWriter[JdbcCommittable]):
         return cur
 
     def _mark(self, cur: Any, task: TaskInfo, rows: int, epoch: int) -> None:
-        """The task's marker row, in its own transaction: this partition of the batch landed."""
         cur.execute(
             f"INSERT INTO {self.sql.batches_table} (sink_id, query_id, batch_id, partition_id, attempt, "
             "epoch, rows) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt, epoch, rows))
 
-
-    def _copy(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo, digest: Any = None) -> int:
+    def _send(self, cur: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo, digest: Any = None) -> int:
         """COPY the task's rows; ``digest`` (a hashlib object), if given, sees every byte sent."""
         cfg, sql = self.cfg, self.sql
         keys = cfg.upsert_keys
@@ -183,91 +304,55 @@ def row_error(e: psycopg2.Error) -> bool:
     return (e.pgcode or "")[:2] in ("22", "23")
 
 
-class PlainJdbcWriter(JdbcWriter):
-    """``none``: COPY and commit."""
-
-    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        rows = self._copy(self._cursor(conn), batches, task)
-        conn.commit()
-        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return JdbcCommittable.of(task, rows)
+class PlainJdbcWriter(PgWriter, PlainWriter):
+    """``none`` on PostgreSQL: COPY and commit."""
 
 
-KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
+class MarkedJdbcWriter(PgWriter, MarkedWriter):
+    """``at_least_once`` on PostgreSQL: COPY and a marker row, committed by the task."""
 
-
-class MarkedJdbcWriter(JdbcWriter):
-    """``at_least_once``: COPY and a marker row, committed by the task.
-
-    A replayed partition is skipped (its COPY rolled back) only when it holds what landed:
-    the marker (``landed_table``) keys the batch and partition number with a digest of the
-    rows sent, since the same number names other rows once the partitioning changed
-    between a crash and the replay (``minPartitions``, a repartition). Upserts are merged
-    again instead (idempotent), with no marker.
-    """
-
-    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        cfg, sql = self.cfg, self.sql
-        cur = self._cursor(conn)
-        digest = None if cfg.upsert_keys else hashlib.blake2b(digest_size=16)
-        rows = self._copy(cur, batches, task, digest)
-        seen = digest.hexdigest() if digest is not None else None
-        key = (cfg.sink_id, task.query_id, task.batch_id, task.partition_id)
-        if seen is not None:
-            cur.execute(f"SELECT 1 FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
-                        "batch_id = %s AND partition_id = %s AND digest = %s", (*key, seen))
+    def _landed(self, cur: Any, key: tuple[Any, ...], seen: str) -> bool:
+        sql = self.sql
+        cur.execute(f"SELECT 1 FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
+                    "batch_id = %s AND partition_id = %s AND digest = %s", (*key, seen))
+        landed = cur.fetchone() is not None
+        if not landed:  # a marker of a version that kept no digests: trust its number
+            cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s AND "
+                        "batch_id = %s AND partition_id = %s", key)
             landed = cur.fetchone() is not None
-            if not landed:  # a marker of a version that kept no digests: trust its number
-                cur.execute(f"SELECT 1 FROM {sql.batches_table} WHERE sink_id = %s AND query_id = %s AND "
-                            "batch_id = %s AND partition_id = %s", key)
-                landed = cur.fetchone() is not None
-            if landed:
-                conn.rollback()
-                return JdbcCommittable.of(task, 0)
-            cur.execute(f"INSERT INTO {sql.landed_table} (sink_id, query_id, batch_id, partition_id, digest, "
-                        "rows) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", (*key, seen, rows))
-            if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
-                cur.execute(f"DELETE FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
-                            "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
-        conn.commit()
-        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return JdbcCommittable.of(task, rows)
+        return landed
+
+    def _keep_landed(self, cur: Any, key: tuple[Any, ...], seen: str, rows: int) -> None:
+        cur.execute(f"INSERT INTO {self.sql.landed_table} (sink_id, query_id, batch_id, partition_id, "
+                    "digest, rows) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (*key, seen, rows))
 
 
 # How long a retried attempt waits for the sink's lock before giving up (Spark retries it).
 _ROLLBACK_LOCK_WAIT_MS = 5000
 
 
-class PreparingJdbcWriter(JdbcWriter):
-    """``exactly_once``: one prepared transaction per attempt (step 3), never committed here."""
+class PreparingJdbcWriter(PgWriter, PreparingWriter):
+    """``exactly_once`` on PostgreSQL: ``PREPARE TRANSACTION``."""
 
     def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
-        super().__init__(setup)
-        self.epoch = self.fence = epoch  # the claim's (``fence``: typed int)
+        super().__init__(setup, epoch)
+        self.epoch = epoch  # the claim's, in the session's name
 
-    def _write(self, conn: Any, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt,
-                      task.task_attempt_id)
+    def _begin(self, conn: Any, gid: str) -> Any:
         conn.tpc_begin(gid)
-        cur = self._cursor(conn)
-        # step 3: a stale run is fenced here; a replay of a decided batch writes nothing
-        if self._decided(cur, task):
-            conn.tpc_rollback()
-            return JdbcCommittable.of(task, 0)
-        if self._roll_back_earlier_attempts(conn, task):  # decided while this attempt began
-            conn.tpc_rollback()
-            return JdbcCommittable.of(task, 0)
-        rows = self._copy(cur, batches, task)
-        self._mark(cur, task, rows, self.fence)
-        failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
+        return self._transaction(conn)
+
+    def _abandon(self, conn: Any, gid: str) -> None:
+        conn.tpc_rollback()
+
+    def _prepare(self, conn: Any, gid: str, task: TaskInfo) -> None:
         try:
-            conn.tpc_prepare()  # step 3: durable, invisible, owned by no session
+            conn.tpc_prepare()  # owned by no session from now on
         except psycopg2.Error as e:
             if e.pgcode == errorcodes.OUT_OF_MEMORY and "prepared transactions" in str(e):
                 raise self._too_many_prepared(task) from None
             raise
-        failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
-        return JdbcCommittable.of(task, rows, gid)
 
     def _too_many_prepared(self, task: TaskInfo) -> ConnectorError:
         """The server's max_prepared_transactions is full: every task of an exactly_once
@@ -296,8 +381,7 @@ class PreparingJdbcWriter(JdbcWriter):
             "sink; nothing of the batch was committed")
 
     def _decided(self, cur: Any, task: TaskInfo) -> bool:
-        """Raise if a newer run owns the sink (the share lock holds the epoch until the
-        commit); True when this batch is decided already (a replay)."""
+        """The share lock holds the epoch until the commit (a prepared transaction keeps its locks)."""
         cfg, sql = self.cfg, self.sql
         cur.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s FOR SHARE", (cfg.sink_id,))
         row = cur.fetchone()
@@ -311,12 +395,7 @@ class PreparingJdbcWriter(JdbcWriter):
         return cur.fetchone() is not None
 
     def _roll_back_earlier_attempts(self, conn: Any, task: TaskInfo) -> bool:
-        """Roll back what earlier attempts of this task prepared (a retry, or a stage run
-        again after a fetch failure, whose attempt numbers start at 0 again): they would
-        hold this attempt's row and unique-index locks. A later attempt's is left alone, so
-        a thawed older attempt cannot undo a newer one's work.
-
-        Under the sink's advisory lock, which a decision holds (shared) from the moment it
+        """Under the sink's advisory lock, which a decision holds (shared) from the moment it
         checks its winners until its record commits: an earlier attempt can be a winner
         the driver is recording right now, and rolled back then, the batch would commit
         without its rows. With the lock, the batch is found undecided (nothing of it can

@@ -1,6 +1,6 @@
-"""Driver side of the MariaDB / MySQL dialect: the PostgreSQL committer's protocol
-(``committer.JdbcCommitter``: take-over, decision, commit, abort, the same rules and
-messages) over XA. What differs is below:
+"""Driver side of the MariaDB / MySQL dialect: the jdbc committer's protocol
+(``jdbc.committer.JdbcCommitter``: take-over, decision, commit, abort, the same rules and
+messages) over XA, with the primitives that differ replaced:
 
 - the sink's lock, which serialises a take-over's rollback and epoch bump with every
   decision, is ``GET_LOCK`` (a named lock of the session; exclusive, where PostgreSQL's
@@ -25,11 +25,12 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pymysql
 
-from spark_ext.commit import Batch, Claim
-from spark_ext.connectors.jdbc.committer import JdbcCommitter, JdbcDecision
+from spark_ext.commit import Batch
+from spark_ext.connectors.jdbc.committer import JdbcCommitter
 from spark_ext.connectors.jdbc.mariadb.transactions import (
     LOCK_WAIT_TIMEOUT,
     MyConn,
@@ -43,8 +44,7 @@ from spark_ext.connectors.jdbc.mariadb.transactions import (
     sink_format,
 )
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable
-from spark_ext.errors import ConnectorError, RetriableCommitError
-from spark_ext.retry import Backoff, retry
+from spark_ext.errors import RetriableCommitError
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,10 @@ class MyJdbcCommitter(JdbcCommitter):
     """Recovers, commits and aborts one MariaDB sink's batches. Driver."""
 
     _decisions = staticmethod(decisions)
+    _lock_wait = _LockWait
+    # MariaDB releases a transaction's share locks when it prepares, so a writer of an
+    # older epoch may prepare and let the bump pass: what it prepared is resolved after.
+    _prepared_keep_share_locks = False
 
     def _prepared_gids(self, conn: MyConn, sink_id: str) -> list[str]:
         return prepared_gids(conn, sink_id, sink_format(self.cfg))
@@ -98,22 +102,14 @@ class MyJdbcCommitter(JdbcCommitter):
             self._conn = None
             conn.close()
 
-    def take_over(self, adopt: Batch[JdbcCommittable] | None = None) -> Claim[int]:
-        """Step 1, as ``JdbcCommitter.take_over``."""
-        cfg = self.cfg
+    @contextmanager
+    def _claiming(self) -> Iterator[MyConn]:
+        """A connection of its own for the take-over, closed after it."""
         conn = self._open()
         try:
-            self._check_target(conn)
-            with self._exclusive(conn):
-                if adopt is not None:
-                    self._adopt_at_take_over(conn, adopt)
-                committed, rolled_back, epoch = self._resolve_and_bump(conn, None)
-            if committed or rolled_back:
-                log.warning("sink %s: recovered %d decided transaction(s), rolled back %d",
-                            cfg.sink_id, len(committed), len(rolled_back))
-            return Claim(epoch, committed=len(committed), rolled_back=len(rolled_back))
+            yield conn
         except pymysql.Error as e:
-            raise ConnectorError(f"recovering sink {cfg.sink_id!r} at {cfg.safe_url} failed: {e}") from None
+            raise self._claim_failed(str(e)) from None
         finally:
             conn.close()
 
@@ -131,59 +127,40 @@ class MyJdbcCommitter(JdbcCommitter):
             if not conn.closed:  # else the server released it with the session
                 conn.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
 
-    def _resolve_and_bump(self, conn: MyConn, batch_id: int | None) -> tuple[list[str], list[str], int]:
-        """As ``JdbcCommitter._resolve_and_bump``; the bump waits a second a round."""
+    def _resolve_in_doubt(self, conn: MyConn) -> tuple[list[str], list[str]]:
+        return resolve_in_doubt(conn, self.sql.batches_table, self.cfg.sink_id, sink_format(self.cfg))
+
+    def _end_stale_sessions(self, conn: MyConn) -> None:
+        """Nothing before the bump: the stale writers are ended while it waits for them
+        (``_ending_blockers``)."""
+
+    def _bump(self, conn: MyConn) -> int:
+        """The next epoch; the stale writers whose share locks it waits for are killed meanwhile."""
         cfg, sql = self.cfg, self.sql
-        committed: list[str] = []
-        rolled_back: list[str] = []
-
-        def round_() -> int:
-            if batch_id is None:
-                c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id, sink_format(cfg))
-                committed.extend(c)
-                rolled_back.extend(r)
-            else:
-                rolled_back.extend(self._roll_back_batch(conn, batch_id))
-            conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
-            me = int(conn.execute("SELECT CONNECTION_ID()")[0][0])
-            conn.autocommit = False
-            try:
-                with self._ending_blockers(me):
-                    conn.execute(
-                        f"INSERT INTO {sql.sinks_table} (sink_id, target, epoch) VALUES (%s, %s, 1) ON "
-                        "DUPLICATE KEY UPDATE epoch = epoch + 1, updated_at = current_timestamp(6)",
-                        (cfg.sink_id, cfg.qualified))
-                epoch = int(conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s",
-                                         (cfg.sink_id,))[0][0])
-                conn.commit()
-                return epoch
-            except pymysql.Error as e:
-                if conn.closed:
-                    raise
-                conn.rollback()
-                if error_code(e) == LOCK_WAIT_TIMEOUT:
-                    raise _LockWait(str(e)) from None
+        conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        me = int(conn.execute("SELECT CONNECTION_ID()")[0][0])
+        conn.autocommit = False
+        try:
+            with self._ending_blockers(me):
+                conn.execute(
+                    f"INSERT INTO {sql.sinks_table} (sink_id, target, epoch) VALUES (%s, %s, 1) ON "
+                    "DUPLICATE KEY UPDATE epoch = epoch + 1, updated_at = current_timestamp(6)",
+                    (cfg.sink_id, cfg.qualified))
+            epoch = int(conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s",
+                                     (cfg.sink_id,))[0][0])
+            conn.commit()
+            return epoch
+        except pymysql.Error as e:
+            if conn.closed:
                 raise
-            finally:
-                if not conn.closed:
-                    conn.autocommit = True
-                    conn.execute(f"SET SESSION innodb_lock_wait_timeout = {-(-cfg.lock_timeout_ms // 1000)}")
-
-        epoch = retry(round_, what=f"claiming sink {cfg.sink_id!r}", retry_on=_LockWait,
-                      timeout_s=cfg.lock_timeout_ms / 1000, backoff=Backoff(initial_s=0.0, max_s=0.0),
-                      give_up=lambda e: RetriableCommitError(
-                          f"sink {cfg.sink_id!r}: writers of another run still hold it after "
-                          f"{cfg.lock_timeout_ms} ms (lockTimeoutMs); their transactions are resolved "
-                          "at the next start"))
-        # What prepared while the bump waited: MariaDB releases a transaction's share locks
-        # when it prepares, so a writer of an older epoch may prepare and let the bump pass.
-        if batch_id is not None:
-            rolled_back.extend(self._roll_back_batch(conn, batch_id))
-        else:
-            c, r = resolve_in_doubt(conn, sql.batches_table, cfg.sink_id, sink_format(cfg))
-            committed.extend(c)
-            rolled_back.extend(r)
-        return committed, rolled_back, epoch
+            conn.rollback()
+            if error_code(e) == LOCK_WAIT_TIMEOUT:
+                raise _LockWait(str(e)) from None
+            raise
+        finally:
+            if not conn.closed:
+                conn.autocommit = True
+                conn.execute(f"SET SESSION innodb_lock_wait_timeout = {-(-cfg.lock_timeout_ms // 1000)}")
 
     @contextmanager
     def _ending_blockers(self, waiting: int) -> Iterator[None]:
@@ -224,42 +201,29 @@ class MyJdbcCommitter(JdbcCommitter):
                             "%s): their executors froze or were lost", self.cfg.sink_id, len(ended),
                             ", ".join(map(str, ended)))
 
-    def record(self, batch: Batch[JdbcCommittable]) -> JdbcDecision:
-        """Step 4b, as ``JdbcCommitter.record``: under the sink's lock and the epoch row's
-        share lock; the decision row is unique per batch."""
-        cfg, sql, conn = self.cfg, self.sql, self.conn
-        epoch = batch.claim.fence if batch.claim is not None else None
+    @contextmanager
+    def _deciding(self, conn: MyConn) -> Iterator[Any]:
+        """The decision's transaction, committed when the block ends, under the sink's lock
+        held exclusively (one query per sink decides one batch at a time anyway)."""
         with self._exclusive(conn):
             conn.autocommit = False
             try:
-                row = conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s "
-                                   "LOCK IN SHARE MODE", (cfg.sink_id,))
-                if not row or row[0][0] != epoch:
-                    conn.rollback()
-                    conn.autocommit = True
-                    self._roll_back_own(batch)
-                    raise self._fenced(batch, row[0][0] if row else None)
-                instead = self._check_prepared(batch)
-                mine = frozenset(instead.get(str(c.gid), str(c.gid)) for c in batch.prepared)
-                for gid, other in instead.items():
-                    log.warning("sink %s batch %s: %s, of the task attempt Spark took, was rolled back by a "
-                                "later attempt of the same task; its %s commits in its place",
-                                cfg.sink_id, batch.batch_id, gid, other)
                 with conn.cursor() as cur:
-                    added = cur.execute(
-                        f"INSERT IGNORE INTO {sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
-                        "attempt, epoch, `rows`, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s)",
-                        (cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
-                         json.dumps(sorted(mine))))
-                if added:
-                    decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine)
-                else:  # decided by an earlier run meanwhile
-                    got = conn.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
-                                       "query_id = %s AND batch_id = %s AND partition_id = -1",
-                                       (cfg.sink_id, batch.query_id, batch.batch_id))
-                    decided = self._decision(batch, got[0][0])
+                    yield cur
                 conn.commit()
             finally:
                 if not conn.closed:
                     conn.autocommit = True
-        return decided
+
+    def _epoch_for_share(self, cur: Any) -> Any:
+        cur.execute(f"SELECT epoch FROM {self.sql.sinks_table} WHERE sink_id = %s "
+                    "LOCK IN SHARE MODE", (self.cfg.sink_id,))
+        return cur.fetchone()
+
+    def _insert_decision(self, cur: Any, batch: Batch[JdbcCommittable], epoch: int | None,
+                         winners: frozenset[str]) -> bool:
+        return bool(cur.execute(
+            f"INSERT IGNORE INTO {self.sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
+            "attempt, epoch, `rows`, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s)",
+            (self.cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
+             json.dumps(sorted(winners)))))

@@ -35,8 +35,8 @@ from spark_ext.connectors.jdbc.tables import (
     SINKS_TABLE,
     SqlPlan,
     _accepts,
-    _family_spark,
     check_columns,
+    create_target,
     left_in_doubt,
 )
 from spark_ext.errors import ConnectorError, InvalidOptionError
@@ -119,7 +119,7 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
                     raise InvalidOptionError(
                         f"table {cfg.qualified} does not exist in {cfg.safe_url}; create it, or set "
                         ".option('createTable', 'true') to create it from the DataFrame's schema")
-                _create_target(conn, cfg, schema)
+                create_target(conn, cfg, schema, "MariaDB", _create_type, mysql_engine="InnoDB")
             _check_engine(cfg, raw)
             cols = {c["name"]: c for c in insp.get_columns(cfg.table, schema=cfg.schema)}
             check_columns(cfg, schema, cols, _accepts_my)
@@ -177,18 +177,6 @@ def _check_engine(cfg: JdbcSinkConfig, conn: MyConn) -> None:
             f"{cfg.qualified} ENGINE=InnoDB, or use guarantee none")
 
 
-def _create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType) -> None:
-    cols: list[sa.Column[Any]] = []
-    for f in schema.fields:
-        fam = _family_spark(f.dataType)
-        if fam is None:
-            raise InvalidOptionError(f"createTable cannot map column {f.name!r} of type "
-                                     f"{f.dataType.simpleString()} to MariaDB; create the table yourself")
-        key = f.name in cfg.upsert_keys
-        cols.append(sa.Column(f.name, _create_type(f.dataType, fam, key), primary_key=key))
-    sa.Table(cfg.table, sa.MetaData(), *cols, schema=cfg.schema, mysql_engine="InnoDB").create(conn)
-
-
 def _check_keys(cfg: JdbcSinkConfig, insp: sa.Inspector) -> None:
     keys = set(cfg.upsert_keys)
     pk = insp.get_pk_constraint(cfg.table, schema=cfg.schema).get("constrained_columns") or []
@@ -207,7 +195,7 @@ _ID = "varchar(64) CHARACTER SET ascii COLLATE ascii_bin"
 
 
 def _create_bookkeeping(conn: MyConn, cfg: JdbcSinkConfig) -> None:
-    """The same three tables as PostgreSQL's (``tables._create_bookkeeping``), in InnoDB."""
+    """The same three tables as PostgreSQL's (``jdbc.tables._create_bookkeeping``), in InnoDB."""
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS {_qualify(cfg, SINKS_TABLE)} (sink_id {_ID} PRIMARY KEY, "
         "target varchar(512) NOT NULL, epoch bigint NOT NULL, "

@@ -30,8 +30,7 @@ import pymysql
 from sqlalchemy.engine import URL
 
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
-from spark_ext.connectors.jdbc.transactions import parse_gid
-from spark_ext.retry import Backoff, retry
+from spark_ext.connectors.jdbc.transactions import parse_gid, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +98,6 @@ def tls_refusal(url: URL, e: BaseException) -> str:
     else:
         fix = "check the URL's ssl_ca, ssl_cert and ssl_key"
     return f"TLS handshake with MariaDB at {host} failed ({text}); {fix}"
-
-
-class _Unreachable(Exception):
-    """A connection attempt that may succeed later; wraps the client's error."""
 
 
 # Bounds a dead link: a server that vanished (host down) is given up on after this many
@@ -189,16 +184,14 @@ def connect(url: URL, reconnect_timeout_s: float = 0.0, lock_timeout_ms: int | N
                 # PyMySQL reports a refused certificate as "can't connect" (2003), as it does
                 # a server still starting: a certificate does not get better with waiting.
                 raise TlsRefusedError(e.args[0], tls_refusal(url, e.original_exception)) from None
-            if error_code(e) in _TRANSIENT:
-                raise _Unreachable(e) from None
             raise
 
-    def give_up(e: BaseException) -> BaseException:
-        return e.args[0] if isinstance(e, _Unreachable) else e
+    def transient(e: Exception) -> bool:
+        return (isinstance(e, pymysql.OperationalError) and not isinstance(e, TlsRefusedError)
+                and error_code(e) in _TRANSIENT)
 
-    return retry(once, what=f"connecting to MariaDB at {url.host}:{url.port or 3306}",
-                 retry_on=_Unreachable, timeout_s=reconnect_timeout_s, backoff=Backoff(0.1, 2.0),
-                 give_up=give_up)
+    return reconnecting(once, transient, f"connecting to MariaDB at {url.host}:{url.port or 3306}",
+                        reconnect_timeout_s)
 
 
 def prepared_gids(conn: MyConn, sink_id: str, fmt: int) -> list[str]:

@@ -1,7 +1,7 @@
 """Executor side of the MariaDB / MySQL dialect: one task's rows, loaded, then XA-prepared
-or committed. The same three writers as PostgreSQL's (``writer``), the same checks in the
-same order; what differs is the bulk path (``LOAD DATA LOCAL INFILE`` of a file Arrow
-builds, no Python object per row) and XA's statements.
+or committed. The protocols of ``jdbc.writer`` (one per guarantee, the same checks in the
+same order) over this dialect's primitives: the bulk path (``LOAD DATA LOCAL INFILE`` of a
+file Arrow builds, no Python object per row) and XA's statements.
 
 Writers run at ``READ COMMITTED``: at InnoDB's default ``REPEATABLE READ`` the merge's
 read of the staging table takes gap locks, which a prepared transaction keeps until the
@@ -10,7 +10,6 @@ batch is decided, so two tasks of one batch would wait on each other until they 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -20,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 
-from spark_ext import failpoints
-from spark_ext.commit import SinkWriter, TaskInfo
+from spark_ext.commit import TaskInfo
 from spark_ext.connectors.jdbc.mariadb.transactions import (
     DEADLOCK,
     LOCK_WAIT_TIMEOUT,
@@ -35,8 +33,14 @@ from spark_ext.connectors.jdbc.mariadb.transactions import (
 )
 from spark_ext.connectors.jdbc.mariadb.transactions import prepared_gids as xa_prepared
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
-from spark_ext.connectors.jdbc.transactions import JdbcCommittable, gid_for, parse_gid, started_before
-from spark_ext.connectors.jdbc.writer import require_keys
+from spark_ext.connectors.jdbc.transactions import JdbcCommittable, parse_gid, started_before
+from spark_ext.connectors.jdbc.writer import (
+    JdbcWriter,
+    MarkedWriter,
+    PlainWriter,
+    PreparingWriter,
+    require_keys,
+)
 from spark_ext.errors import ConnectorError, FencedError
 
 _LOCKED = (". A row's key was locked by another transaction for longer than lockTimeoutMs: another "
@@ -92,11 +96,8 @@ def _concat(lines: pa.Array) -> bytes:
     return lines.buffers()[2].to_pybytes()[start:end]
 
 
-class MyJdbcWriter(SinkWriter[JdbcCommittable]):
-    """Writes one task attempt's rows over one connection; a subclass per guarantee. Executor."""
-
-    def __init__(self, setup: JdbcSinkSetup) -> None:
-        self.cfg, self.sql = setup.cfg, setup.sql
+class MyJdbcWriter(JdbcWriter):
+    """MariaDB's connection and statements, for the writers of every guarantee. Executor."""
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
         cfg = self.cfg
@@ -118,10 +119,11 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
         finally:
             conn.close()  # an XA transaction not yet prepared is rolled back with the session
 
-    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        raise NotImplementedError
+    def _transaction(self, conn: MyConn) -> MyConn:
+        conn.autocommit = False
+        return conn
 
-    def _load(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo,
+    def _send(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo,
               digest: Any = None) -> int:
         """LOAD DATA the task's rows; ``digest`` (a hashlib object), if given, sees every byte."""
         cfg, sql = self.cfg, self.sql
@@ -172,79 +174,50 @@ class MyJdbcWriter(SinkWriter[JdbcCommittable]):
             (self.cfg.sink_id, task.query_id, task.batch_id, task.partition_id, task.attempt, epoch, rows))
 
 
-class MyPlainWriter(MyJdbcWriter):
+class MyPlainWriter(MyJdbcWriter, PlainWriter):
     """``none``: load and commit."""
 
-    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        conn.autocommit = False
-        rows = self._load(conn, batches, task)
-        conn.commit()
-        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return JdbcCommittable.of(task, rows)
 
-
-KEEP_LANDED = 100  # batches whose at_least_once digests are kept (only the last can replay)
-
-
-class MyMarkedWriter(MyJdbcWriter):
+class MyMarkedWriter(MyJdbcWriter, MarkedWriter):
     """``at_least_once``: load and a marker row keyed by a digest of the rows sent, committed
-    by the task; a replay holding exactly what landed is skipped (see ``MarkedJdbcWriter``)."""
+    by the task; a replay holding exactly what landed is skipped."""
 
-    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        cfg, sql = self.cfg, self.sql
-        conn.autocommit = False
-        digest = None if cfg.upsert_keys else hashlib.blake2b(digest_size=16)
-        rows = self._load(conn, batches, task, digest)
-        key = (cfg.sink_id, task.query_id, task.batch_id, task.partition_id)
-        if digest is not None:
-            seen = digest.hexdigest()
-            if conn.execute(f"SELECT 1 FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
-                            "batch_id = %s AND partition_id = %s AND digest = %s", (*key, seen)):
-                conn.rollback()
-                return JdbcCommittable.of(task, 0)
-            conn.execute(f"INSERT IGNORE INTO {sql.landed_table} (sink_id, query_id, batch_id, partition_id, "
-                         "digest, `rows`) VALUES (%s, %s, %s, %s, %s, %s)", (*key, seen, rows))
-            if task.partition_id == 0:  # one task prunes, so that tasks never wait on each other
-                conn.execute(f"DELETE FROM {sql.landed_table} WHERE sink_id = %s AND query_id = %s AND "
-                             "batch_id < %s", (cfg.sink_id, task.query_id, task.batch_id - KEEP_LANDED))
-        conn.commit()
-        failpoints.hit("jdbc.after_write", task.batch_id, rows)  # landed, not yet reported
-        return JdbcCommittable.of(task, rows)
+    def _landed(self, conn: MyConn, key: tuple[Any, ...], seen: str) -> bool:
+        return bool(conn.execute(f"SELECT 1 FROM {self.sql.landed_table} WHERE sink_id = %s AND "
+                                 "query_id = %s AND batch_id = %s AND partition_id = %s AND digest = %s",
+                                 (*key, seen)))
+
+    def _keep_landed(self, conn: MyConn, key: tuple[Any, ...], seen: str, rows: int) -> None:
+        conn.execute(f"INSERT IGNORE INTO {self.sql.landed_table} (sink_id, query_id, batch_id, "
+                     "partition_id, digest, `rows`) VALUES (%s, %s, %s, %s, %s, %s)", (*key, seen, rows))
 
 
 _ROLLBACK_LOCK_WAIT_S = 5
 
 
-class MyPreparingWriter(MyJdbcWriter):
+class MyPreparingWriter(MyJdbcWriter, PreparingWriter):
     """``exactly_once``: one XA transaction per attempt, prepared, never committed here."""
 
     def __init__(self, setup: JdbcSinkSetup, epoch: int) -> None:
-        super().__init__(setup)
-        self.fence = epoch
+        super().__init__(setup, epoch)
         self.xa_format = sink_format(self.cfg)
 
-    def _write(self, conn: MyConn, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> JdbcCommittable:
-        gid = gid_for(self.cfg.sink_id, self.fence, task.batch_id, task.partition_id, task.attempt,
-                      task.task_attempt_id)
+    def _begin(self, conn: MyConn, gid: str) -> MyConn:
         conn.execute("XA START %s, %s, %s", xid(gid, self.xa_format))
-        if self._decided(conn, task):  # a stale run is fenced here; a replay writes nothing
-            conn.execute("XA END %s, %s, %s", xid(gid, self.xa_format))
-            conn.execute("XA ROLLBACK %s, %s, %s", xid(gid, self.xa_format))
-            return JdbcCommittable.of(task, 0)
-        self._roll_back_earlier_attempts(conn, task)
-        rows = self._load(conn, batches, task)
-        self._mark(conn, task, rows, self.fence)
-        failpoints.hit("jdbc.before_prepare", task.batch_id, rows)
+        return conn
+
+    def _abandon(self, conn: MyConn, gid: str) -> None:
         conn.execute("XA END %s, %s, %s", xid(gid, self.xa_format))
-        conn.execute("XA PREPARE %s, %s, %s", xid(gid, self.xa_format))  # durable, invisible
+        conn.execute("XA ROLLBACK %s, %s, %s", xid(gid, self.xa_format))
+
+    def _prepare(self, conn: MyConn, gid: str, task: TaskInfo) -> None:
+        conn.execute("XA END %s, %s, %s", xid(gid, self.xa_format))
+        conn.execute("XA PREPARE %s, %s, %s", xid(gid, self.xa_format))
         conn.close()  # detached: only now may the driver commit it
-        failpoints.hit("jdbc.after_prepare", task.batch_id, rows)
-        return JdbcCommittable.of(task, rows, gid)
 
     def _decided(self, conn: MyConn, task: TaskInfo) -> bool:
-        """Raise if a newer run owns the sink (the share lock holds the epoch until this
-        transaction prepares: a take-over's bump waits for it while it writes); True when
-        this batch is decided already (a replay)."""
+        """The share lock holds the epoch until this transaction prepares: a take-over's
+        bump waits for it while it writes."""
         cfg, sql = self.cfg, self.sql
         row = conn.execute(f"SELECT epoch FROM {sql.sinks_table} WHERE sink_id = %s LOCK IN SHARE MODE",
                            (cfg.sink_id,))
@@ -256,19 +229,18 @@ class MyPreparingWriter(MyJdbcWriter):
                                  "AND batch_id = %s AND partition_id = -1",
                                  (cfg.sink_id, task.query_id, task.batch_id)))
 
-    def _roll_back_earlier_attempts(self, conn: MyConn, task: TaskInfo) -> None:
-        """Roll back what earlier attempts of this task prepared (see
-        ``PreparingJdbcWriter._roll_back_earlier_attempts``), from a second connection (a
-        session inside an XA transaction cannot finish another), under the sink's lock,
-        which a decision holds while it checks and records its winners: none of them can
-        be a winner once the batch is found undecided there. Decided meanwhile: left alone
-        (this attempt's own transaction is then rolled back after the commit)."""
+    def _roll_back_earlier_attempts(self, conn: MyConn, task: TaskInfo) -> bool:
+        """From a second connection (a session inside an XA transaction cannot finish
+        another), under the sink's lock, which a decision holds while it checks and records
+        its winners: none of them can be a winner once the batch is found undecided there.
+        Decided meanwhile: left alone, and this attempt writes on (False, always): its own
+        transaction is rolled back after the commit."""
         cfg = self.cfg
         earlier = [g for g in xa_prepared(conn, cfg.sink_id, self.xa_format)
                    if parse_gid(g)[2:4] == (task.batch_id, task.partition_id)
                    and started_before(g, self.fence, task.task_attempt_id)]
         if not earlier:
-            return
+            return False
         other = connect(cfg.open_url(), cfg.reconnect_timeout_s)
         try:
             # A decision holds the lock for a moment; a take-over for as long as its epoch bump
@@ -282,8 +254,9 @@ class MyPreparingWriter(MyJdbcWriter):
             if other.execute(f"SELECT 1 FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
                              "AND batch_id = %s AND partition_id = -1",
                              (cfg.sink_id, task.query_id, task.batch_id)):
-                return
+                return False
             for gid in earlier:
                 finish(other, gid, False, self.xa_format)
+            return False
         finally:
             other.close()  # releases the lock
