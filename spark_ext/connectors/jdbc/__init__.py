@@ -9,7 +9,7 @@ MariaDB's / MySQL's, the modules here PostgreSQL's and what both share.
 - ``writer``: executor side, a protocol per guarantee, one transaction per task (step 3);
 - ``committer``: driver side, take-over, decision, commit, abort (steps 1, 4, 5);
 - ``routing_log``: a routing sink's decisions, kept in PostgreSQL;
-- ``doctor`` (``mysql_doctor``): operator tool, ``spark-ext doctor jdbc list|resolve``.
+- ``doctor`` (``mariadb.doctor``): operator tool, ``spark-ext doctor jdbc list|resolve``.
 
 The protocol's steps are those of ``spark_ext.commit``.
 """
@@ -26,6 +26,7 @@ from spark_ext.connectors.jdbc.dialect import POSTGRESQL, Dialect
 from spark_ext.connectors.jdbc.routing_log import PgDecisionLog
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import JdbcCommittable
+from spark_ext.decisions import KeepsDecisions
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
 
@@ -42,7 +43,7 @@ def dialect_of(cfg: JdbcSinkConfig) -> Dialect:
     return MARIADB
 
 
-class JdbcSink(SinkConnector[JdbcSinkSetup]):
+class JdbcSink(SinkConnector[JdbcSinkSetup], KeepsDecisions):
     """``df.writeStream.format("hzsink").option("connector", "jdbc")``."""
 
     name = "jdbc"

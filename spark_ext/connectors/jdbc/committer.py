@@ -39,7 +39,7 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 
-from spark_ext.commit import Batch, Claim, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, Predecessor, TwoPhaseCommitter
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import (
     LOCK_SPACE,
@@ -59,10 +59,8 @@ from spark_ext.errors import (
     ConnectorError,
     FatalCommitError,
     FencedError,
-    PredecessorSinkError,
     RetriableCommitError,
 )
-from spark_ext.options import is_sibling
 from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
@@ -101,6 +99,10 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
     @property
     def label(self) -> str:
         return f"{self.name} sink {self.cfg.sink_id}"
+
+    @property
+    def identity(self) -> str:
+        return self.cfg.sink_id
 
     def take_over(self, adopt: Batch[JdbcCommittable] | None = None) -> Claim[int]:
         """Step 1: claim the sink (new epoch) and resolve what earlier runs left in doubt.
@@ -263,40 +265,17 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         """Step 4a. ``record`` checks the epoch again, atomically with the decision."""
         self._check_epoch(batch)
         self._check_prepared(batch)
-        self._check_predecessors(batch)
 
-    def _check_predecessors(self, batch: Batch[JdbcCommittable]) -> None:
-        """Refuse to decide a batch that this query already decided as another sink.
-
-        The sink id comes from the checkpoint's spelling (or ``sinkId``), Spark's query id
-        from the checkpoint's content: a checkpoint copied to a new path, or reached by
-        another spelling, keeps the query id under a new sink id. If the old sink decided
-        this batch (its driver died before Spark's commit log) or left transactions in
-        doubt, a new sink would write the batch again and leave the old transactions
-        holding locks for ever; the old sink, carried on, finishes both."""
-        if not batch.query_id:
-            return
+    def predecessors(self, batch: Batch[JdbcCommittable]) -> list[Predecessor]:
+        """Every other sink id with a decision of this query in the bookkeeping table, with
+        the transactions it left prepared (a decision not carried out leaves its winners so)."""
         with self.conn.cursor() as cur:
             cur.execute(f"SELECT sink_id, max(batch_id) FROM {self.sql.batches_table} WHERE query_id = %s "
                         "AND sink_id <> %s AND partition_id = -1 GROUP BY sink_id ORDER BY sink_id",
                         (batch.query_id, self.cfg.sink_id))
             others = cur.fetchall()
-        for other, last in others:
-            if is_sibling(self.cfg.sink_id, other):
-                continue  # another sub-sink of the same routing sink: the same batches, decided once
-            in_doubt = self._prepared_gids(self.conn, other)
-            if last < batch.batch_id and not in_doubt:
-                continue  # an earlier spelling whose every batch is done: nothing at stake
-            self._roll_back_own(batch)
-            what = f"decided batch {last}" if last >= batch.batch_id else "decided earlier batches"
-            left = f" and left {len(in_doubt)} prepared transaction(s) in doubt" if in_doubt else ""
-            raise PredecessorSinkError(
-                f"query {batch.query_id} ran before as sink {other!r}, which {what}{left}; this run is "
-                f"sink {self.cfg.sink_id!r} (the checkpoint was copied or spelled differently, or sinkId "
-                f"changed) and would write batch {batch.batch_id} again. Restart with "
-                f".option('sinkId', '{other}') to carry that sink on (its decided batches are finished, "
-                "none written twice) and keep that option; nothing of this batch was committed"
-            )
+        return [Predecessor(str(other), int(last), True, len(self._prepared_gids(self.conn, other)))
+                for other, last in others]
 
     def _check_prepared(self, batch: Batch[JdbcCommittable]) -> dict[str, str]:
         """Every winner still prepared, or stood in for: {gone winner: its stand-in}.

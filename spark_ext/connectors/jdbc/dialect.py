@@ -42,7 +42,6 @@ class Dialect(ABC):
     name: ClassVar[str]  # ``JdbcSinkConfig.dialect``
     scheme: ClassVar[str]  # the target's description: ``<scheme>://host:port/db table``
     default_port: ClassVar[int]
-    doctor: ClassVar[str]  # the module that serves ``spark-ext doctor jdbc`` / ``status jdbc`` for it
 
     @abstractmethod
     def statements(self, cfg: JdbcSinkConfig, schema: StructType) -> SqlPlan:
@@ -77,7 +76,6 @@ class PostgreSql(Dialect):
     name = "postgresql"
     scheme = "postgresql"
     default_port = 5432
-    doctor = "spark_ext.connectors.jdbc.doctor"
 
     def statements(self, cfg: JdbcSinkConfig, schema: StructType) -> SqlPlan:
         # the commit runner's plan: its committer needs no staging table

@@ -1,5 +1,5 @@
 """Operator tool: list and resolve the in-doubt transactions spark-ext sinks left behind
-(PostgreSQL here; a MariaDB / MySQL URL is served by ``mysql_doctor``).
+(PostgreSQL here; a MariaDB / MySQL URL is served by ``mariadb.doctor``).
 
 A crashed query resolves its own in-doubt transactions when it restarts. When it will
 not restart (the query was retired, its checkpoint lost), use this::
@@ -78,9 +78,9 @@ def _connect(url: str) -> Any:
 def list_in_doubt(url: str, schema: str, sink: str | None) -> list[dict[str, object]]:
     """Every in-doubt transaction of spark-ext sinks (of ``sink`` only, if given), oldest first."""
     if (my := _mysql(url, schema)) is not None:
-        from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
+        from spark_ext.connectors.jdbc.mariadb import doctor as mariadb_doctor  # PyMySQL: the mysql extra
 
-        return mysql_doctor.list_in_doubt(*my, sink)
+        return mariadb_doctor.list_in_doubt(*my, sink)
     conn = _connect(url)
     conn.autocommit = True
     try:
@@ -116,9 +116,9 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
     """Per sink of ``schema`` (or ``sink`` only): its table, epoch, last decision and
     whether every winner of it committed, and its in-doubt transactions (``list``'s)."""
     if (my := _mysql(url, schema)) is not None:
-        from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
+        from spark_ext.connectors.jdbc.mariadb import doctor as mariadb_doctor  # PyMySQL: the mysql extra
 
-        return mysql_doctor.sink_status(*my, sink)
+        return mariadb_doctor.sink_status(*my, sink)
     conn = _connect(url)
     conn.autocommit = True
     try:
@@ -159,9 +159,9 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
 
 def resolve(url: str, schema: str, sink: str) -> tuple[list[str], list[str]]:
     if (my := _mysql(url, schema)) is not None:
-        from spark_ext.connectors.jdbc import mysql_doctor  # PyMySQL: the mysql extra
+        from spark_ext.connectors.jdbc.mariadb import doctor as mariadb_doctor  # PyMySQL: the mysql extra
 
-        return mysql_doctor.resolve(*my, sink)
+        return mariadb_doctor.resolve(*my, sink)
     conn = _connect(url)
     conn.autocommit = True
     try:

@@ -19,8 +19,8 @@ import psycopg2.extensions
 
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup
 from spark_ext.connectors.jdbc.transactions import KeptDb
+from spark_ext.decisions import DecisionLog, RoutingDecision
 from spark_ext.errors import ConnectorError, FencedError
-from spark_ext.routing.decision import DecisionLog, RoutingDecision
 
 KEEP_BATCHES = 100  # decisions kept per query (older ones are pruned)
 _DECISION, _FINISHED = -1, -2

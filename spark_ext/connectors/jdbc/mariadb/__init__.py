@@ -10,7 +10,7 @@
 
 What both dialects share (transaction names, the commit message, the protocols of the
 writers and the committer) is in ``jdbc.transactions``, ``jdbc.writer`` and
-``jdbc.committer``; the doctor is ``jdbc.mysql_doctor``.
+``jdbc.committer``; the doctor is ``doctor`` (``spark-ext doctor jdbc`` with a MariaDB URL).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class MariaDb(Dialect):
     name = "mysql"
     scheme = "mysql"
     default_port = 3306
-    doctor = "spark_ext.connectors.jdbc.mysql_doctor"
 
     def statements(self, cfg: JdbcSinkConfig, schema: StructType) -> SqlPlan:
         from spark_ext.connectors.jdbc.mariadb import tables
