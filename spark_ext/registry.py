@@ -100,9 +100,8 @@ def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], objec
     """A package's module ``__getattr__``: ``exports`` maps a name to the submodule that
     defines it, imported when the name is first asked for. A connector package's source
     and sink load apart, so a Python worker that only reads (a source's planning worker, a
-    read task) never imports the sink's modules. Measured after PySpark and pyarrow, a
-    quiet core: the Kafka source 236 -> 182 ms, the queue source 74 -> 62 ms, the Kafka
-    sink's writer 234 -> 209 ms; a fresh session's first Kafka -> Kafka query 1% faster."""
+    read task) never imports the sink's modules (each import costs a worker tens of
+    milliseconds at its first task)."""
 
     def __getattr__(name: str) -> object:
         sub = exports.get(name)
