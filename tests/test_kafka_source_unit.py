@@ -401,3 +401,51 @@ def test_the_pacer_lets_the_first_trigger_through_then_waits_for_the_minimum_or_
     assert pacer.wait(start, {("t", 0): 1})
     now[0] += 0.1
     assert not pacer.wait(start, {("t", 0): 1})  # 3 s since the last batch: go with what there is
+
+
+class _ReorderingConsumer:
+    """librdkafka's consumer as seen in a run (tests/test_kafka_source_driver.py): queued
+    asynchronous commits complete, and are applied by the group, in any order; here the
+    newest first, after a round trip (a poll that waits). ``applied``: what the group
+    holds, the last commit applied."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.on_commit = conf["on_commit"]
+        self.in_flight: list[list[Any]] = []
+        self.applied: dict[int, int] = {}
+
+    def commit(self, offsets: list[Any], asynchronous: bool) -> None:
+        assert asynchronous
+        self.in_flight.append(offsets)
+
+    def poll(self, timeout: float) -> None:
+        if timeout <= 0:
+            return  # a commit's answer takes a round trip: none has come back yet
+        while self.in_flight:
+            offsets = self.in_flight.pop()  # the newest first
+            self.applied = {tp.partition: tp.offset for tp in offsets}
+            self.on_commit(None, offsets)
+
+
+def test_the_group_ends_at_the_last_offsets_committed_though_commits_complete_out_of_order(monkeypatch):
+    """One commit in flight at a time: a later one is sent once the earlier one's outcome
+    arrived, so the group's last applied commit is the newest (seen: 400 of 600 after an
+    AvailableNow run whose commits of 400 and 600 were both in flight)."""
+    import confluent_kafka
+
+    from spark_ext.connectors.kafka.source.lag_group import GroupCommitter
+
+    consumers: list[_ReorderingConsumer] = []
+
+    def consumer(conf: dict[str, Any]) -> _ReorderingConsumer:
+        consumers.append(_ReorderingConsumer(conf))
+        return consumers[-1]
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", consumer)
+    group = GroupCommitter(parse(commitOffsetsToGroup="g"))
+    for end in (0, 200, 400, 600):
+        group.commit({"a": {"0": end}})
+    group.flush({"a": {"0": 600}})
+    assert consumers[0].applied == {0: 600}
+    group.commit({"a": {"0": 600}})  # an idle query's next plan: nothing sent again
+    assert consumers[0].in_flight == []

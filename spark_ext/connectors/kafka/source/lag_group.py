@@ -35,33 +35,43 @@ class GroupCommitter:
         self.cfg, self.group = cfg, cfg.commit_group
         self._consumer: Any = None
         self._failing = False
-        self._last: Any = None  # the offsets last committed
-        self._pending = 0  # commits queued whose outcome has not arrived yet
+        self._want: Any = None  # the offsets the group should hold
+        self._last: Any = None  # the offsets last sent
+        self._pending = 0  # commits sent whose outcome has not arrived yet
         self._flushed: Any = None  # the end offsets flush() last waited for
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_consumer": None}
 
     def commit(self, end: Any) -> None:
-        """Queue the commit and return: the planning path never waits on the group's
+        """Ask for ``end`` and return: the planning path never waits on the group's
         coordinator (an away coordinator would hold a synchronous commit for many seconds
         every trigger). The outcome arrives in ``_done`` on a later call."""
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        from confluent_kafka import Consumer, KafkaException
 
-        offsets = from_json(end)
         try:
             if self._consumer is None:
                 conf = {**self.cfg.consumer_conf(), "group.id": self.group, "on_commit": self._done}
                 self._consumer = Consumer(conf)
             self._consumer.poll(0)  # serves the outcomes of earlier commits
-            if offsets == self._last:
-                return  # an idle query asks for the next batch many times a second
-            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
-                                  asynchronous=True)
-            self._pending += 1
-            self._last = offsets
+            self._want = from_json(end)
+            self._send()
         except KafkaException as e:
             self._failed(e)
+
+    def _send(self) -> None:
+        """Send the offsets wanted, unless sent already (an idle query asks for the next
+        batch many times a second) or a commit is in flight: one at a time, because queued
+        asynchronous commits complete, and are applied by the group, in any order (seen:
+        the group left at the last batch but one when a run ended)."""
+        from confluent_kafka import TopicPartition
+
+        if self._pending or self._want is None or self._want == self._last:
+            return
+        self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(self._want.items())],
+                              asynchronous=True)
+        self._pending += 1
+        self._last = self._want
 
     def _done(self, err: Any, partitions: Any) -> None:
         self._pending -= 1
@@ -81,18 +91,27 @@ class GroupCommitter:
         """Wait up to ``wait_s`` for the outcomes of the queued commits; with ``end``, once
         per distinct ``end`` (an idle query plans the same end many times a second, and
         an away coordinator must not hold each of those plans)."""
-        if self._consumer is None or self._pending <= 0:
+        from confluent_kafka import KafkaException
+
+        if self._consumer is None or not self._unconfirmed():
             return
         if end is not None:
             if end == self._flushed:
                 return
             self._flushed = end
         deadline = time.monotonic() + wait_s
-        while self._pending > 0 and time.monotonic() < deadline:
+        while self._unconfirmed() and time.monotonic() < deadline:
             self._consumer.poll(0.05)
-        if self._pending > 0:
+            try:
+                self._send()  # the newest offsets, once the commit before them came back
+            except KafkaException as e:
+                self._failed(e)
+        if self._unconfirmed():
             log.warning("consumer group %r: the last end offsets were not confirmed within %.0f s; its lag "
                         "may show the last batch until the next run commits again", self.group, wait_s)
+
+    def _unconfirmed(self) -> bool:
+        return self._pending > 0 or (self._want is not None and self._want != self._last)
 
     def close(self) -> None:
         """Let the queued commits reach the group (a query stopped right after a batch),
