@@ -265,14 +265,14 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     id_option: ClassVar[str] = "sinkId"
 
     @property
-    def label(self) -> str:
-        """Who commits, in log lines: the connector and, where the committer knows it, the sink."""
-        return self.name
+    def identity(self) -> str:
+        """This sink's identity as ``id_option`` spells it ("": not known to the committer)."""
+        return ""
 
     @property
-    def identity(self) -> str:
-        """This sink's identity as ``id_option`` spells it, for a predecessor's refusal."""
-        return self.label
+    def label(self) -> str:
+        """Who commits, in log lines: the connector and, where the committer knows it, the sink."""
+        return f"{self.name} sink {self.identity}" if self.identity else self.name
 
     @abstractmethod
     def take_over(self, adopt: Batch[C] | None = None) -> Claim[Any]:
@@ -306,9 +306,19 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
 
     def predecessors(self, batch: Batch[C]) -> Sequence[Predecessor]:
         """Step 4a's search: other identities under which ``batch``'s query decided batches
-        in this sink's system (a routing sink's sibling sub-sinks may be among them; the
-        check passes them over). Default: none kept."""
+        in this sink's system. ``siblings`` among them are passed over by the check; a
+        search may leave them out first where weighing them costs. Default: none kept."""
         return ()
+
+    def siblings(self, name: str) -> bool:
+        """Whether identity ``name`` decides the same batches as this sink: another sub-sink
+        of the routing sink this one belongs to, or that routing sink itself."""
+        return is_sibling(self.identity, name)
+
+    def roll_back_own(self, batch: Batch[C]) -> None:
+        """Roll back what ``batch``'s reported attempts prepared, and nothing of another
+        run's: safe before the fence is checked. Default: ``roll_back``."""
+        self.roll_back(batch)
 
     def carry_on(self, predecessor: Predecessor) -> str:
         """The way out a predecessor's refusal names. Default: carry the old identity on."""
@@ -318,8 +328,8 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     @final
     def check_predecessors(self, batch: Batch[C]) -> None:
         """Step 4a, first: refuse to decide a batch whose query decided batches as another
-        sink that may hold this one or left some unfinished. Nothing of the batch commits;
-        Spark's abort (step 5) or the next take-over rolls it back. The sink's
+        sink that may hold this one or left some unfinished, rolling back what the batch's
+        attempts prepared (the refused identity may never be taken over again). The sink's
         identity comes from the checkpoint's spelling (or its id option), Spark's query id
         from the checkpoint's content: a checkpoint copied to a new path keeps the query
         under a new identity. If the old one decided this batch (its driver died before
@@ -329,10 +339,11 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         if not batch.query_id:
             return
         for p in self.predecessors(batch):
-            if is_sibling(self.identity, p.name):
+            if self.siblings(p.name):
                 continue  # another sub-sink of the same routing sink: the same batches, decided once
             if p.last_batch < batch.batch_id and p.finished and not p.in_doubt:
                 continue  # an earlier identity whose every batch is done: nothing at stake
+            self.roll_back_own(batch)
             at = f" (checkpoint {p.checkpoint})" if p.checkpoint else ""
             left = f" and left {p.in_doubt} transaction(s) in doubt" if p.in_doubt else ""
             raise PredecessorSinkError(

@@ -52,10 +52,6 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         self.log = decisions
 
     @property
-    def label(self) -> str:
-        return f"routing sink {self.routing_id}"
-
-    @property
     def identity(self) -> str:
         return self.routing_id
 
@@ -145,6 +141,13 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
         return [Predecessor(other, last, finished) for other, last, finished
                 in self.log.predecessors(str(batch.query_id))]
 
+    def siblings(self, name: str) -> bool:
+        return False  # routing sinks are never sub-sinks: an id spelled with '--' is another sink
+
+    def roll_back_own(self, batch: Batch[RoutingCommittable]) -> None:
+        for name, sub in self.subs.items():
+            sub.roll_back_own(self._share(batch, name))
+
     def carry_on(self, predecessor: Predecessor) -> str:
         """Its sub-sinks' ids derive from its own, and a Kafka sub-sink's prefix belongs to
         one checkpoint: the old location finishes the batch."""
@@ -213,8 +216,16 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
                             "first: %s", self.label, batch.batch_id, count, self.dead_letters[1], first)
 
     def roll_back_others(self, batch: Batch[RoutingCommittable], decision: RoutingDecision) -> None:
-        for name, own in decision.own:
-            self.subs[name].roll_back_others(self._share(batch, name), own)
+        """4d. A decision found finished (a retry, a replay) carries no sub-sink records yet:
+        each sub-sink's own record is read for it."""
+        if not decision.own and batch.claim is None:
+            return
+        own = decision.own or tuple(
+            (name, found) for name, part in decision.parts
+            if (found := self.subs[name].recorded(Batch(decision.batch_id, part, _fence(batch).claim(name))))
+            is not None)
+        for name, mine in own:
+            self.subs[name].roll_back_others(self._share(batch, name), mine)
 
     def roll_back(self, batch: Batch[RoutingCommittable]) -> None:
         for name, sub in self.subs.items():

@@ -97,10 +97,6 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         self._conn: Any = None
 
     @property
-    def label(self) -> str:
-        return f"{self.name} sink {self.cfg.sink_id}"
-
-    @property
     def identity(self) -> str:
         return self.cfg.sink_id
 
@@ -275,7 +271,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                         (batch.query_id, self.cfg.sink_id))
             others = cur.fetchall()
         return [Predecessor(str(other), int(last), True, len(self._prepared_gids(self.conn, other)))
-                for other, last in others]
+                for other, last in others if not self.siblings(str(other))]
 
     def _check_prepared(self, batch: Batch[JdbcCommittable]) -> dict[str, str]:
         """Every winner still prepared, or stood in for: {gone winner: its stand-in}.
@@ -299,7 +295,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
         if gone:  # else only a newer run's take-over (or an operator) rolls back what a batch prepared
             self.conn.rollback()  # record's transaction, if open: nothing is decided
             self.conn.autocommit = True
-            self._roll_back_own(batch)
+            self.roll_back_own(batch)
             raise FencedError(
                 f"batch {batch.batch_id}: prepared transaction(s) {', '.join(sorted(gone))} were rolled "
                 f"back before the decision, by a newer run taking sink {self.cfg.sink_id!r} over, by "
@@ -314,7 +310,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
             cur.execute(f"SELECT epoch FROM {self.sql.sinks_table} WHERE sink_id = %s", (self.cfg.sink_id,))
             row = cur.fetchone()
         if row is None or batch.claim is None or row[0] != batch.claim.fence:
-            self._roll_back_own(batch)
+            self.roll_back_own(batch)
             raise self._fenced(batch, row and row[0])
 
     def _fenced(self, batch: Batch[JdbcCommittable], now: int | None) -> FencedError:
@@ -324,7 +320,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
             f"{ours}) cannot commit batch {batch.batch_id}; its transactions were rolled back"
         )
 
-    def _roll_back_own(self, batch: Batch[JdbcCommittable]) -> None:
+    def roll_back_own(self, batch: Batch[JdbcCommittable]) -> None:
         for c in batch.prepared:  # ours can never commit now
             self._finish_xact(self.conn, str(c.gid), commit=False)
 
@@ -339,7 +335,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
             if row is None or row[0] != epoch:
                 conn.rollback()
                 conn.autocommit = True
-                self._roll_back_own(batch)
+                self.roll_back_own(batch)
                 raise self._fenced(batch, row and row[0])
             # Again under the lock that the doctor and take-overs hold exclusively while
             # they roll back: a decision never names a transaction that is gone.

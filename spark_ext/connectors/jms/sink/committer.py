@@ -99,10 +99,6 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
         self._browse_lifted = False  # on this session's broker (a restart may drop the setting)
 
     @property
-    def label(self) -> str:
-        return f"{self.name} sink {self.cfg.sink_id}"
-
-    @property
     def identity(self) -> str:
         return self.cfg.sink_id
 
@@ -326,11 +322,14 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
     def predecessors(self, batch: Batch[JmsCommittable]) -> list[Predecessor]:
         """Every sink keeps its state in a log queue of its own: the logs whose last decision
-        names this query. Searched until this sink decided a batch of the query: from then
-        on its claim names the query."""
+        names this query. Searched once per run: after this sink's first decision for the
+        query, its own log names the query (not its claim: a routing sink's names the
+        routing sink's decisions)."""
         query = str(batch.query_id or "")
-        own = batch.claim.last_decided if batch.claim is not None else None
-        if not query or (own is not None and own.query_id == query):
+        if not query:
+            return []
+        now = self.state()
+        if now is not None and now.decision is not None and now.decision.query_id == query:
             return []
         names = self.session.attribute("broker", "queueNames") or []
         logs = sorted(n for n in names
@@ -345,6 +344,9 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                 continue
             found.append(Predecessor(name[len(QUEUE_PREFIX):-len(".log")], old.decision.batch_id, old.done))
         return found
+
+    def roll_back_own(self, batch: Batch[JmsCommittable]) -> None:
+        self._roll_back(batch, keep=[])
 
     def record(self, batch: Batch[JmsCommittable]) -> JmsDecision:
         fence = _fence(batch)

@@ -84,10 +84,6 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         self._oldest_start_ms = 0  # the winners' earliest start (broker clock), read by ``check``
 
     @property
-    def label(self) -> str:
-        return f"{self.name} sink {self.cfg.txn_prefix}"
-
-    @property
     def identity(self) -> str:
         return self.cfg.txn_prefix
 
@@ -254,10 +250,15 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             if old is None or old.query_id != query:
                 continue  # a sink of another topic, or of another query
             prefix = group[: -len(".batches.kept")]
+            if self.siblings(prefix):
+                continue
             pattern = re.escape(prefix) + r"-(p[0-9]+-a[0-9]+(-b[01])?|commit)"
             open_ = self.client.list_transactions(pattern, OPEN_STATES)
             found.append(Predecessor(prefix, old.batch_id, done, len(open_), old.checkpoint))
         return found
+
+    def roll_back_own(self, batch: Batch[KafkaCommittable]) -> None:
+        self._abort_own(batch.prepared)
 
     def carry_on(self, predecessor: Predecessor) -> str:
         """A prefix belongs to one checkpoint: the old location finishes the batch."""
