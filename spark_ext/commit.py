@@ -24,10 +24,12 @@ snapshot is one Spark micro-batch. For batch N:
    reached the driver is found by name and rolled back in step 4, 5 or the next step 1.
 4. **Driver** (``TwoPhaseCommitter.commit(committables, N, claim)``, in the driver's
    commit worker, whose writer came from ``plan(prepare=False)``, which touches nothing): if N
-   is not decided yet, (a) check the run still owns the sink and every winner is still
-   open, (b) record the decision "batch N commits these transactions" durably in the
-   external system, fenced by the claim; then (c) commit every winner, mark the decision
-   finished, (d) roll back every other transaction of the batch. It is idempotent: a
+   is not decided yet, (a) check that the query decided no batch under another identity
+   of this sink that may hold N (a copied checkpoint), that the run still owns the sink
+   and that every winner is still open, (b) record the decision "batch N commits these
+   transactions" durably in the external system, fenced by the claim; then (c) commit
+   every winner, mark the decision finished, (d) roll back every other transaction of the
+   batch. It is idempotent: a
    crash after (b) leaves the rest to the next step 1, a retry finds N decided and goes
    on at (c). Retriable errors are retried here (bounded); fatal ones fail the query
    loudly. Then Spark writes commit log N. A crash before commit log N makes Spark
