@@ -94,7 +94,8 @@ class BatchIdentity:
                 f"this task no {missing}: write inside foreachBatch, or set .option('batchId', batch_id) "
                 "and .option('queryId', <the query's id, new when its checkpoint is new>)")
         return TaskInfo(query_id=f"{query}/{sink_id}", batch_id=batch, partition_id=running.partition_id,
-                        attempt=running.attempt, task_attempt_id=running.task_attempt_id)
+                        attempt=running.attempt, task_attempt_id=running.task_attempt_id,
+                        run_id=running.run_id)
 
 
 def without_batch_options(opts: Options) -> Options:

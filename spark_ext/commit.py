@@ -67,7 +67,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
 from pyspark.sql.datasource import WriterCommitMessage
 
 from spark_ext import compat, failpoints
-from spark_ext.errors import CommitError, FatalCommitError, PredecessorSinkError, SparkExtError
+from spark_ext.errors import (
+    CommitError,
+    FatalCommitError,
+    PredecessorSinkError,
+    SecondWriteError,
+    SparkExtError,
+)
 from spark_ext.options import is_sibling
 from spark_ext.timeline import CommitTimes
 
@@ -86,6 +92,7 @@ class TaskInfo:
     partition_id: int
     attempt: int
     task_attempt_id: int
+    run_id: str = ""  # Spark's run of the query ("": not known, e.g. under Spark Connect)
 
     @classmethod
     def current(cls) -> TaskInfo:
@@ -95,7 +102,7 @@ class TaskInfo:
             raise SparkExtError("TaskInfo.current() called outside a Spark task")
         return cls(query_id=ident.query_id, batch_id=ident.batch_id if ident.batch_id is not None else -1,
                    partition_id=ident.partition_id, attempt=ident.attempt,
-                   task_attempt_id=ident.task_attempt_id)
+                   task_attempt_id=ident.task_attempt_id, run_id=ident.run_id)
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,7 @@ class Batch(Generic[C]):
     batch_id: int
     committables: tuple[C, ...]
     claim: Claim[Any] | None
+    run_id: str = ""  # the run of the query whose tasks reported ("": not known)
 
     @property
     def query_id(self) -> str | None:
@@ -232,10 +240,10 @@ class Committer(ABC, Generic[C]):
 
     @abstractmethod
     def commit(self, committables: Sequence[C], batch_id: int,
-               claim: Claim[Any] | None) -> CommitTimes | None:
+               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | None:
         """Step 4: make batch ``batch_id`` visible. Driver; must be idempotent. Returns what
         it took, or None when there was nothing to commit now (no task reported, or a
-        replay of a batch finished before)."""
+        replay of a batch finished before). ``run_id``: Spark's run the tasks wrote in."""
 
     @abstractmethod
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
@@ -246,7 +254,7 @@ class NoOpCommitter(Committer[Committable]):
     """For at-least-once and none: writers flushed before returning, nothing to finish."""
 
     def commit(self, committables: Sequence[Committable], batch_id: int,
-               claim: Claim[Any] | None) -> CommitTimes | None:
+               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | None:
         return CommitTimes()  # the writers flushed before their tasks ended
 
     def abort(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
@@ -304,7 +312,28 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     @abstractmethod
     def record(self, batch: Batch[C]) -> D:
         """Step 4b: durably record "this batch commits its prepared transactions", fenced
-        by the claim. Returns the decision (an earlier one, if a race recorded it first)."""
+        by the claim, and ``batch.run_id`` with it (``run_of``). Returns the decision (an
+        earlier one, if a race recorded it first)."""
+
+    def run_of(self, decision: D) -> str:
+        """The run ``decision`` was recorded in, as ``record`` kept it ("": not kept)."""
+        return ""
+
+    @final
+    def check_second_write(self, batch: Batch[C], decision: D) -> None:
+        """Step 4, a batch found decided: its tasks found it decided before they wrote
+        (none prepared), in the run that decided it. Spark runs a decided batch again only
+        in a new run (after a restart), so this is a second write of the batch under this
+        sink's identity: two writes of one ``foreachBatch`` function sharing an id, the
+        second of which would otherwise write nothing and say nothing."""
+        if not batch.run_id or batch.prepared or self.run_of(decision) != batch.run_id:
+            return
+        raise SecondWriteError(
+            f"batch {batch.batch_id} of {self.kind} {self.identity!r} was already written in this run of "
+            f"query {batch.query_id}, and this write of it would write nothing: two writes of one "
+            f"foreachBatch function share {self.id_option} {self.identity!r}. Give each write its own "
+            f".option('{self.id_option}', ...) and restart from the same checkpoint (Spark runs the batch "
+            "again; the write that landed writes nothing, the renamed one writes its rows)")
 
     def predecessors(self, batch: Batch[C]) -> Sequence[Predecessor]:
         """Step 4a's search: other identities under which ``batch``'s query decided batches
@@ -412,9 +441,9 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
 
     @final
     def commit(self, committables: Sequence[C], batch_id: int,
-               claim: Claim[Any] | None) -> CommitTimes | None:
+               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | None:
         """Step 4, in order. Driver; idempotent."""
-        batch = Batch(batch_id, tuple(committables), claim)
+        batch = Batch(batch_id, tuple(committables), claim, run_id)
         if batch.query_id is None:
             return None  # no task reported: nothing was prepared
         started = time.monotonic()
@@ -428,9 +457,11 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
                 failpoints.hit(f"{self.name}.before_decision", batch_id, batch.rows)
                 decision = self.record(batch)                                       # step 4b
                 failpoints.hit(f"{self.name}.after_decision", batch_id, batch.rows)
-            elif self.finished(decision):
-                self.roll_back_others(batch, decision)                              # step 4d
-                return None
+            else:
+                self.check_second_write(batch, decision)
+                if self.finished(decision):
+                    self.roll_back_others(batch, decision)                          # step 4d
+                    return None
             decided = time.monotonic()
             decision = self.before_winners(batch, decision)
             winners = self.winners(decision)

@@ -9,6 +9,7 @@ runs those tests and a subset of the suite on another release.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from types import FrameType
@@ -128,6 +129,28 @@ Assumed: the same across restarts from one checkpoint, new for a new checkpoint.
 because sinks scope their bookkeeping (prepared transactions, decisions) by it.
 """
 
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"
+JOB_DESCRIPTION_PROPERTY = "spark.job.description"
+"""Task local properties of the job group and description; a streaming run sets them to its
+run id and to text holding ``runId = <run id>`` (``run_id_of``).
+
+Assumed: ``StreamExecution`` calls ``setJobGroup(runId, description)`` when a run starts,
+and every job of the run (a ``foreachBatch`` function's included) inherits them unless
+the user's code sets a job group of its own. Needed because a run id tells a batch that
+Spark runs again after a restart (a new run) from a second write of it in the same run.
+"""
+
+_RUN_IN_DESCRIPTION = re.compile(r"\brunId = ([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})\b")
+
+
+def run_id_of(group: str | None, description: str | None) -> str:
+    """The streaming run's id from a task's job group and description; "" when they are
+    not a streaming run's (no stream, Spark Connect's function process, or a job group the
+    user set), so nothing is concluded from a group that is not Spark's."""
+    m = _RUN_IN_DESCRIPTION.search(description or "")
+    return m.group(1) if m and m.group(1) == group else ""
+
+
 CHECKPOINT_OPTION = "checkpointlocation"
 """A streaming sink's option holding the checkpoint location, when the user set one.
 
@@ -156,7 +179,8 @@ def check_version() -> str | None:
 class TaskIdentity:
     """Who a running task is, from its ``TaskContext`` and task local properties.
 
-    ``query_id`` is "" and ``batch_id`` None in a task that is not part of a streaming batch.
+    ``query_id`` and ``run_id`` are "" and ``batch_id`` None in a task that is not part of
+    a streaming batch.
     """
 
     query_id: str
@@ -164,6 +188,7 @@ class TaskIdentity:
     partition_id: int
     attempt: int
     task_attempt_id: int
+    run_id: str = ""
 
 
 def task_identity() -> TaskIdentity | None:
@@ -181,7 +206,9 @@ def task_identity() -> TaskIdentity | None:
     return TaskIdentity(query_id=tc.getLocalProperty(QUERY_ID_PROPERTY) or "",
                         batch_id=int(batch) if batch is not None else None,
                         partition_id=tc.partitionId(), attempt=tc.attemptNumber(),
-                        task_attempt_id=tc.taskAttemptId())
+                        task_attempt_id=tc.taskAttemptId(),
+                        run_id=run_id_of(tc.getLocalProperty(JOB_GROUP_PROPERTY),
+                                         tc.getLocalProperty(JOB_DESCRIPTION_PROPERTY)))
 
 
 def in_commit_runner() -> bool:

@@ -37,6 +37,7 @@ class RoutingDecision:
     query_id: str
     parts: tuple[tuple[str, tuple[Committable, ...]], ...]
     dead: str = ""  # the sub-sink holding dead letters, if any: their count is the status's
+    run_id: str = ""  # Spark's run that decided it ("": not known)
     #: Each sub-sink's own record of its part, once it has one (step 4, ``before_winners``
     #: onwards); never stored in the log.
     own: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
@@ -53,6 +54,8 @@ class RoutingDecision:
                                "p": [[n, [_encode(c) for c in cs]] for n, cs in self.parts]}
         if self.dead:
             doc["d"] = self.dead
+        if self.run_id:
+            doc["r"] = self.run_id
         return json.dumps(doc, separators=(",", ":"))
 
     @staticmethod
@@ -60,7 +63,7 @@ class RoutingDecision:
         d = json.loads(text)
         return RoutingDecision(int(d["b"]), str(d["q"]),
                                tuple((str(n), tuple(_decode(c) for c in cs)) for n, cs in d["p"]),
-                               str(d.get("d", "")))
+                               str(d.get("d", "")), str(d.get("r", "")))
 
     @staticmethod
     def dead_letters(text: str) -> int | None:

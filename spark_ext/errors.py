@@ -103,5 +103,11 @@ class PredecessorSinkError(FatalCommitError):
     the batch twice; the message names the old sink and the option that continues it."""
 
 
+class SecondWriteError(FatalCommitError):
+    """A batch already decided in this very run was written again under the same sink id:
+    two writes of one ``foreachBatch`` function share ``sinkId`` / ``transactionalIdPrefix``,
+    and the second would pass for a replay and write nothing."""
+
+
 class UnknownCommitError(CommitError):
     """An unexpected failure during commit; treated as fatal."""

@@ -63,6 +63,7 @@ class TaskReport(WriterCommitMessage):
     claim: Claim[Any] | None
     plan_times: PlanTimes | None = None
     write_times: WriteTimes | None = None
+    run_id: str = ""  # the run of the query the task wrote in ("": not known)
 
 @dataclass(frozen=True)
 class SinkPlan:
@@ -120,20 +121,20 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
         started = time.monotonic()
         committable = self.plan.new_writer().write(iterator, task)
         took = WriteTimes((time.monotonic() - started) * 1000)
-        return TaskReport(committable, self.plan.claim, self.plan.times, took)
+        return TaskReport(committable, self.plan.claim, self.plan.times, took, task.run_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 4: after every task of batch ``batchId`` succeeded. Logs the
         batch's one INFO line (``spark_ext.timeline``), which operators read."""
         log_to_stderr()
-        committables, claim = _unwrap(messages, batchId)
+        committables, claim, run_id = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
         took: list[CommitTimes | None] = []
         tries: list[int] = []
 
         def attempt() -> None:
             tries.append(1)  # a retried attempt counts in the sink's metrics
-            took.append(committer.commit(committables, batchId, claim))
+            took.append(committer.commit(committables, batchId, claim, run_id))
 
         call_with_retries(attempt, f"commit of batch {batchId}", self.plan.commit_retries,
                           self.plan.retry_backoff_s)
@@ -155,16 +156,17 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""
         log_to_stderr()
-        committables, claim = _unwrap(messages, batchId)
+        committables, claim, _ = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
         call_with_retries(lambda: committer.abort(committables, batchId, claim),
                           f"abort of batch {batchId}", self.plan.commit_retries, self.plan.retry_backoff_s)
 
 
 def _unwrap(messages: list[WriterCommitMessage | None], batch_id: int) -> tuple[list[Committable],
-                                                                                 Claim[Any] | None]:
-    """The committables of the tasks that reported, and the one claim they wrote under."""
-    out, claims = [], set()
+                                                                                 Claim[Any] | None, str]:
+    """The committables of the tasks that reported, the one claim they wrote under, and the
+    run they wrote in ("" unless every report names the same one)."""
+    out, claims, runs = [], set(), set()
     for m in messages:
         if m is None:  # the task failed before returning a message
             continue
@@ -172,7 +174,8 @@ def _unwrap(messages: list[WriterCommitMessage | None], batch_id: int) -> tuple[
             raise UnknownCommitError(f"unexpected commit message {type(m).__name__}; expected a TaskReport")
         out.append(m.committable)
         claims.add(m.claim)
+        runs.add(m.run_id)
     if len(claims) > 1:
         raise FatalCommitError(f"batch {batch_id}'s tasks wrote under {len(claims)} different claims; one "
                                "batch is planned once, so this is a bug: nothing of it is committed")
-    return out, claims.pop() if claims else None
+    return out, claims.pop() if claims else None, runs.pop() if len(runs) == 1 else ""

@@ -7,13 +7,14 @@ Whether a real sink's primitives do what they claim is the conformance suite's j
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable
-from spark_ext.errors import FatalCommitError, FencedError
+from spark_ext.errors import FatalCommitError, FencedError, SecondWriteError
 from tests.support.fakes import RecordingTwoPhaseCommitter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,33 @@ def test_a_batch_decided_before_goes_on_at_the_commit_of_its_recorded_winners():
 def test_a_batch_carried_out_to_its_end_before_commits_nothing_again():
     rec = RecordingTwoPhaseCommitter(decided=(5,), done=True)
     rec.commit([_c(0)], 3, Claim(1))
+    assert rec.calls == ["connect", "recorded", "finished", "roll_back_others", "close"]
+
+
+@dataclass(frozen=True)
+class _WroteNothing(Committable):
+    """A task that found its batch decided when it began (a replay): nothing prepared."""
+
+    @property
+    def prepared(self) -> bool:
+        return False
+
+
+def test_a_batch_decided_earlier_in_the_same_run_and_written_again_is_refused_naming_the_fix():
+    rec = RecordingTwoPhaseCommitter(decided=(5,), done=True, decided_in="run-1")
+    with pytest.raises(SecondWriteError, match=r"share sinkId .*Give each write its own \.option\('sinkId'"):
+        rec.commit([_WroteNothing(3, 0, 0, 0, query_id="q")], 3, Claim(1), "run-1")
+    assert rec.calls == ["connect", "recorded", "close"]
+
+
+@pytest.mark.parametrize("committable,run", [
+    pytest.param(_WroteNothing(3, 0, 0, 0, query_id="q"), "run-2", id="replayed-in-a-new-run"),
+    pytest.param(_WroteNothing(3, 0, 0, 0, query_id="q"), "", id="run-not-known"),
+    pytest.param(_c(0), "run-1", id="a-retry-of-the-commit-whose-tasks-prepared"),
+])
+def test_a_decided_batch_run_again_by_a_new_run_or_retried_is_no_second_write(committable, run):
+    rec = RecordingTwoPhaseCommitter(decided=(5,), done=True, decided_in="run-1")
+    assert rec.commit([committable], 3, Claim(1), run) is None
     assert rec.calls == ["connect", "recorded", "finished", "roll_back_others", "close"]
 
 

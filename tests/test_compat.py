@@ -187,6 +187,10 @@ def test_streaming_sink_assumptions_hold_in_a_real_query(spark, tmp_path):
         assert all(t["query_id"] == q.id for t in tasks), broke(
             f"the task local property {compat.QUERY_ID_PROPERTY!r}: task query ids "
             f"{sorted({t['query_id'] for t in tasks})}, query.id {q.id!r}", "QUERY_ID_PROPERTY")
+        assert all(t["run_id"] == q.runId for t in tasks), broke(
+            f"the task local properties {compat.JOB_GROUP_PROPERTY!r} and "
+            f"{compat.JOB_DESCRIPTION_PROPERTY!r}: task run ids {sorted({t['run_id'] for t in tasks})}, "
+            f"query.runId {q.runId!r}", "run_id_of()")
         ids = ("partition_id", "attempt", "task_attempt_id")
         assert all(isinstance(t[k], int) for t in tasks for k in ids), broke(
             f"TaskContext's partitionId/attemptNumber/taskAttemptId ({tasks})", "task_identity()")

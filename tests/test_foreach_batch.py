@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from spark_ext import failpoints
-from tests.support import pg_util
+from tests.support import mysql_util, pg_util
 from tests.support.processes import driver_report
 from tests.support.routing import Targets
 
@@ -182,3 +182,63 @@ def test_two_writes_to_one_database_in_one_batch_both_land(spark, services):
         _write(spark, df, _writes(first, base + "a")["ledger"], batchId=str(batch), queryId="q-same")
         _write(spark, df, _writes(second, base + "b")["ledger"], batchId=str(batch), queryId="q-same")
     assert first.committed()["ledger"] == second.committed()["ledger"] == list(range(20))
+
+
+def _same_id_twice(spark: Any, src: Path, ckpt: Path, first: dict[str, str],
+                   second: dict[str, str]) -> None:
+    """A foreachBatch function writing each batch twice: with ``first``'s options, then ``second``'s."""
+    def each_batch(batch_df: Any, batch_id: int) -> None:
+        df = batch_df.selectExpr(
+            "CASE id % 3 WHEN 0 THEN 'ledger' WHEN 1 THEN 'alerts' ELSE 'notes' END AS sink", "id", "v",
+            "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value", "CAST(id AS STRING) AS body")
+        _write(spark, df, first)
+        _write(spark, df, second)
+
+    q = (spark.readStream.schema("id long, v string").json(str(src)).writeStream.foreachBatch(each_batch)
+         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q.awaitTermination()
+
+
+@pytest.mark.parametrize("name", ["ledger", pytest.param("mariadb", marks=pytest.mark.campaign),
+                                  pytest.param("alerts", marks=pytest.mark.campaign),
+                                  pytest.param("notes", marks=pytest.mark.campaign), "routing"])
+def test_a_second_write_under_one_id_in_a_batch_fails_the_query_naming_the_fix(spark, services, tmp_path,
+                                                                                 name):
+    """Two writes of one function under one sink id: the second would pass for a replay of
+    the first and write nothing. The query fails in batch 0 naming the id and the fix, the
+    first write's rows land once; restarted with an id of its own, the second write
+    lands the batch's rows too (Spark runs batch 0 again)."""
+    t, t2 = Targets(services), Targets(services)
+    base = f"fb-{uuid.uuid4().hex[:12]}"
+    if name == "routing":
+        opts, fixed = ({"select": "sink,id,v,key,value,body", **x.options(sinkId=b)}
+                       for x, b in ((t, base), (t2, base + "b")))
+    elif name == "mariadb":
+        tables = [pg_util.table_name("fbmy") for _ in range(2)]
+        for table in tables:
+            mysql_util.execute(services.mariadb_url, f"CREATE TABLE {table} (id bigint, v text)")
+        opts, fixed = ({**_writes(t, b)["ledger"], "url": services.mariadb_url, "dbtable": table}
+                       for b, table in zip((base, base + "b"), tables, strict=True))
+    else:
+        opts, fixed = _writes(t, base)[name], _writes(t2, base + "b")[name]
+
+    def landed(targets: Targets, write: dict[str, str]) -> list[int]:
+        if name == "mariadb":
+            rows = mysql_util.query(services.mariadb_url, f"SELECT id FROM {write['dbtable']}")
+            return sorted(r[0] for r in rows)
+        return sorted(i for ids in targets.committed().values() for i in ids)
+
+    pg_util.write_json_files(tmp_path / "src", [12])
+    with pytest.raises(Exception) as failed:
+        _same_id_twice(spark, tmp_path / "src", tmp_path / "ckpt", opts, opts)
+    said = str(failed.value)
+    option = "transactionalIdPrefix" if name == "alerts" else "sinkId"
+    assert "already written in this run" in said and f".option('{option}'" in said, said
+    assert landed(t, opts) == list(range(12))
+    _same_id_twice(spark, tmp_path / "src", tmp_path / "ckpt", opts, fixed)
+    assert landed(t, opts) == list(range(12))
+    assert landed(t2, fixed) == list(range(12))
+    if name == "mariadb":
+        assert [mysql_util.prepared(services.mariadb_url, w["sinkId"]) for w in (opts, fixed)] == [[], []]
+    else:
+        assert t.in_doubt(base) == [] and t2.in_doubt(base + "b") == []

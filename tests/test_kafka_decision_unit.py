@@ -31,3 +31,11 @@ def test_a_part_of_another_batch_is_refused_not_joined():
     stale[2] = (5, parts[2])  # left by an earlier, longer decision
     with pytest.raises(TornDecisionError, match="part 2 of"):
         join(parts[0], lambda ps: {i: stale[i] for i in ps}, 8, "g")
+
+
+@pytest.mark.parametrize("run", ["", "0b8e4f7c-9d5e-4c1a-8f2e-3d6b7a9c1e20"])
+def test_the_run_that_decided_reads_back_and_a_decision_without_one_reads_as_before(run):
+    d = Decision(7, "q-1", None, (Producer("p-0", 1, 0),), run)
+    (part,) = d.parts()
+    assert Decision.decode(part) == d
+    assert ('"r":' in part) == bool(run)

@@ -161,8 +161,11 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
             if prepared:
                 parts.append((name, prepared))
         dead = self.dead_letters[1] if self.dead_letters is not None else ""
-        decision = RoutingDecision(batch.batch_id, str(batch.query_id), tuple(parts), dead)
+        decision = RoutingDecision(batch.batch_id, str(batch.query_id), tuple(parts), dead, batch.run_id)
         return self.log.record(decision, _fence(batch).epoch)
+
+    def run_of(self, decision: RoutingDecision) -> str:
+        return decision.run_id
 
     def finished(self, decision: RoutingDecision) -> bool:
         return self.log.finished(decision)

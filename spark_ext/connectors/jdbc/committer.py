@@ -29,7 +29,6 @@ row is unique per batch, so even two live runs cannot commit one batch twice.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -50,9 +49,11 @@ from spark_ext.connectors.jdbc.transactions import (
     kept_db,
     parse_gid,
     prepared_gids,
+    read_winners,
     resolve_in_doubt,
     sink_sessions,
     stand_in,
+    winners_text,
 )
 from spark_ext.errors import (
     CommitError,
@@ -75,6 +76,7 @@ class JdbcDecision:
     query_id: str
     batch_id: int
     winners: frozenset[str]
+    run_id: str = ""  # Spark's run that decided it ("": not kept)
 
 
 class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
@@ -255,7 +257,10 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
 
     @staticmethod
     def _decision(batch: Batch[JdbcCommittable], winners: str | None) -> JdbcDecision:
-        return JdbcDecision(str(batch.query_id), batch.batch_id, frozenset(json.loads(winners or "[]")))
+        return JdbcDecision(str(batch.query_id), batch.batch_id, *read_winners(winners))
+
+    def run_of(self, decision: JdbcDecision) -> str:
+        return decision.run_id
 
     def check(self, batch: Batch[JdbcCommittable]) -> None:
         """Step 4a. ``record`` checks the epoch again, atomically with the decision."""
@@ -346,7 +351,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                             "later attempt of the same task; its %s commits in its place",
                             cfg.sink_id, batch.batch_id, gid, other)
             if self._insert_decision(cur, batch, epoch, mine):
-                decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine)
+                decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine, batch.run_id)
             else:  # decided by an earlier run meanwhile
                 cur.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
                             "query_id = %s AND batch_id = %s AND partition_id = -1",
@@ -383,7 +388,7 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
             "epoch, rows, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s) ON CONFLICT DO NOTHING "
             "RETURNING 1",
             (self.cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
-             json.dumps(sorted(winners))))
+             winners_text(winners, batch.run_id)))
         return cur.fetchone() is not None
 
     def winners(self, decision: JdbcDecision) -> Sequence[str]:

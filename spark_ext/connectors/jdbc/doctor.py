@@ -23,7 +23,6 @@ come from ``PGPASSWORD``; it is never printed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -40,6 +39,7 @@ from spark_ext.connectors.jdbc.transactions import (
     decisions,
     parse_gid,
     prepared_gids,
+    read_winners,
     resolve_in_doubt,
     sink_sessions,
 )
@@ -106,10 +106,9 @@ def _in_doubt(conn: Any, schema: str, sink: str | None) -> list[dict[str, object
 
 
 def _winners(text: str | None) -> set[str]:
-    """A decision row's winners: a list of global ids (a routing sink's row holds its
-    decision, whose winners live in its sub-sinks)."""
-    value = json.loads(text or "[]")
-    return set(value) if isinstance(value, list) else set()
+    """A decision row's winners (a routing sink's row holds its decision, whose winners
+    live in its sub-sinks)."""
+    return set(read_winners(text)[0])
 
 
 def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:

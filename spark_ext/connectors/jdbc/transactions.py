@@ -59,6 +59,25 @@ def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
     return sink, int(epoch), int(batch), int(part), int(attempt.partition(".")[0])
 
 
+def winners_text(winners: Iterable[str], run_id: str) -> str:
+    """A decision row's ``winners``: the global ids to commit, as a JSON list, or with the
+    run that decided them as ``{"r": run, "w": [ids]}`` (a routing sink's row holds its
+    decision's JSON instead, whose keys differ)."""
+    ids = sorted(winners)
+    return json.dumps({"r": run_id, "w": ids} if run_id else ids)
+
+
+def read_winners(text: str | None) -> tuple[frozenset[str], str]:
+    """``winners_text`` read back: (the global ids, the run that decided them, "" if not
+    kept); a routing sink's decision names no ids of this table's sink."""
+    value = json.loads(text or "[]")
+    if isinstance(value, list):
+        return frozenset(value), ""
+    if isinstance(value, dict) and "w" in value:
+        return frozenset(value["w"]), str(value.get("r", ""))
+    return frozenset(), ""
+
+
 def started_before(gid: str, epoch: int, task_attempt_id: int) -> bool:
     """Was ``gid``'s attempt planned or started before the attempt ``(epoch, task_attempt_id)``?
     Task attempt ids grow within an application, and one epoch's attempts run in one."""
@@ -310,7 +329,7 @@ def decisions(conn: Any, batches_table: str, sink_id: str, batches: set[int]) ->
         cur.execute(f"SELECT batch_id, winners FROM {batches_table} WHERE sink_id = %s AND "
                     "partition_id = -1 AND batch_id = ANY(%s)", (sink_id, sorted(batches)))
         for b, w in cur.fetchall():
-            out.setdefault(b, set()).update(json.loads(w or "[]"))
+            out.setdefault(b, set()).update(read_winners(w)[0])
     return out
 
 

@@ -20,7 +20,6 @@ messages) over XA, with the primitives that differ replaced:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -43,7 +42,7 @@ from spark_ext.connectors.jdbc.mariadb.transactions import (
     resolve_in_doubt,
     sink_format,
 )
-from spark_ext.connectors.jdbc.transactions import JdbcCommittable
+from spark_ext.connectors.jdbc.transactions import JdbcCommittable, winners_text
 from spark_ext.errors import RetriableCommitError
 
 log = logging.getLogger(__name__)
@@ -226,4 +225,4 @@ class MyJdbcCommitter(JdbcCommitter):
             f"INSERT IGNORE INTO {self.sql.batches_table} (sink_id, query_id, batch_id, partition_id, "
             "attempt, epoch, `rows`, winners) VALUES (%s, %s, %s, -1, -1, %s, %s, %s)",
             (self.cfg.sink_id, batch.query_id, batch.batch_id, epoch, batch.rows,
-             json.dumps(sorted(winners)))))
+             winners_text(winners, batch.run_id))))

@@ -18,7 +18,6 @@ XA differs from PostgreSQL's prepared transactions in ways the dialect has to ha
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import ssl as ssl_lib
 import time
@@ -30,7 +29,7 @@ import pymysql
 from sqlalchemy.engine import URL
 
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
-from spark_ext.connectors.jdbc.transactions import parse_gid, reconnecting
+from spark_ext.connectors.jdbc.transactions import parse_gid, read_winners, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +249,7 @@ def decisions(conn: MyConn, batches_table: str, sink_id: str, batches: Iterable[
     marks = ", ".join(["%s"] * len(wanted))
     for b, w in conn.execute(f"SELECT batch_id, winners FROM {batches_table} WHERE sink_id = %s AND "
                              f"partition_id = -1 AND batch_id IN ({marks})", (sink_id, *wanted)):
-        out.setdefault(int(b), set()).update(json.loads(w or "[]"))
+        out.setdefault(int(b), set()).update(read_winners(w)[0])
     return out
 
 

@@ -363,6 +363,9 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
         return self._until_appended(step, f"recording batch {batch.batch_id}")
 
+    def run_of(self, decision: JmsDecision) -> str:
+        return decision.run_id
+
     def finished(self, decision: JmsDecision) -> bool:
         now = self.state()
         return now is not None and now.decision == decision and now.done
@@ -470,7 +473,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
 
 def _decision_of(batch: Batch[JmsCommittable]) -> JmsDecision:
     return JmsDecision(batch.batch_id, str(batch.query_id),
-                       tuple(Winner(str(c.token), c.rows) for c in batch.prepared))
+                       tuple(Winner(str(c.token), c.rows) for c in batch.prepared), batch.run_id)
 
 
 def _fence(batch: Batch[JmsCommittable]) -> int:

@@ -43,6 +43,7 @@ class JmsDecision:
     batch_id: int
     query_id: str
     winners: tuple[Winner, ...]
+    run_id: str = ""  # Spark's run that decided it ("": not known)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class SinkState:
             tokens = [w.token for w in d.winners]
             prefix = _common_prefix(tokens) if len(tokens) > 1 else ""
             body = [d.batch_id, d.query_id, prefix, [[w.token[len(prefix):], w.rows] for w in d.winners]]
+            if d.run_id:
+                body.append(d.run_id)
         return json.dumps({"s": self.seq, "e": self.epoch, "f": self.done, "n": self.nonce, "d": body},
                           separators=(",", ":"))
 
@@ -73,7 +76,9 @@ class SinkState:
         decision = None
         if d is not None:
             prefix, winners = ("", d[2]) if len(d) == 3 else (d[2], d[3])  # 3: written before the prefix
-            decision = JmsDecision(int(d[0]), d[1], tuple(Winner(prefix + t, int(r)) for t, r in winners))
+            run = str(d[4]) if len(d) > 4 else ""  # 5: with the run that decided it
+            decision = JmsDecision(int(d[0]), d[1], tuple(Winner(prefix + t, int(r)) for t, r in winners),
+                                   run)
         return SinkState(int(v["s"]), int(v["e"]), decision, bool(v["f"]), v.get("n", ""))
 
     def headers(self) -> str:

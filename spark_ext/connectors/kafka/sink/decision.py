@@ -37,11 +37,14 @@ class Decision:
     query_id: str
     checkpoint: str | None
     winners: tuple[Producer, ...]
+    run_id: str = ""  # Spark's run that decided it ("": not known)
 
     def _json(self) -> str:
-        return json.dumps({"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
-                           "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]},
-                          separators=(",", ":"))
+        doc = {"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
+               "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]}
+        if self.run_id:
+            doc["r"] = self.run_id
+        return json.dumps(doc, separators=(",", ":"))
 
     def parts(self, limit: int = META_LIMIT) -> list[str]:
         """The decision as offset metadata of at most ``limit`` characters each: one part
@@ -61,7 +64,8 @@ class Decision:
         """One part's metadata (an unsplit decision)."""
         raw = zlib.decompress(base64.b64decode(meta[2:])).decode() if meta.startswith("z:") else meta
         d = json.loads(raw)
-        return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]))
+        return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]),
+                        str(d.get("r", "")))
 
 
 def split_count(first: str) -> int:
