@@ -75,7 +75,7 @@ from spark_ext.errors import (
     SparkExtError,
 )
 from spark_ext.options import is_sibling
-from spark_ext.timeline import CommitTimes
+from spark_ext.timeline import CommitTimes, DoneBefore
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -240,10 +240,10 @@ class Committer(ABC, Generic[C]):
 
     @abstractmethod
     def commit(self, committables: Sequence[C], batch_id: int,
-               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | None:
+               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | DoneBefore | None:
         """Step 4: make batch ``batch_id`` visible. Driver; must be idempotent. Returns what
-        it took, or None when there was nothing to commit now (no task reported, or a
-        replay of a batch finished before). ``run_id``: Spark's run the tasks wrote in."""
+        it took; ``DoneBefore`` for a replay of a batch finished before; None when no task
+        reported. ``run_id``: Spark's run the tasks wrote in."""
 
     @abstractmethod
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:
@@ -318,6 +318,10 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     def run_of(self, decision: D) -> str:
         """The run ``decision`` was recorded in, as ``record`` kept it ("": not kept)."""
         return ""
+
+    def rows_of(self, decision: D) -> int | None:
+        """The rows ``decision`` commits, as ``record`` kept them (None: not kept)."""
+        return None
 
     @final
     def check_second_write(self, batch: Batch[C], decision: D) -> None:
@@ -441,7 +445,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
 
     @final
     def commit(self, committables: Sequence[C], batch_id: int,
-               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | None:
+               claim: Claim[Any] | None, run_id: str = "") -> CommitTimes | DoneBefore | None:
         """Step 4, in order. Driver; idempotent."""
         batch = Batch(batch_id, tuple(committables), claim, run_id)
         if batch.query_id is None:
@@ -449,6 +453,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         started = time.monotonic()
         with self.connected():
             decision = self.recorded(batch)
+            found = decision is not None
             if decision is None:
                 if not batch.prepared:
                     return CommitTimes()  # nothing written, nothing decided
@@ -461,7 +466,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
                 self.check_second_write(batch, decision)
                 if self.finished(decision):
                     self.roll_back_others(batch, decision)                          # step 4d
-                    return None
+                    return DoneBefore(self.rows_of(decision))
             decided = time.monotonic()
             decision = self.before_winners(batch, decision)
             winners = self.winners(decision)
@@ -476,7 +481,7 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
             self.roll_back_others(batch, decision)                                  # step 4d
             ended = time.monotonic()
         return CommitTimes(len(winners), (decided - started) * 1000, (ended - decided) * 1000,
-                           self.set_aside(batch))
+                           self.set_aside(batch), self.rows_of(decision) if found else None)
 
     @final
     def abort(self, committables: Sequence[C], batch_id: int, claim: Claim[Any] | None) -> None:

@@ -45,7 +45,7 @@ from spark_ext.errors import (
 from spark_ext.guarantees import Guarantee
 from spark_ext.retry import Backoff, retry
 from spark_ext.shipping import Shipped
-from spark_ext.timeline import CommitTimes, PlanTimes, WriteTimes, log_to_stderr
+from spark_ext.timeline import CommitTimes, DoneBefore, PlanTimes, WriteTimes, log_to_stderr
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -129,7 +129,7 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
         log_to_stderr()
         committables, claim, run_id = _unwrap(messages, batchId)
         committer = self.plan.new_committer()
-        took: list[CommitTimes | None] = []
+        took: list[CommitTimes | DoneBefore | None] = []
         tries: list[int] = []
 
         def attempt() -> None:
@@ -140,18 +140,23 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
                           self.plan.retry_backoff_s)
         label = committer.label if isinstance(committer, TwoPhaseCommitter) else self.plan.label
         query_id = committables[0].query_id if committables else None
-        if took and took[-1] is not None:
+        result = took[-1] if took else None
+        if isinstance(result, CommitTimes):
             reports = [m for m in messages if isinstance(m, TaskReport)]
             plans = [r.plan_times for r in reports if r.plan_times is not None]
+            rows = sum(c.rows for c in committables) if result.decided_rows is None else result.decided_rows
             log.info("%s", timeline.report(
-                label, batchId, query_id, sum(c.rows for c in committables), plans[0] if plans else None,
-                [r.write_times for r in reports if r.write_times is not None], took[-1], timeline.now_ms(),
+                label, batchId, query_id, rows, plans[0] if plans else None,
+                [r.write_times for r in reports if r.write_times is not None], result, timeline.now_ms(),
                 epoch=claim.epoch if claim is not None else None,
                 recovered=claim.resolved if claim is not None else 0, retries=len(tries) - 1))
-        elif claim is not None and claim.resolved:
-            # The replay of a batch its take-over finished (after a crash): no line, as nothing
-            # was committed now, but the metrics count what the take-over resolved.
-            timeline.recovered(label, batchId, query_id, claim.epoch, claim.resolved, len(tries) - 1)
+        elif isinstance(result, DoneBefore) or (claim is not None and claim.resolved):
+            # The replay of a batch carried out before (after a crash): no line, as nothing
+            # was committed now, but the metrics count its rows (a driver killed between the
+            # commit and the card never counted them) and what the take-over resolved.
+            timeline.recovered(label, batchId, query_id, claim.epoch if claim is not None else None,
+                               claim.resolved if claim is not None else 0, len(tries) - 1,
+                               result.rows or 0 if isinstance(result, DoneBefore) else 0)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""

@@ -58,6 +58,18 @@ class CommitTimes:
     decide_ms: float = 0.0
     commit_ms: float = 0.0
     dead_letters: int | None = None  # refused rows set aside (None: no dead-letter destination)
+    #: The rows of a decision found recorded, not made now (a replay after a crash, whose
+    #: tasks wrote nothing): what the batch commits. None: decided now, or not kept.
+    decided_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class DoneBefore:
+    """Step 4 found the batch carried out to its end before (a replay after a crash): no
+    line, but its card counts ``rows``, the rows its decision committed (None: not kept),
+    as the card of a batch killed before its card was written would have."""
+
+    rows: int | None = None
 
 
 def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
@@ -97,13 +109,15 @@ def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: Pla
 
 
 def recovered(label: str, batch_id: int, query_id: str | None, epoch: int | None, resolved: int,
-              retries: int) -> None:
-    """The metrics card of a batch committed by its take-over, not by this commit (a replay
-    after a crash): its epoch and the transactions that take-over resolved."""
+              retries: int, rows: int) -> None:
+    """The metrics card of a batch carried out before this commit (a replay after a crash):
+    the rows its decision committed (the card of a batch counts once, so a card written
+    before the crash is replaced, not added to), its epoch, and the transactions the
+    take-over resolved."""
     from spark_ext.monitoring import cards
 
-    cards.write(query_id, label, batch_id, {"rows": 0, "at": time.time(), "retries": retries, "epoch": epoch,
-                                            "recovered": resolved})
+    cards.write(query_id, label, batch_id, {"rows": rows, "at": time.time(), "retries": retries,
+                                            "epoch": epoch, "recovered": resolved})
 
 
 LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"

@@ -69,15 +69,26 @@ def test_a_batch_finished_before_logs_no_second_line(caplog):
 
 def test_a_replay_its_take_over_finished_counts_the_recovery_in_the_sinks_card(tmp_path, monkeypatch):
     """After a crash past the decision the restart's take-over commits the batch, and the
-    replay's commit finds it finished: no line, but the card counts what was resolved."""
+    replay's commit finds it finished: no line, but the card counts what was resolved and
+    the rows the decision committed."""
     from spark_ext.monitoring import cards
 
     monkeypatch.setenv(cards.ENV, str(tmp_path))
     _writer(decided=(5,), done=True).commit([TaskReport(_c(0), Claim(7, committed=2, rolled_back=1))], 3)
     [card] = cards.read("q-9")
     assert (card["batch"], card["rows_total"], card["recovered_total"], card["epoch"]) == (3, 0, 3, 7)
-    _writer(decided=(5,), done=True).commit([TaskReport(_c(0), Claim(8))], 4)  # nothing resolved: no card
-    assert cards.read("q-9")[0]["batch"] == 3
+    # A batch killed after its commit and before its card: its replay counts its rows, once.
+    for _ in range(2):
+        _writer(decided=(5,), done=True, decided_rows=25).commit([TaskReport(_c(0), Claim(8))], 4)
+        [card] = cards.read("q-9")
+        assert (card["batch"], card["rows_total"], card["recovered_total"]) == (4, 25, 3)
+
+
+def test_a_replay_whose_decision_is_carried_out_now_logs_the_rows_the_decision_commits(caplog):
+    caplog.set_level(logging.DEBUG, logger="spark_ext")
+    _writer(decided=(5,), decided_rows=25).commit([TaskReport(_c(0), Claim(1))], 3)
+    (msg,) = _info(caplog)
+    assert msg.startswith("rec: committed batch=3 query=q-9 transactions=1 rows=25 ")
 
 
 def test_the_commit_worker_writes_the_line_to_stderr_without_any_logging_set_up():

@@ -41,7 +41,8 @@ class RecordingCommitter(Committer[Committable]):
     fail_times = 0
     error: type[Exception] = RetriableCommitError
 
-    def commit(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None) -> None:
+    def commit(self, committables: Sequence[Committable], batch_id: int, claim: Claim[Any] | None,
+               run_id: str = "") -> None:
         RecordingCommitter.calls.append(("commit", list(committables), batch_id))
         if RecordingCommitter.fail_times > 0:
             RecordingCommitter.fail_times -= 1

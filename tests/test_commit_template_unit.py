@@ -15,6 +15,7 @@ import pytest
 from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable
 from spark_ext.errors import FatalCommitError, FencedError, SecondWriteError
+from spark_ext.timeline import DoneBefore
 from tests.support.fakes import RecordingTwoPhaseCommitter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,7 @@ def test_a_batch_decided_earlier_in_the_same_run_and_written_again_is_refused_na
 ])
 def test_a_decided_batch_run_again_by_a_new_run_or_retried_is_no_second_write(committable, run):
     rec = RecordingTwoPhaseCommitter(decided=(5,), done=True, decided_in="run-1")
-    assert rec.commit([committable], 3, Claim(1), run) is None
+    assert rec.commit([committable], 3, Claim(1), run) == DoneBefore(None)  # its rows: not kept here
     assert rec.calls == ["connect", "recorded", "finished", "roll_back_others", "close"]
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from spark_ext import failpoints
+from spark_ext.monitoring.cards import ENV as CARDS_ENV
 from tests.support import pg_util
 from tests.support.processes import driver_report
 from tests.support.routing import Targets
-from tests.support.sinks import ROUTING_POINTS
+from tests.support.sinks import ROUTING_POINTS, carded_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
@@ -38,7 +39,9 @@ def _run(tmp: Path, options: dict[str, str], failpoint: str = "-", tasks: int = 
     suite runs it: files of ``tmp / "src"``, one a batch, ``tasks`` tasks a batch."""
     argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"), str(tmp / "ckpt"),
             "|".join(_SELECT), failpoint, *(f"{k}={v}" for k, v in options.items())]
-    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": str(tasks)}
+    (tmp / "cards").mkdir(exist_ok=True)  # the sinks' metrics cards, as an exporter reads them
+    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": str(tasks),
+           CARDS_ENV: str(tmp / "cards")}
     return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600,
                           env=env)
 
@@ -60,7 +63,8 @@ def test_kill_9_at_the_routing_steps_leaves_every_system_exactly_once(services, 
     """Point k strikes in batch k, after batches 0..k-1 committed; after each crash every
     system holds exactly the earlier batches plus, at most, the struck batch's part (a
     decided batch may be carried out in some systems before the crash), none twice; after
-    the last run every id is in its system once and nothing is in doubt anywhere."""
+    the last run every id is in its system once and nothing is in doubt anywhere, and the
+    routing sink's metrics card counts each once."""
     targets = Targets(services)
     pg_util.write_json_files(tmp_path / "src", [BATCH] * (len(points) + 2))
     routing_id = f"rt-{uuid.uuid4().hex[:12]}"
@@ -79,5 +83,6 @@ def test_kill_9_at_the_routing_steps_leaves_every_system_exactly_once(services, 
     assert done.returncode == 0, driver_report(done)
     assert targets.committed() == _expected(range((len(points) + 2) * BATCH))
     assert targets.in_doubt(routing_id) == []
+    assert carded_rows(tmp_path) == (len(points) + 2) * BATCH  # each row in the metrics once
     struck = (tmp_path / "struck.log").read_text().split()
     assert [s.split("@")[0] for s in struck] == list(points)

@@ -19,7 +19,15 @@ from spark_ext.errors import ConnectorError, FencedError
 from spark_ext.guarantees import Guarantee
 from tests.support.pg_util import write_json_files
 from tests.support.processes import driver_report
-from tests.support.sinks import CAMPAIGN_ONLY, PROTOCOL_POINTS, SINKS, SinkCase, new_query_id, plan
+from tests.support.sinks import (
+    CAMPAIGN_ONLY,
+    PROTOCOL_POINTS,
+    SINKS,
+    SinkCase,
+    carded_rows,
+    new_query_id,
+    plan,
+)
 from tests.support.sinks import run_driver as _run
 from tests.support.status import status
 from tests.support.waiting import wait_for
@@ -94,7 +102,8 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(spark, 
     run a task is killed after it prepared, and Spark retries it. ``spark-ext status`` shows
     the batch killed after its decision as decided, not finished, with exactly what the sink
     left in doubt, and at the end the last batch finished, nothing in doubt, the same query
-    and a higher epoch (the restarts fenced the dead runs). A copy of the checkpoint started
+    and a higher epoch (the restarts fenced the dead runs); the sink's metrics card counts
+    every row once. A copy of the checkpoint started
     after the crash past the decision is refused, naming the sink the query ran as; the
     later runs take the way out the message names."""
     case = make_case(sink)
@@ -141,6 +150,9 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(spark, 
     assert done.returncode == 0, driver_report(done)
     assert case.committed(target) == list(range((last + 1) * BATCH))  # nothing lost or twice
     assert case.in_doubt(tmp_path / "ckpt", target) == []  # the killed attempt's transaction too
+    # The metrics count every committed row once: those of the batches a take-over finished
+    # and of the batch killed after its commit, before its card, too.
+    assert carded_rows(tmp_path) == (last + 1) * BATCH
     after = status(case, target, tmp_path / "ckpt", capsys, monkeypatch)
     assert (after["batch"], after["finished"], after["in_doubt"]) == (last, True, 0), after
     assert after["in_doubt_ids"] == [], after

@@ -167,6 +167,9 @@ class RoutingCommitter(TwoPhaseCommitter[RoutingCommittable, RoutingDecision]):
     def run_of(self, decision: RoutingDecision) -> str:
         return decision.run_id
 
+    def rows_of(self, decision: RoutingDecision) -> int | None:
+        return sum(c.rows for _, part in decision.parts for c in part)
+
     def finished(self, decision: RoutingDecision) -> bool:
         return self.log.finished(decision)
 

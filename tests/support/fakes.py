@@ -25,13 +25,17 @@ class RecordingTwoPhaseCommitter(TwoPhaseCommitter[Committable, tuple[int, ...]]
     name = "rec"
 
     def __init__(self, decided: tuple[int, ...] | None = None, lose: frozenset[int] = frozenset(),
-                 fenced: bool = False, done: bool = False, decided_in: str = "") -> None:
+                 fenced: bool = False, done: bool = False, decided_in: str = "",
+                 decided_rows: int | None = None) -> None:
         self.calls: list[str] = []
         self.decided, self.lose, self.fenced, self.done = decided, lose, fenced, done
-        self.decided_in = decided_in  # the run the recorded decision names
+        self.decided_in, self.decided_rows = decided_in, decided_rows  # what the recorded decision names
 
     def run_of(self, decision: tuple[int, ...]) -> str:
         return self.decided_in
+
+    def rows_of(self, decision: tuple[int, ...]) -> int | None:
+        return self.decided_rows
 
     def take_over(self, adopt: Any = None) -> Claim[Any]:
         return Claim(1)

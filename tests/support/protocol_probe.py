@@ -65,7 +65,7 @@ class ProbeCommitter(Committer[ProbeCommittable]):
                                 "committables": [asdict(c) for c in committables]}) + "\n")
 
     def commit(self, committables: Sequence[ProbeCommittable], batch_id: int,
-               claim: Claim[Any] | None) -> None:
+               claim: Claim[Any] | None, run_id: str = "") -> None:
         self._log("commit", committables, batch_id)
 
     def abort(self, committables: Sequence[ProbeCommittable], batch_id: int,

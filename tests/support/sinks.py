@@ -27,6 +27,7 @@ from spark_ext.connectors.jdbc import JdbcSink
 from spark_ext.connectors.jms import JmsSink
 from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
+from spark_ext.monitoring.cards import ENV as CARDS_ENV
 from spark_ext.options import Options, checkpoint_sink_id
 from spark_ext.routing import RoutingSink
 from tests.support import jms_sink, kafka_sink, kafka_util, mysql_util, pg_util, stomp_util
@@ -491,8 +492,16 @@ def run_driver(case: SinkCase, tmp: Path, target: str, failpoint: str = "-", che
     argv = [sys.executable, "-m", "tests.drivers.files_to_sink", str(tmp / "src"),
             checkpoint or str(tmp / "ckpt"), "|".join(case.select), failpoint,
             *case.argv_options(target, **options)]
-    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": tasks}
+    cards = tmp / "cards"  # the sinks' metrics cards, as a running exporter would read them
+    cards.mkdir(exist_ok=True)
+    env = {**os.environ, failpoints.LOG_ENV: str(tmp / "struck.log"), "SPARK_EXT_TEST_TASKS": tasks,
+           CARDS_ENV: str(cards)}
     return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600, env=env)
+
+
+def carded_rows(tmp: Path) -> int:
+    """The rows the sinks' metrics cards of ``run_driver``'s queries count, summed over them."""
+    return sum(int(json.loads(card.read_text())["rows_total"]) for card in (tmp / "cards").glob("*/*.json"))
 
 
 def new_query_id() -> str:

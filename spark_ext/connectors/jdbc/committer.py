@@ -66,6 +66,10 @@ from spark_ext.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
+# A decision row's winners and rows. ``rows`` is qualified: MariaDB reserves the word, and
+# a name after a period is never read as one.
+_DECISION = ("SELECT d.winners, d.rows FROM {} d WHERE d.sink_id = %s AND d.query_id = %s "
+             "AND d.batch_id = %s AND d.partition_id = -1")
 KEEP_BATCHES = 100  # decision and marker rows kept per sink (older ones are pruned)
 
 
@@ -77,6 +81,7 @@ class JdbcDecision:
     batch_id: int
     winners: frozenset[str]
     run_id: str = ""  # Spark's run that decided it ("": not kept)
+    rows: int | None = None  # the rows the batch commits
 
 
 class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
@@ -249,15 +254,18 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
 
     def recorded(self, batch: Batch[JdbcCommittable]) -> JdbcDecision | None:
         with self.conn.cursor() as cur:
-            cur.execute(f"SELECT winners FROM {self.sql.batches_table} WHERE sink_id = %s AND query_id = %s "
-                        "AND batch_id = %s AND partition_id = -1",
+            cur.execute(_DECISION.format(self.sql.batches_table),
                         (self.cfg.sink_id, batch.query_id, batch.batch_id))
             row = cur.fetchone()
-        return None if row is None else self._decision(batch, row[0])
+        return None if row is None else self._decision(batch, *row)
 
     @staticmethod
-    def _decision(batch: Batch[JdbcCommittable], winners: str | None) -> JdbcDecision:
-        return JdbcDecision(str(batch.query_id), batch.batch_id, *read_winners(winners))
+    def _decision(batch: Batch[JdbcCommittable], winners: str | None, rows: int | None) -> JdbcDecision:
+        return JdbcDecision(str(batch.query_id), batch.batch_id, *read_winners(winners),
+                            None if rows is None else int(rows))
+
+    def rows_of(self, decision: JdbcDecision) -> int | None:
+        return decision.rows
 
     def run_of(self, decision: JdbcDecision) -> str:
         return decision.run_id
@@ -351,12 +359,11 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
                             "later attempt of the same task; its %s commits in its place",
                             cfg.sink_id, batch.batch_id, gid, other)
             if self._insert_decision(cur, batch, epoch, mine):
-                decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine, batch.run_id)
+                decided = JdbcDecision(str(batch.query_id), batch.batch_id, mine, batch.run_id, batch.rows)
             else:  # decided by an earlier run meanwhile
-                cur.execute(f"SELECT winners FROM {sql.batches_table} WHERE sink_id = %s AND "
-                            "query_id = %s AND batch_id = %s AND partition_id = -1",
+                cur.execute(_DECISION.format(sql.batches_table),
                             (cfg.sink_id, batch.query_id, batch.batch_id))
-                decided = self._decision(batch, cur.fetchone()[0])
+                decided = self._decision(batch, *cur.fetchone())
         return decided
 
     @contextmanager

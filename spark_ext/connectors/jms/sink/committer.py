@@ -366,6 +366,9 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
     def run_of(self, decision: JmsDecision) -> str:
         return decision.run_id
 
+    def rows_of(self, decision: JmsDecision) -> int | None:
+        return sum(w.rows for w in decision.winners)
+
     def finished(self, decision: JmsDecision) -> bool:
         now = self.state()
         return now is not None and now.decision == decision and now.done

@@ -279,7 +279,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
     def _write_decision(self, batch: Batch[KafkaCommittable], vet: bool) -> Decision:
         fence = _fence(batch)
         decision = Decision(batch.batch_id, str(batch.query_id), self.cfg.checkpoint,
-                            tuple(_producer(c) for c in batch.prepared), batch.run_id)
+                            tuple(_producer(c) for c in batch.prepared), batch.run_id, batch.rows)
         parts = decision.parts()
         self._check_room(decision, parts)
         self.client.write_offsets(fence, self.cfg.group, self._offsets(decision, parts))
@@ -292,6 +292,9 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
 
     def run_of(self, decision: Decision) -> str:
         return decision.run_id
+
+    def rows_of(self, decision: Decision) -> int | None:
+        return decision.rows
 
     def finished(self, decision: Decision) -> bool:
         kept, kept_done = self._kept()

@@ -38,12 +38,15 @@ class Decision:
     checkpoint: str | None
     winners: tuple[Producer, ...]
     run_id: str = ""  # Spark's run that decided it ("": not known)
+    rows: int | None = None  # the records the batch commits (None: not kept)
 
     def _json(self) -> str:
-        doc = {"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
-               "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]}
+        doc: dict[str, object] = {"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
+                                  "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]}
         if self.run_id:
             doc["r"] = self.run_id
+        if self.rows is not None:
+            doc["n"] = self.rows
         return json.dumps(doc, separators=(",", ":"))
 
     def parts(self, limit: int = META_LIMIT) -> list[str]:
@@ -65,7 +68,7 @@ class Decision:
         raw = zlib.decompress(base64.b64decode(meta[2:])).decode() if meta.startswith("z:") else meta
         d = json.loads(raw)
         return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]),
-                        str(d.get("r", "")))
+                        str(d.get("r", "")), None if d.get("n") is None else int(d["n"]))
 
 
 def split_count(first: str) -> int:
