@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_ext import formats
 from spark_ext.commit import Committable
 from spark_ext.errors import FatalCommitError
 
@@ -50,7 +51,8 @@ class RoutingDecision:
         return dict(self.parts).get(name, ())
 
     def to_json(self) -> str:
-        doc: dict[str, Any] = {"b": self.batch_id, "q": self.query_id,
+        doc: dict[str, Any] = {formats.KEY: formats.ROUTING_DECISION.current, "b": self.batch_id,
+                               "q": self.query_id,
                                "p": [[n, [_encode(c) for c in cs]] for n, cs in self.parts]}
         if self.dead:
             doc["d"] = self.dead
@@ -61,6 +63,7 @@ class RoutingDecision:
     @staticmethod
     def from_json(text: str) -> RoutingDecision:
         d = json.loads(text)
+        formats.ROUTING_DECISION.of(d, "the routing sink's decision log")
         return RoutingDecision(int(d["b"]), str(d["q"]),
                                tuple((str(n), tuple(_decode(c) for c in cs)) for n, cs in d["p"]),
                                str(d.get("d", "")), str(d.get("r", "")))

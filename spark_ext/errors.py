@@ -50,6 +50,15 @@ class UnsupportedReleaseError(ConfigurationError):
     """The running PySpark release lacks an API the requested feature needs."""
 
 
+class NewerFormatError(ConfigurationError):
+    """A record was written by a newer release of spark-ext, in a format this one cannot
+    read (``spark_ext.formats``)."""
+
+
+class ReleaseMismatchError(ConfigurationError):
+    """The driver and an executor run different releases of spark-ext."""
+
+
 # --- external systems ------------------------------------------------------------------
 
 

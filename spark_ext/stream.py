@@ -38,11 +38,13 @@ from spark_ext.compat import StreamArrowWriter
 from spark_ext.errors import (
     CommitError,
     FatalCommitError,
+    ReleaseMismatchError,
     RetriableCommitError,
     RetriesExhaustedError,
     UnknownCommitError,
 )
 from spark_ext.guarantees import Guarantee
+from spark_ext.release import VERSION
 from spark_ext.retry import Backoff, retry
 from spark_ext.shipping import Shipped
 from spark_ext.timeline import CommitTimes, DoneBefore, PlanTimes, WriteTimes, log_to_stderr
@@ -81,6 +83,7 @@ class SinkPlan:
     label: str = "hzsink"  # names the sink in log lines where its committer does not
     commit_retries: int = 5
     retry_backoff_s: float = 0.2
+    release: str = VERSION  # the driver's spark-ext, which planned the batch
 
 
 def call_with_retries(fn: Callable[[], None], what: str, retries: int, backoff_s: float) -> None:
@@ -118,6 +121,12 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
     def write_as(self, iterator: Iterator[pa.RecordBatch], task: TaskInfo) -> TaskReport:
         """``write`` for ``task``, where the running task's ids as Spark names them are not
         the batch's (a ``foreachBatch`` write: ``spark_ext.batch``)."""
+        if self.plan.release != VERSION:
+            raise ReleaseMismatchError(
+                f"the driver planned this batch with spark-ext {self.plan.release}, and this executor runs "
+                f"spark-ext {VERSION}: one release must run on the driver and every executor (ship the "
+                "driver's environment with --archives, or install the same release everywhere); nothing "
+                "of the batch was written")
         started = time.monotonic()
         committable = self.plan.new_writer().write(iterator, task)
         took = WriteTimes((time.monotonic() - started) * 1000)

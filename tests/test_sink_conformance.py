@@ -17,12 +17,16 @@ import pytest
 from spark_ext.commit import TaskInfo
 from spark_ext.errors import ConnectorError, FencedError
 from spark_ext.guarantees import Guarantee
+from spark_ext.options import checkpoint_sink_id
+from tests.support import mysql_util, pg_util
 from tests.support.pg_util import write_json_files
 from tests.support.processes import driver_report
 from tests.support.sinks import (
     CAMPAIGN_ONLY,
     PROTOCOL_POINTS,
     SINKS,
+    MariaDbCase,
+    PostgresCase,
     SinkCase,
     carded_rows,
     new_query_id,
@@ -366,3 +370,47 @@ def test_bad_options_fail_at_start_and_write_nothing(spark, make_case, tmp_path,
     with pytest.raises(Exception, match=named):  # Spark wraps our error in its own
         w.start().awaitTermination(120)
     assert case.committed(target) == []
+
+
+def _set_decision_version(case: PostgresCase, sink_id: str, old: int, new: int) -> None:
+    """Rewrite the format version of the jdbc sink's decision rows, as a newer release would
+    have written them (the tests' own SQL, one row at a time by its key: on MariaDB a range
+    update waits on the locks of the prepared transactions' marker rows)."""
+    db = mysql_util if isinstance(case, MariaDbCase) else pg_util
+    rows = db.query(case.admin, "SELECT query_id, batch_id FROM spark_ext_commits WHERE sink_id = "
+                                f"'{sink_id}' AND partition_id = -1")
+    assert rows, f"sink {sink_id} decided nothing"
+    for query_id, batch_id in rows:
+        db.execute(case.admin, f"UPDATE spark_ext_commits SET winners = replace(winners, '{{\"v\": {old},', "
+                               f"'{{\"v\": {new},') WHERE sink_id = '{sink_id}' AND query_id = '{query_id}' "
+                               f"AND batch_id = {batch_id} AND partition_id = -1 AND attempt = -1")
+
+
+@pytest.mark.parametrize("sink", ["jdbc", pytest.param("mariadb", marks=pytest.mark.campaign)])
+def test_a_decision_of_a_newer_release_is_refused_at_start_leaving_the_batch_for_it(make_case, tmp_path,
+                                                                                   sink):
+    """A release meets its sink's newest decision written in a newer format (a downgrade, or
+    one executor host left behind): killed after deciding batch 1, then restarted with the
+    decision one version ahead, the query fails as it starts, naming the versions and the
+    fix, before it touches the decided batch's transactions (still prepared: the newer
+    release finishes them). Once that release has (here: the row's version put back),
+    every batch is there once."""
+    case = make_case(sink)
+    assert isinstance(case, PostgresCase)
+    target = case.new_target()
+    write_json_files(tmp_path / "src", [BATCH] * 3)
+    sink_id = checkpoint_sink_id(str(tmp_path / "ckpt"))
+    crashed = _run(case, tmp_path, target, f"{case.name}.after_decision@1")
+    assert crashed.returncode == -9, driver_report(crashed)
+    doubt = case.in_doubt(tmp_path / "ckpt", target)
+    assert doubt and case.committed(target) == list(range(BATCH))
+    _set_decision_version(case, sink_id, 1, 2)
+    refused = _run(case, tmp_path, target)
+    said = driver_report(refused)
+    assert refused.returncode != 0 and "NewerFormatError" in said, said
+    assert "in format version 2, written by a newer release" in said and "reads versions 1 to 1" in said, said
+    assert case.committed(target) == list(range(BATCH)) and case.in_doubt(tmp_path / "ckpt", target) == doubt
+    _set_decision_version(case, sink_id, 2, 1)
+    done = _run(case, tmp_path, target)
+    assert done.returncode == 0, driver_report(done)
+    assert case.committed(target) == list(range(3 * BATCH)) and case.in_doubt(tmp_path / "ckpt", target) == []

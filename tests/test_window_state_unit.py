@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pyarrow as pa
@@ -54,11 +55,11 @@ def test_a_state_row_written_before_typed_state_loads_and_the_clock_carries_on_f
     assert moved.watermark == 55 * S
 
 
-def test_the_encoding_is_the_old_one_so_older_code_reads_new_state():
-    assert ws.encode_meta(ws.decode_meta(OLD_META, 4)) == OLD_META
+def test_the_encoding_is_the_old_one_and_a_format_version_so_older_code_reads_new_state():
+    assert json.loads(ws.encode_meta(ws.decode_meta(OLD_META, 4))) == {"v": 1, **json.loads(OLD_META)}
     gs = FakeGroupState()
     ws.save(gs, pa.table({"x": [1]}), BucketState(2))  # before any call: no "now", as before
-    assert gs.get[1] == '{"wm": -4611686018427387904, "parts": {}, "late": 0, "buckets": 2}'
+    assert gs.get[1] == '{"v": 1, "wm": -4611686018427387904, "parts": {}, "late": 0, "buckets": 2}'
 
 
 def test_a_checkpoint_built_with_other_buckets_is_refused_and_none_means_fresh():

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spark_ext import formats
+
 log = logging.getLogger(__name__)
 
 ENV = "SPARK_EXT_METRICS_DIR"
@@ -54,7 +56,7 @@ def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any
             old = json.loads(path.read_text())
         except (OSError, ValueError):
             old = {}
-        card = {"sink": label, "batch": batch_id, **fields}
+        card = {formats.KEY: formats.METRICS_CARD.current, "sink": label, "batch": batch_id, **fields}
         for key in SUMMED:
             try:
                 total = int(old[f"{key}_total"])
@@ -85,8 +87,11 @@ def read(query_id: str) -> list[dict[str, Any]]:
         return []
     for path in paths:
         try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            card = json.loads(path.read_text())
+            if int(card.get(formats.KEY, 1)) > formats.METRICS_CARD.current:
+                continue  # a newer release's, whose own exporter serves it
+            out.append(card)
+        except (OSError, ValueError, TypeError, AttributeError):
             continue  # replaced while read: the next scrape has it
     return out
 

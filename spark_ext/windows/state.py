@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from spark_ext import formats
 from spark_ext.windows.clock import MIN, ClockState, PartitionMark, Seen
 from spark_ext.windows.frames import WindowError
 from spark_ext.windows.windower import LateEvents
@@ -199,8 +200,8 @@ class BucketState:
 def encode_meta(state: BucketState) -> str:
     """The JSON checkpoints have always held (see the module doc), and the definition."""
     c = state.clock
-    meta: dict[str, Any] = {"wm": c.watermark, "parts": {str(p): [m.max_ts, m.last_seen] for p, m in
-                                                          c.parts.items()},
+    meta: dict[str, Any] = {formats.KEY: formats.WINDOW_STATE.current, "wm": c.watermark,
+                            "parts": {str(p): [m.max_ts, m.last_seen] for p, m in c.parts.items()},
                             "late": state.late_total, "buckets": state.buckets}
     if c.now is not None:  # absent before the first call, as it always was
         meta["now"] = c.now
@@ -212,6 +213,7 @@ def encode_meta(state: BucketState) -> str:
 def decode_meta(text: str, buckets: int) -> BucketState:
     """``encode_meta``'s JSON back; ``buckets``: today's, assumed when the JSON names none."""
     meta = json.loads(text)
+    formats.WINDOW_STATE.of(meta, "the query's checkpoint (the windows' state store)")
     parts = {int(p): PartitionMark(int(v[0]), float(v[1])) for p, v in meta.get("parts", {}).items()}
     now = meta.get("now")
     clock = ClockState(int(meta.get("wm", MIN)), parts, None if now is None else float(now))

@@ -153,8 +153,15 @@ class JdbcCommitter(KeptDb, TwoPhaseCommitter[JdbcCommittable, JdbcDecision]):
             self._conn = None
 
     def _check_target(self, conn: Any) -> None:
-        """Refuse a sink id that belongs to another table before touching its transactions."""
+        """Refuse a sink id that belongs to another table, or whose newest decision a newer
+        release wrote (``spark_ext.formats``), before touching its transactions."""
         with conn.cursor() as cur:
+            cur.execute(f"SELECT d.winners FROM {self.sql.batches_table} d WHERE d.sink_id = %s AND "
+                        "d.partition_id = -1 ORDER BY d.at DESC LIMIT 1", (self.cfg.sink_id,))
+            newest = cur.fetchone()
+            if newest is not None:
+                where = f"{self.sql.batches_table} (sink {self.cfg.sink_id!r}'s newest decision)"
+                read_winners(newest[0], where)
             cur.execute(f"SELECT target FROM {self.sql.sinks_table} WHERE sink_id = %s", (self.cfg.sink_id,))
             row = cur.fetchone()
         if row is not None and row[0] != self.cfg.qualified:

@@ -24,6 +24,7 @@ import psycopg2.extensions
 from psycopg2 import errorcodes
 from sqlalchemy.engine import URL
 
+from spark_ext import formats
 from spark_ext.commit import Committable, TaskInfo
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.errors import RetriableCommitError
@@ -60,21 +61,22 @@ def parse_gid(gid: str) -> tuple[str, int, int, int, int]:
 
 
 def winners_text(winners: Iterable[str], run_id: str) -> str:
-    """A decision row's ``winners``: the global ids to commit, as a JSON list, or with the
-    run that decided them as ``{"r": run, "w": [ids]}`` (a routing sink's row holds its
-    decision's JSON instead, whose keys differ)."""
-    ids = sorted(winners)
-    return json.dumps({"r": run_id, "w": ids} if run_id else ids)
+    """A decision row's ``winners``: ``{"v": format version, "r": the run that decided,
+    "w": [the global ids to commit]}`` (a routing sink's row holds its decision's JSON
+    instead, whose keys differ: ``spark_ext.decisions``)."""
+    return json.dumps({formats.KEY: formats.JDBC_DECISION.current, "r": run_id, "w": sorted(winners)})
 
 
-def read_winners(text: str | None) -> tuple[frozenset[str], str]:
+def read_winners(text: str | None, where: str = "the sink's decisions table") -> tuple[frozenset[str], str]:
     """``winners_text`` read back: (the global ids, the run that decided them, "" if not
-    kept); a routing sink's decision names no ids of this table's sink."""
+    kept); a plain list is version 1 without a run. A routing sink's decision names no ids
+    of this table's sink. Raises ``NewerFormatError`` for a newer release's row."""
     value = json.loads(text or "[]")
     if isinstance(value, list):
         return frozenset(value), ""
-    if isinstance(value, dict) and "w" in value:
-        return frozenset(value["w"]), str(value.get("r", ""))
+    if isinstance(value, dict) and "p" not in value:
+        formats.JDBC_DECISION.of(value, where)
+        return frozenset(value.get("w", ())), str(value.get("r", ""))
     return frozenset(), ""
 
 

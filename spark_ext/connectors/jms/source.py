@@ -69,7 +69,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_ext import compat, failpoints
+from spark_ext import compat, failpoints, formats
 from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.jms import wire
@@ -259,7 +259,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         self._cutoff_ms = int(time.time() * 1000)
 
     def initialOffset(self) -> dict:
-        return {"seq": 0, "ids": [], "carry": []}
+        return {formats.KEY: formats.QUEUE_OFFSET.current, "seq": 0, "ids": [], "carry": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.cfg.max_per_trigger)
@@ -288,6 +288,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Driver, before each batch: ``_plan``, then the figures for a metrics exporter."""
+        _check_format(start)
         end = self._plan(start, limit)
         held = self._rx.held if self._rx is not None else 0
         self._gauges.planned(held + sum(len(b) for b in self._batches.values()))
@@ -336,9 +337,10 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
         seq = int(start["seq"]) + 1
         self._batches[seq] = msgs
         if not self.cfg.tracks_ids:
-            return {"seq": seq, "n": len(msgs)}
+            return {formats.KEY: formats.QUEUE_OFFSET.current, "seq": seq, "n": len(msgs)}
         carry = sorted([m, t] for m, t in self._committed.items()) if self.cfg.carries_committed else []
-        return {"seq": seq, "ids": pack_ids([m.message_id for m in msgs]), "carry": carry}
+        return {formats.KEY: formats.QUEUE_OFFSET.current, "seq": seq,
+                "ids": pack_ids([m.message_id for m in msgs]), "carry": carry}
 
     def _report_gone(self, rx: StompReceiver) -> None:
         """Messages received before a lost connection that have not come back within
@@ -362,6 +364,8 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: batch ``end.seq``'s messages; after a restart, the recorded ones again."""
+        _check_format(start)
+        _check_format(end)
         seq = int(end["seq"])
         if seq == int(start["seq"]):
             return []
@@ -488,3 +492,8 @@ class JmsSource(SourceConnector):
         reader = JmsStreamReader(cfg)
         reader.check_reachable()
         return reader
+
+
+def _check_format(offset: dict) -> None:
+    """Refuse an offset of the checkpoint written by a newer release (``spark_ext.formats``)."""
+    formats.QUEUE_OFFSET.of(offset, "the query's checkpoint (an offset of the queue source)")

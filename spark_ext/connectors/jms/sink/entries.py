@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_ext import formats
 from spark_ext.connectors.jms import wire
 from spark_ext.errors import FatalCommitError
 
@@ -66,12 +67,14 @@ class SinkState:
             body = [d.batch_id, d.query_id, prefix, [[w.token[len(prefix):], w.rows] for w in d.winners]]
             if d.run_id:
                 body.append(d.run_id)
-        return json.dumps({"s": self.seq, "e": self.epoch, "f": self.done, "n": self.nonce, "d": body},
+        return json.dumps({formats.KEY: formats.QUEUE_LOG.current, "s": self.seq, "e": self.epoch,
+                           "f": self.done, "n": self.nonce, "d": body},
                           separators=(",", ":"))
 
     @staticmethod
     def decode(raw: str) -> SinkState:
         v = json.loads(raw)
+        formats.QUEUE_LOG.of(v, "the queue sink's log")
         d = v["d"]
         decision = None
         if d is not None:

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from spark_ext import formats
 from spark_ext.connectors.kafka.client.transactions import Producer
 from spark_ext.errors import FatalCommitError
 
@@ -41,7 +42,8 @@ class Decision:
     rows: int | None = None  # the records the batch commits (None: not kept)
 
     def _json(self) -> str:
-        doc: dict[str, object] = {"b": self.batch_id, "q": self.query_id, "c": self.checkpoint,
+        doc: dict[str, object] = {formats.KEY: formats.KAFKA_DECISION.current, "b": self.batch_id,
+                                  "q": self.query_id, "c": self.checkpoint,
                                   "w": [[w.transactional_id, w.producer_id, w.epoch] for w in self.winners]}
         if self.run_id:
             doc["r"] = self.run_id
@@ -67,6 +69,7 @@ class Decision:
         """One part's metadata (an unsplit decision)."""
         raw = zlib.decompress(base64.b64decode(meta[2:])).decode() if meta.startswith("z:") else meta
         d = json.loads(raw)
+        formats.KAFKA_DECISION.of(d, "the Kafka sink's decision (its commit group's offset metadata)")
         return Decision(int(d["b"]), d["q"], d.get("c"), tuple(Producer(t, p, e) for t, p, e in d["w"]),
                         str(d.get("r", "")), None if d.get("n") is None else int(d["n"]))
 

@@ -1,0 +1,89 @@
+"""Format versions (``spark_ext.formats``): every persisted record names its version, a
+record without one reads as version 1, and a newer release's record is refused where it
+is read, naming the version found, the versions this release reads, and the fix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from spark_ext import formats
+from spark_ext.commit import Claim, TaskInfo
+from spark_ext.connectors.jdbc.transactions import read_winners, winners_text
+from spark_ext.connectors.jms import source as queue_source
+from spark_ext.connectors.jms.sink.entries import JmsDecision, SinkState, Winner
+from spark_ext.connectors.kafka.client.transactions import Producer
+from spark_ext.connectors.kafka.sink.decision import Decision
+from spark_ext.decisions import RoutingDecision
+from spark_ext.errors import NewerFormatError, ReleaseMismatchError
+from spark_ext.guarantees import Guarantee
+from spark_ext.monitoring import cards
+from spark_ext.stream import ProtocolStreamWriter, SinkPlan
+from spark_ext.windows import state as window_state
+from tests.support.fakes import NullWriter, RecordingTwoPhaseCommitter
+
+NEWER = formats.JDBC_DECISION.current + 1
+
+
+def _bumped(text: str) -> str:
+    doc = json.loads(text)
+    assert doc[formats.KEY] == 1, doc  # written with this release's version
+    return json.dumps({**doc, formats.KEY: NEWER})
+
+
+# Each format: a record this release writes, and the reader that must refuse a newer one.
+CASES: dict[str, tuple[Callable[[], str], Callable[[str], Any]]] = {
+    "jdbc decision": (lambda: winners_text({"sx:s:1:0:0:0.1"}, "run-1"), read_winners),
+    "kafka decision": (lambda: Decision(3, "q", None, (Producer("t-0", 1, 0),), "run-1", 10).parts()[0],
+                       Decision.decode),
+    "queue sink log": (lambda: SinkState(2, 1, JmsDecision(3, "q", (Winner("sx-1", 4),)), False).encode(),
+                       SinkState.decode),
+    "routing decision": (lambda: RoutingDecision(3, "q", ()).to_json(), RoutingDecision.from_json),
+    "windows state": (lambda: window_state.encode_meta(window_state.BucketState(2)),
+                      lambda text: window_state.decode_meta(text, 2)),
+    "queue source offset": (lambda: json.dumps({formats.KEY: 1, "seq": 3, "ids": [], "carry": []}),
+                            lambda text: queue_source._check_format(json.loads(text))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_record_is_written_with_its_version_and_a_newer_ones_is_refused_naming_the_fix(case):
+    write, read = CASES[case]
+    written = write()
+    read(written)  # this release reads what it writes
+    with pytest.raises(NewerFormatError) as refused:
+        read(_bumped(written))
+    said = str(refused.value)
+    assert f"in format version {NEWER}, written by a newer release" in said, said
+    assert "reads versions 1 to 1" in said and "on the driver and every executor" in said, said
+
+
+@pytest.mark.parametrize("found", ["x", 0, -1])
+def test_a_version_no_release_writes_is_refused_as_edited(found):
+    with pytest.raises(NewerFormatError, match="edited by hand"):
+        formats.KAFKA_DECISION.read(found, "here")
+
+
+def test_records_written_before_versions_were_kept_read_as_version_1():
+    assert formats.QUEUE_LOG.of({"s": 1}, "here") == 1 and formats.QUEUE_LOG.of([1, 2], "here") == 1
+    assert read_winners('["g1"]') == (frozenset({"g1"}), "")
+    old_kafka = json.dumps({"b": 1, "q": "q", "c": None, "w": [["t", 1, 0]]})
+    assert Decision.decode(old_kafka) == Decision(1, "q", None, (Producer("t", 1, 0),))
+
+
+def test_a_card_of_a_newer_release_is_left_to_that_releases_exporter(tmp_path, monkeypatch):
+    monkeypatch.setenv(cards.ENV, str(tmp_path))
+    cards.write("q-1", "jdbc sink a", 3, {"rows": 5})
+    (card,) = cards.read("q-1")
+    assert card[formats.KEY] == 1
+    (tmp_path / "q-1" / "newer.json").write_text(json.dumps({**card, formats.KEY: NEWER, "sink": "b"}))
+    assert [c["sink"] for c in cards.read("q-1")] == ["jdbc sink a"]
+
+
+def test_an_executor_of_another_release_refuses_to_write_naming_both_releases():
+    plan = SinkPlan(Guarantee.EXACTLY_ONCE, NullWriter, RecordingTwoPhaseCommitter, Claim(1), release="0.0.9")
+    with pytest.raises(ReleaseMismatchError, match=r"spark-ext 0\.0\.9, and this executor runs spark-ext"):
+        ProtocolStreamWriter(plan).write_as(iter([]), TaskInfo("q", 0, 0, 0, 1))
