@@ -154,6 +154,50 @@ def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():
     server.close()
 
 
+def test_our_heart_beats_go_out_at_twice_the_agreed_rate():
+    """Artemis drops a connection that sent nothing for twice the agreed interval (its
+    connection TTL): sent at the agreed rate, a short stall of the process (a loaded host)
+    could cost the connection. A fake peer agrees to 400 ms and beats every 100 ms; ours
+    must come at least every 300 ms."""
+    import itertools
+    import socket
+    import statistics
+    import threading
+    import time
+
+    server = socket.create_server(("127.0.0.1", 0))
+    beats: list[float] = []
+    done = threading.Event()
+
+    def peer() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)  # CONNECT
+        conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:400,400\n\n\x00")
+        conn.settimeout(0.1)
+        while not done.is_set():
+            conn.sendall(b"\n")
+            try:
+                if conn.recv(65536):
+                    beats.append(time.monotonic())
+            except TimeoutError:
+                pass
+        conn.close()
+
+    threading.Thread(target=peer, daemon=True).start()
+    sock = wire.StompSocket("127.0.0.1", server.getsockname()[1], 2.0)
+    sock.login(None, None, 400, 2.0)
+    sock.start(lambda frames: None, lambda frame: None, lambda: None)
+    deadline = time.monotonic() + 10
+    while len(beats) < 9 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.set()
+    sock.close()
+    server.close()
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
+    assert len(gaps) >= 8, beats
+    assert statistics.median(gaps) < 0.3, gaps  # 0.2-0.3 s; 0.4-0.6 s at the agreed rate
+
+
 @pytest.mark.parametrize(("setting", "named"), [
     ({"IDCacheSize": 10}, "id-cache-size is 10"),
     ({"PersistIDCache": False}, "persist-id-cache"),

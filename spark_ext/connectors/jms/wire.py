@@ -210,14 +210,19 @@ class StompSocket:
     def _run(self, on_messages: Callable[[list[Frame]], None], on_frame: Callable[[Frame], None],
              on_closed: Callable[[], None]) -> None:
         sock, buf = self._sock, self._buf
-        tick = min([t / 2 for t in (self._send_every, self._expect_every) if t] or [1.0])
+        # Ours go out at twice the agreed rate: Artemis drops a connection silent for twice
+        # the agreed interval (its TTL), and sent at that interval, checked every half of
+        # it, a gap reached 1.5 intervals, so a stall of half an interval (a loaded host)
+        # cost the connection. Now a stall must last 1.25 intervals.
+        beat = self._send_every / 2
+        tick = min([t / 2 for t in (beat, self._expect_every) if t] or [1.0])
         try:
             while not self._closing:
                 # TLS may hold decrypted bytes the socket no longer signals
                 pending = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
                 ready = [sock] if pending else select.select([sock], [], [], tick)[0]
                 now = time.monotonic()
-                if self._send_every and now - self._last_sent >= self._send_every:
+                if beat and now - self._last_sent >= beat:
                     self.send(b"\n")
                 if not ready:
                     if self._expect_every and now - self._last_received > 2 * self._expect_every:
