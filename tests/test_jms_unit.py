@@ -248,3 +248,70 @@ def test_a_consumer_window_size_that_is_not_a_number_or_auto_is_refused_naming_t
 
     with pytest.raises(SparkExtError, match="consumerWindowSize"):
         JmsSourceConfig.parse(Options({"destination": "/queue/q", "consumerWindowSize": "big"}, "hzsource"))
+
+
+@pytest.mark.parametrize("closes", [True, False])
+def test_a_brokers_goodbye_error_read_before_its_close_is_a_lost_connection_not_a_failed_query(
+        monkeypatch, tmp_path, closes):
+    """A broker closes its connection right after an ERROR frame (shutting down, or its
+    connection TTL expired on a stalled host). The receiving thread reads the ERROR first;
+    a plan that looked then, before the close was seen, failed the query with the
+    broker's text instead of planning nothing and reconnecting. Made certain here: a fake
+    broker sends the ERROR, the plan starts once it was read, the close comes 300 ms later.
+    An ERROR the broker does not follow with its close still fails the query, naming it."""
+    import socket
+    import threading
+
+    from spark_ext.connectors.jms.config import JmsSourceConfig
+    from spark_ext.connectors.jms.source import JmsStreamReader, ReadMaxRows
+    from spark_ext.monitoring import cards
+    from spark_ext.options import Options
+    from tests.support.waiting import wait_for
+
+    monkeypatch.setenv(cards.ENV, str(tmp_path / "no-exporter"))  # no gauges thread
+    server = socket.create_server(("127.0.0.1", 0))
+    say_goodbye, closed = threading.Event(), threading.Event()
+
+    def broker() -> None:
+        conn, _ = server.accept()
+        buf = b""
+        while b"SUBSCRIBE" not in buf or b"\x00" not in buf.split(b"SUBSCRIBE", 1)[1]:
+            buf += conn.recv(65536)
+            if buf.startswith(b"CONNECT") and b"CONNECTED" not in buf and b"\x00" in buf:
+                conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00")
+                buf += b"CONNECTED"  # answered
+        sub = buf.split(b"SUBSCRIBE", 1)[1]
+        receipt = sub.split(b"\nreceipt:", 1)[1].split(b"\n", 1)[0]
+        sub_id = sub.split(b"\nid:", 1)[1].split(b"\n", 1)[0]
+        conn.sendall(b"RECEIPT\nreceipt-id:" + receipt + b"\n\n\x00")
+        for i in range(2):
+            conn.sendall(b"MESSAGE\nsubscription:" + sub_id + f"\nmessage-id:{i + 1}\ndestination:/queue/q\n"
+                         f"ack:a{i}\ncontent-length:1\n\nx\x00".encode())
+        say_goodbye.wait(10)
+        conn.sendall(b"ERROR\nmessage:AMQ229014: Did not receive data from /127.0.0.1 within the 20000ms "
+                     b"connection TTL. The connection will now be closed.\n\n\x00")
+        closed.wait(0.3 if closes else 30)
+        conn.close()
+
+    threading.Thread(target=broker, daemon=True).start()
+    cfg = JmsSourceConfig.parse(Options({"host": "127.0.0.1", "port": str(server.getsockname()[1]),
+                                         "destination": "/queue/q"}, "test"))
+    reader = JmsStreamReader(cfg)
+    try:
+        start = reader.initialOffset()
+        first = reader.latestOffset(start, ReadMaxRows(10))
+        assert unpack_ids(first["ids"]) == ["1", "2"]
+        rx = reader.rx
+        say_goodbye.set()
+        wait_for(lambda: bool(rx._error), "the receiving thread to read the ERROR")
+        assert rx.connected  # its close is still to come
+        if not closes:
+            with pytest.raises(ConnectorError, match="reported: AMQ229014"):
+                reader.latestOffset(first, ReadMaxRows(10))
+            return
+        assert reader.latestOffset(first, ReadMaxRows(10)) == first  # nothing new; reconnect next time
+        assert not rx.connected
+    finally:
+        closed.set()
+        reader.stop()
+        server.close()

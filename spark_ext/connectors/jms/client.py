@@ -135,6 +135,13 @@ class StompReceiver:
     def connected(self) -> bool:
         return self._conn is not None and self._connected
 
+    def closes(self, within_s: float) -> bool:
+        """Whether the connection is closed, or closes within ``within_s``. A broker closes
+        its connection right after an ERROR frame (its goodbye: shutting down, or a
+        connection TTL that expired), and the ERROR can be read before the close is seen."""
+        with self._lock:
+            return self._arrived.wait_for(lambda: not self.connected, timeout=within_s)
+
     def connect(self) -> None:
         """Connect and subscribe; a clear error names the broker and what it said.
 

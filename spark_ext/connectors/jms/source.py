@@ -105,6 +105,9 @@ _BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # between reconnect attempts while
 # Trigger.AvailableNow ends at the first batch planned empty: before planning one, the
 # broker gets this long without sending anything (it sends more once a batch is acked).
 _AVAILABLE_NOW_QUIET_S = 0.5
+# How long an ERROR frame may precede the close it announces (a broker's goodbye) before
+# it is taken for an error of its own, which fails the query.
+_GOODBYE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -329,9 +332,9 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
                 rx.settle(n, quiet_s=_AVAILABLE_NOW_QUIET_S, max_s=10 * _AVAILABLE_NOW_QUIET_S)
                 msgs = rx.take(n, exclude=inflight | set(self._committed), stamped_by=self._cutoff_ms)
         except ConnectorError:
-            if rx.connected:
+            if not rx.closes(_GOODBYE_S):
                 raise
-            return start  # the broker's goodbye (an ERROR frame on shutdown): reconnect next time
+            return start  # the broker's goodbye (an ERROR frame, then the close): reconnect next time
         if not msgs:
             return start
         seq = int(start["seq"]) + 1
@@ -418,7 +421,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
                             if rx.fit_window(len(ids)):
                                 rx.settle(len(ids))
                     except ConnectorError:
-                        if rx.connected:
+                        if not rx.closes(_GOODBYE_S):
                             raise  # else the broker went away: reconnect on the next round
                 if fitted:
                     got, missing = rx.wait_for(missing, min(1.0, max(deadline - time.monotonic(), 0.0)))
