@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +19,7 @@ from spark_ext.connectors.jms.client import stable_message_id
 from spark_ext.connectors.jms.ids import pack_ids, unpack_ids
 from spark_ext.connectors.jms.source import to_arrow
 from spark_ext.errors import ConnectorError
+from tests.support.waiting import wait_for
 
 
 def stomp_frame(cmd: str, headers: dict[str, str], body: bytes) -> bytes:
@@ -119,31 +126,39 @@ def test_ack_frames_are_what_stomp_py_sends_and_odd_ids_round_trip():
         "ACK", {"id": "1,2", "receipt": "spark-ext-ack-1-2"}, b"").replace(b"content-length:0\n", b"")
 
 
-def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():
-    """A fake peer (the pure timing logic; the real broker's heart-beats keep a 45 s idle
-    connection up, checked by hand): it agrees to 200 ms heart-beats, then says nothing."""
-    import socket
-    import threading
-    import time
-
+def _agreed(heartbeat_ms: int,
+            talk: Callable[[socket.socket], None]) -> tuple[wire.StompSocket, socket.socket]:
+    """Our socket, logged in to a fake peer that agrees to ``heartbeat_ms`` heart-beats both
+    ways and then runs ``talk`` on the connection, on a thread of its own."""
     server = socket.create_server(("127.0.0.1", 0))
-    got: list[bytes] = []
 
     def peer() -> None:
         conn, _ = server.accept()
         conn.recv(65536)  # CONNECT
-        conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:200,200\n\n\x00")
+        conn.sendall(f"CONNECTED\nversion:1.2\nheart-beat:{heartbeat_ms},{heartbeat_ms}\n\n\x00".encode())
+        talk(conn)
+        conn.close()
+
+    threading.Thread(target=peer, daemon=True).start()
+    sock = wire.StompSocket("127.0.0.1", server.getsockname()[1], 2.0)
+    sock.login(None, None, heartbeat_ms, 2.0)
+    return sock, server
+
+
+def test_a_silent_broker_is_noticed_by_missing_heart_beats_and_ours_are_sent():
+    """A fake peer (the pure timing logic; the real broker's heart-beats keep a 45 s idle
+    connection up, checked by hand): it agrees to 200 ms heart-beats, then says nothing."""
+    got: list[bytes] = []
+
+    def listen(conn: socket.socket) -> None:
         conn.settimeout(3)
         try:
             while data := conn.recv(65536):
                 got.append(data)
         except OSError:
             pass
-        conn.close()
 
-    threading.Thread(target=peer, daemon=True).start()
-    sock = wire.StompSocket("127.0.0.1", server.getsockname()[1], 2.0)
-    sock.login(None, None, 200, 2.0)
+    sock, server = _agreed(200, listen)
     closed = threading.Event()
     t0 = time.monotonic()
     sock.start(lambda frames: None, lambda frame: None, closed.set)
@@ -159,20 +174,10 @@ def test_our_heart_beats_go_out_at_twice_the_agreed_rate():
     connection TTL): sent at the agreed rate, a short stall of the process (a loaded host)
     could cost the connection. A fake peer agrees to 400 ms and beats every 100 ms; ours
     must come at least every 300 ms."""
-    import itertools
-    import socket
-    import statistics
-    import threading
-    import time
-
-    server = socket.create_server(("127.0.0.1", 0))
     beats: list[float] = []
     done = threading.Event()
 
-    def peer() -> None:
-        conn, _ = server.accept()
-        conn.recv(65536)  # CONNECT
-        conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:400,400\n\n\x00")
+    def beat_and_listen(conn: socket.socket) -> None:
         conn.settimeout(0.1)
         while not done.is_set():
             conn.sendall(b"\n")
@@ -181,21 +186,15 @@ def test_our_heart_beats_go_out_at_twice_the_agreed_rate():
                     beats.append(time.monotonic())
             except TimeoutError:
                 pass
-        conn.close()
 
-    threading.Thread(target=peer, daemon=True).start()
-    sock = wire.StompSocket("127.0.0.1", server.getsockname()[1], 2.0)
-    sock.login(None, None, 400, 2.0)
+    sock, server = _agreed(400, beat_and_listen)
     sock.start(lambda frames: None, lambda frame: None, lambda: None)
-    deadline = time.monotonic() + 10
-    while len(beats) < 9 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: len(beats) >= 9, "nine of our heart-beats", timeout=10)
     done.set()
     sock.close()
     server.close()
     gaps = [b - a for a, b in itertools.pairwise(beats)]
-    assert len(gaps) >= 8, beats
-    assert statistics.median(gaps) < 0.3, gaps  # 0.2-0.3 s; 0.4-0.6 s at the agreed rate
+    assert statistics.median(gaps) < 0.3, gaps  # 0.2-0.3 s; 0.4 s at the agreed rate
 
 
 @pytest.mark.parametrize(("setting", "named"), [
@@ -259,14 +258,10 @@ def test_a_brokers_goodbye_error_read_before_its_close_is_a_lost_connection_not_
     broker's text instead of planning nothing and reconnecting. Made certain here: a fake
     broker sends the ERROR, the plan starts once it was read, the close comes 300 ms later.
     An ERROR the broker does not follow with its close still fails the query, naming it."""
-    import socket
-    import threading
-
     from spark_ext.connectors.jms.config import JmsSourceConfig
     from spark_ext.connectors.jms.source import JmsStreamReader, ReadMaxRows
     from spark_ext.monitoring import cards
     from spark_ext.options import Options
-    from tests.support.waiting import wait_for
 
     monkeypatch.setenv(cards.ENV, str(tmp_path / "no-exporter"))  # no gauges thread
     server = socket.create_server(("127.0.0.1", 0))
