@@ -33,7 +33,10 @@ snapshot is one Spark micro-batch. For batch N:
    crash after (b) leaves the rest to the next step 1, a retry finds N decided and goes
    on at (c). Retriable errors are retried here (bounded); fatal ones fail the query
    loudly. Then Spark writes commit log N. A crash before commit log N makes Spark
-   replay N; the replay finds N decided and writes nothing again.
+   replay N; the replay finds N decided and writes nothing again. A batch found decided
+   by the very run writing it, its tasks having written nothing and its take-over having
+   found nothing of it to finish, is a second write of N under this identity, not a
+   replay: refused (``check_second_write``).
 5. **Driver** (``TwoPhaseCommitter.abort(committables, N, claim)``): roll back what the
    batch's tasks prepared; a batch already decided in step 4(b) is left for step 1.
 
@@ -326,11 +329,16 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
     @final
     def check_second_write(self, batch: Batch[C], decision: D) -> None:
         """Step 4, a batch found decided: its tasks found it decided before they wrote
-        (none prepared), in the run that decided it. Spark runs a decided batch again only
-        in a new run (after a restart), so this is a second write of the batch under this
-        sink's identity: two writes of one ``foreachBatch`` function sharing an id, the
-        second of which would otherwise write nothing and say nothing."""
+        (none prepared), in the run that decided it, and this write's take-over found
+        nothing of it left to finish. Spark runs a decided batch again only in a new run
+        (after a restart), so this is a second write of the batch under this sink's
+        identity: two writes of one ``foreachBatch`` function sharing an id, the second of
+        which would otherwise write nothing and say nothing. A write the function retries
+        after its commit failed is not one: its take-over finished what the failed commit
+        left in doubt (its claim counts it)."""
         if not batch.run_id or batch.prepared or self.run_of(decision) != batch.run_id:
+            return
+        if batch.claim is not None and batch.claim.resolved:
             return
         raise SecondWriteError(
             f"batch {batch.batch_id} of {self.kind} {self.identity!r} was already written in this run of "

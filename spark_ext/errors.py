@@ -50,9 +50,10 @@ class UnsupportedReleaseError(ConfigurationError):
     """The running PySpark release lacks an API the requested feature needs."""
 
 
-class NewerFormatError(ConfigurationError):
+class NewerFormatError(SparkExtError):
     """A record was written by a newer release of spark-ext, in a format this one cannot
-    read (``spark_ext.formats``)."""
+    read (``spark_ext.formats``). Not a ``ValueError``: code that skips records it cannot
+    parse as not its own must not skip this one."""
 
 
 class ReleaseMismatchError(ConfigurationError):

@@ -165,7 +165,7 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
             # commit and the card never counted them) and what the take-over resolved.
             timeline.recovered(label, batchId, query_id, claim.epoch if claim is not None else None,
                                claim.resolved if claim is not None else 0, len(tries) - 1,
-                               result.rows or 0 if isinstance(result, DoneBefore) else 0)
+                               result.rows if isinstance(result, DoneBefore) else 0)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver, step 5: after a task of batch ``batchId`` failed for good."""

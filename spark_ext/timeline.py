@@ -109,11 +109,11 @@ def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: Pla
 
 
 def recovered(label: str, batch_id: int, query_id: str | None, epoch: int | None, resolved: int,
-              retries: int, rows: int) -> None:
+              retries: int, rows: int | None) -> None:
     """The metrics card of a batch carried out before this commit (a replay after a crash):
     the rows its decision committed (the card of a batch counts once, so a card written
     before the crash is replaced, not added to), its epoch, and the transactions the
-    take-over resolved."""
+    take-over resolved. ``rows`` None: not kept by the decision (the card keeps its count)."""
     from spark_ext.monitoring import cards
 
     cards.write(query_id, label, batch_id, {"rows": rows, "at": time.time(), "retries": retries,

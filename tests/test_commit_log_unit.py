@@ -84,6 +84,22 @@ def test_a_replay_its_take_over_finished_counts_the_recovery_in_the_sinks_card(t
         assert (card["batch"], card["rows_total"], card["recovered_total"]) == (4, 25, 3)
 
 
+def test_a_replay_after_the_card_replaces_the_batchs_rows_and_adds_its_own_recoveries(tmp_path, monkeypatch):
+    """Killed after batch 4's card, before Spark's commit log: the replay's card counts the
+    batch's rows once, adds what its own take-over resolved, and never lowers a total;
+    rows its decision did not keep leave the count as it was."""
+    from spark_ext.monitoring import cards
+
+    monkeypatch.setenv(cards.ENV, str(tmp_path))
+    _writer().commit([TaskReport(_c(0), Claim(7, committed=2))], 4)  # the batch's own card: 10 rows
+    _writer(decided=(5,), done=True, decided_rows=10).commit([TaskReport(_c(0), Claim(8, rolled_back=1))], 4)
+    [card] = cards.read("q-9")
+    assert (card["rows_total"], card["recovered_total"]) == (10, 3)
+    _writer(decided=(5,), done=True).commit([TaskReport(_c(0), Claim(9))], 4)  # rows not kept
+    [card] = cards.read("q-9")
+    assert (card["rows_total"], card["recovered_total"]) == (10, 3)
+
+
 def test_a_replay_whose_decision_is_carried_out_now_logs_the_rows_the_decision_commits(caplog):
     caplog.set_level(logging.DEBUG, logger="spark_ext")
     _writer(decided=(5,), decided_rows=25).commit([TaskReport(_c(0), Claim(1))], 3)

@@ -72,6 +72,15 @@ def test_a_decided_batch_run_again_by_a_new_run_or_retried_is_no_second_write(co
     assert rec.calls == ["connect", "recorded", "finished", "roll_back_others", "close"]
 
 
+def test_a_write_the_function_retries_after_its_commit_failed_is_no_second_write():
+    """Same run, tasks wrote nothing, but this write's take-over finished what the failed
+    commit of the first try left in doubt: a retry, carried on."""
+    rec = RecordingTwoPhaseCommitter(decided=(5,), done=True, decided_in="run-1")
+    assert rec.commit([_WroteNothing(3, 0, 0, 0, query_id="q")], 3, Claim(1, committed=1), "run-1") == \
+        DoneBefore(None)
+    assert rec.calls == ["connect", "recorded", "finished", "roll_back_others", "close"]
+
+
 def test_a_fenced_run_records_nothing():
     rec = RecordingTwoPhaseCommitter(fenced=True)
     with pytest.raises(FencedError):

@@ -71,6 +71,8 @@ def test_a_taken_port_is_refused_naming_it(spark):
 
 
 def test_a_sinks_card_keeps_running_totals_counting_a_batch_written_twice_once(tmp_path, monkeypatch):
+    """A batch's card written again (its replay after a crash) counts the batch's rows once;
+    the replay's own retries and recovered transactions add (counters never go down)."""
     from spark_ext.timeline import CommitTimes, report
 
     monkeypatch.setenv(cards.ENV, str(tmp_path))
@@ -79,11 +81,11 @@ def test_a_sinks_card_keeps_running_totals_counting_a_batch_written_twice_once(t
     report("s", 4, "q1", 5, None, [], CommitTimes(1), 2000.0, epoch=8)
     [card] = cards.read("q1")
     totals = (card["rows_total"], card["retries_total"], card["recovered_total"], card["epoch"])
-    assert totals == (15, 1, 3, 8)
+    assert totals == (15, 2, 6, 8)
     watcher = QueryWatcher()
     watcher.queries["q1"] = QueryState("jobs")
     got = {(f.name, s.name): s.value for f in Families(watcher).collect() for s in f.samples}
-    assert got[("spark_ext_sink_recovered", "spark_ext_sink_recovered_total")] == 3
+    assert got[("spark_ext_sink_recovered", "spark_ext_sink_recovered_total")] == 6
     assert got[("spark_ext_sink_epoch", "spark_ext_sink_epoch")] == 8
 
 

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 ENV = "SPARK_EXT_METRICS_DIR"
 SUMMED = ("rows", "retries", "recovered")  # a card's per-batch figures also kept as running totals
+# The figure a batch's card written again (its replay after a crash) replaces rather than adds
+# to: the batch's rows land once. Retries and recovered transactions are each commit's own.
+REPLACED = "rows"
 
 
 def root() -> Path:
@@ -56,11 +59,14 @@ def write(query_id: str | None, label: str, batch_id: int, fields: dict[str, Any
             old = json.loads(path.read_text())
         except (OSError, ValueError):
             old = {}
+        again = old.get("batch") == batch_id  # the same batch's card again (its replay)
+        if again and fields.get("rows") is None:
+            fields = {**fields, "rows": old.get("rows")}  # its rows not known now: as counted before
         card = {formats.KEY: formats.METRICS_CARD.current, "sink": label, "batch": batch_id, **fields}
         for key in SUMMED:
             try:
                 total = int(old[f"{key}_total"])
-                if int(old["batch"]) == batch_id:  # the same batch's card again: count it once
+                if again and key == REPLACED:  # a batch's rows count once
                     total -= int(old[key])
             except (ValueError, TypeError, KeyError):
                 total = 0

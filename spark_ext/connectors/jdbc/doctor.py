@@ -37,9 +37,9 @@ from spark_ext.connectors.jdbc.transactions import (
     LOCK_SPACE,
     connect,
     decisions,
+    listed_winners,
     parse_gid,
     prepared_gids,
-    read_winners,
     resolve_in_doubt,
     sink_sessions,
 )
@@ -105,10 +105,6 @@ def _in_doubt(conn: Any, schema: str, sink: str | None) -> list[dict[str, object
     return out
 
 
-def _winners(text: str | None) -> set[str]:
-    """A decision row's winners (a routing sink's row holds its decision, whose winners
-    live in its sub-sinks)."""
-    return set(read_winners(text)[0])
 
 
 def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
@@ -142,7 +138,7 @@ def sink_status(url: str, schema: str, sink: str | None) -> list[SinkStatus]:
                             f"{_table(schema, BATCHES_TABLE)} WHERE partition_id = -1 {one} "
                             "ORDER BY sink_id, at DESC, batch_id DESC", params)
                 rows = cur.fetchall()
-                last = {s: (q, int(b), _winners(w)) for s, q, b, w in rows}
+                last = {s: (q, int(b), listed_winners(w)) for s, q, b, w in rows}
                 dead = {s: RoutingDecision.dead_letters(w) for s, _, _, w in rows if w and w.startswith("{")}
                 # A routing sink's log (target 'routing') marks a decision carried out in
                 # every sub-sink with a row of its own; it has no transactions of its own.

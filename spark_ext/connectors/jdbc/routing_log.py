@@ -42,6 +42,7 @@ class PgDecisionLog(KeptDb, DecisionLog):
     def take_over(self) -> tuple[int, RoutingDecision | None, bool]:
         try:
             with self.connected():
+                self._last()  # a newer release's decision is refused before anything is fenced
                 with self.conn.cursor() as cur:
                     cur.execute("SET lock_timeout = %s", (f"{self.cfg.lock_timeout_ms}ms",))
                     cur.execute(

@@ -27,7 +27,7 @@ from sqlalchemy.engine import URL
 from spark_ext import formats
 from spark_ext.commit import Committable, TaskInfo
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
-from spark_ext.errors import RetriableCommitError
+from spark_ext.errors import NewerFormatError, RetriableCommitError
 from spark_ext.retry import Backoff, retry
 
 
@@ -78,6 +78,15 @@ def read_winners(text: str | None, where: str = "the sink's decisions table") ->
         formats.JDBC_DECISION.of(value, where)
         return frozenset(value.get("w", ())), str(value.get("r", ""))
     return frozenset(), ""
+
+
+def listed_winners(text: str | None) -> set[str]:
+    """A decision row's winners for a listing (``spark-ext status``): a newer release's row
+    shows none rather than hiding every other sink's; resolving it is still refused."""
+    try:
+        return set(read_winners(text)[0])
+    except NewerFormatError:
+        return set()
 
 
 def started_before(gid: str, epoch: int, task_attempt_id: int) -> bool:

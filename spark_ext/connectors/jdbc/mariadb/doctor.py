@@ -21,7 +21,7 @@ from spark_ext.connectors.jdbc.mariadb.transactions import (
     resolve_in_doubt,
 )
 from spark_ext.connectors.jdbc.tables import BATCHES_TABLE, SINKS_TABLE
-from spark_ext.connectors.jdbc.transactions import parse_gid, read_winners
+from spark_ext.connectors.jdbc.transactions import listed_winners, parse_gid
 from spark_ext.doctor import decision_rows, decision_state
 from spark_ext.errors import SparkExtError
 from spark_ext.status import SinkStatus
@@ -91,7 +91,7 @@ def sink_status(url: URL, schema: str | None, sink: str | None) -> list[SinkStat
                 f"SELECT sink_id, query_id, batch_id, winners FROM (SELECT sink_id, query_id, batch_id, "
                 "winners, ROW_NUMBER() OVER (PARTITION BY sink_id ORDER BY at DESC, batch_id DESC) AS n FROM "
                 f"{_table(schema, BATCHES_TABLE)} WHERE partition_id = -1 {one}) AS d WHERE n = 1", params)
-            last = {str(s): (str(q), int(b), set(read_winners(w)[0])) for s, q, b, w in rows}
+            last = {str(s): (str(q), int(b), listed_winners(w)) for s, q, b, w in rows}
     finally:
         conn.close()
     return decision_rows(sinks, last, doubt)
