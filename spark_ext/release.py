@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 VERSION = "0.1.0"
+#: Each release and the commit of this repository it was cut from: the upgrade test builds
+#: each one's wheel from the history and finishes its in-flight batches with today's code.
+RELEASES = {"0.1.0": "d8c0c27232adf4181a72b862ccc3d1797fdbe814"}
 GROUP = "dev.sparkext"
 ARTIFACT = "spark-ext-native_2.13"
 

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
+from bench.common import kafka_sink_prefix
 from bench.faults import Outcome, run_faults
 from bench.faults.campaign import Fault, short_plan
 from bench.faults.pipelines import PIPELINES, SHORT_PIPELINES
@@ -14,7 +15,7 @@ from spark_ext.commit import TaskInfo
 from spark_ext.connectors.kafka import KafkaSink
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-from tests.support.kafka_sink import consume
+from tests.support.kafka_sink import consume, open_transactions
 from tests.support.kafka_util import create_topic
 from tests.support.sinks import crashed_points, new_query_id
 
@@ -232,12 +233,17 @@ def test_kafka_and_postgres_restarts_under_a_running_pipeline_keep_every_guarant
                             [Fault("restart", "postgres", 1), Fault("restart", "kafka", 1)]))
 
 
-def test_a_campaign_broken_off_counts_only_what_was_due(tmp_path):
+def test_a_campaign_broken_off_counts_only_what_was_due(tmp_path, services):
     """A fault that cannot be carried out (a restart of a service that does not exist)
     breaks the campaign off after its run committed two batches. The FAULTS line says
     interrupted, with the reason; only what the committed batches read is due, so the
-    input no run got to read is not counted lost (it used to be: lost = input - committed)."""
+    input no run got to read is not counted lost (it used to be: lost = input - committed).
+    Then the query is run to its end, so the run the break-off killed inside a batch leaves
+    no transaction open on the shared broker (a fresh-clone make test found two, left
+    Ongoing for the suite's leftover check)."""
     o = run_faults(PIPELINES["kafka_to_kafka"], tmp_path, [Fault("restart", "no-such-service", 2)])
+    prefix = kafka_sink_prefix(f"file:{tmp_path / 'ckpt'}")
+    assert open_transactions(services.kafka_bootstrap, prefix) == [], prefix
     print(o.line())
     assert o.status == "interrupted" and "no-such-service" in o.error, o.line()
     assert 'reason="`services down no-such-service` failed:' in o.line()
