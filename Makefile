@@ -30,10 +30,10 @@ CASES ?=
 PIPELINES ?=
 MINUTES ?= 60
 SOAK_ARGS ?=
-# The JVM companion jar (jvm/): the windows' frame fold. Its version is the package's.
+# The JVM companion jar (jvm/): the windows' frame fold and the metrics listener. Its version is the package's.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 JAR    := spark_ext/jars/spark-ext-native_2.13-$(VERSION).jar
-JAVA_SRC := jvm/pom.xml $(shell find jvm/src -name '*.java' 2>/dev/null)
+JAVA_SRC := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
 
 .PHONY: help venv jvm services services-down services-status test test-compat unit lint docs demo cluster-demo bench faults soak clean
 

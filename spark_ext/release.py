@@ -1,5 +1,6 @@
 """This release: its version, and the JVM companion jar of the same version (the windows'
-fold). ``pyproject.toml`` and ``jvm/pom.xml`` carry the same version; a test checks them."""
+fold, and the metrics listener a job turns on from configuration alone). ``pyproject.toml``
+and ``jvm/pom.xml`` carry the same version; a test checks them."""
 
 from __future__ import annotations
 

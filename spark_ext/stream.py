@@ -158,13 +158,15 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
                 label, batchId, query_id, rows, plans[0] if plans else None,
                 [r.write_times for r in reports if r.write_times is not None], result, timeline.now_ms(),
                 epoch=claim.epoch if claim is not None else None,
-                recovered=claim.resolved if claim is not None else 0, retries=len(tries) - 1))
+                recovered=claim.resolved if claim is not None else 0,
+                rolled_back=claim.rolled_back if claim is not None else 0, retries=len(tries) - 1))
         elif isinstance(result, DoneBefore) or (claim is not None and claim.resolved):
             # The replay of a batch carried out before (after a crash): no line, as nothing
             # was committed now, but the metrics count its rows (a driver killed between the
             # commit and the card never counted them) and what the take-over resolved.
             timeline.recovered(label, batchId, query_id, claim.epoch if claim is not None else None,
-                               claim.resolved if claim is not None else 0, len(tries) - 1,
+                               claim.resolved if claim is not None else 0,
+                               claim.rolled_back if claim is not None else 0, len(tries) - 1,
                                result.rows if isinstance(result, DoneBefore) else 0)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

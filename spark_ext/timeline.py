@@ -93,31 +93,35 @@ def line(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanT
 
 def report(label: str, batch_id: int, query_id: str | None, rows: int, plan: PlanTimes | None,
            writes: Sequence[WriteTimes], commit: CommitTimes, ended_ms: float, *,
-           epoch: int | None = None, recovered: int = 0, retries: int = 0) -> str:
+           epoch: int | None = None, recovered: int = 0, rolled_back: int = 0, retries: int = 0) -> str:
     """``line``, and the same figures as the sink's metrics card for a running exporter
     (``spark_ext.monitoring.cards``: a local file, written only when an exporter serves).
     ``epoch``: the batch's fencing epoch; ``recovered``: the in-doubt transactions its
-    take-over resolved; ``retries``: commit attempts retried."""
+    take-over resolved, ``rolled_back`` of them rolled back (the rest committed);
+    ``retries``: commit attempts retried."""
     from spark_ext.monitoring import cards
 
     fields = {"rows": rows, "transactions": commit.transactions, "decide_ms": round(commit.decide_ms, 1),
               "commit_ms": round(commit.commit_ms, 1), "dead_letters": commit.dead_letters,
               "batch_ms": round(max(ended_ms - plan.started_ms, 0.0), 1) if plan is not None else None,
-              "at": ended_ms / 1000, "retries": retries, "epoch": epoch, "recovered": recovered}
+              "at": ended_ms / 1000, "retries": retries, "epoch": epoch, "recovered": recovered,
+              "rolled_back": rolled_back}
     cards.write(query_id, label, batch_id, fields)
     return line(label, batch_id, query_id, rows, plan, writes, commit, ended_ms)
 
 
 def recovered(label: str, batch_id: int, query_id: str | None, epoch: int | None, resolved: int,
-              retries: int, rows: int | None) -> None:
+              rolled_back: int, retries: int, rows: int | None) -> None:
     """The metrics card of a batch carried out before this commit (a replay after a crash):
     the rows its decision committed (the card of a batch counts once, so a card written
     before the crash is replaced, not added to), its epoch, and the transactions the
-    take-over resolved. ``rows`` None: not kept by the decision (the card keeps its count)."""
+    take-over resolved (``rolled_back`` of them rolled back). ``rows`` None: not kept by the
+    decision (the card keeps its count)."""
     from spark_ext.monitoring import cards
 
     cards.write(query_id, label, batch_id, {"rows": rows, "at": time.time(), "retries": retries,
-                                            "epoch": epoch, "recovered": resolved})
+                                            "epoch": epoch, "recovered": resolved,
+                                            "rolled_back": rolled_back})
 
 
 LOG_LEVEL_ENV = "SPARK_EXT_LOG_LEVEL"

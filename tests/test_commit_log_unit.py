@@ -77,6 +77,7 @@ def test_a_replay_its_take_over_finished_counts_the_recovery_in_the_sinks_card(t
     _writer(decided=(5,), done=True).commit([TaskReport(_c(0), Claim(7, committed=2, rolled_back=1))], 3)
     [card] = cards.read("q-9")
     assert (card["batch"], card["rows_total"], card["recovered_total"], card["epoch"]) == (3, 0, 3, 7)
+    assert card["rolled_back_total"] == 1
     # A batch killed after its commit and before its card: its replay counts its rows, once.
     for _ in range(2):
         _writer(decided=(5,), done=True, decided_rows=25).commit([TaskReport(_c(0), Claim(8))], 4)
@@ -94,7 +95,7 @@ def test_a_replay_after_the_card_replaces_the_batchs_rows_and_adds_its_own_recov
     _writer().commit([TaskReport(_c(0), Claim(7, committed=2))], 4)  # the batch's own card: 10 rows
     _writer(decided=(5,), done=True, decided_rows=10).commit([TaskReport(_c(0), Claim(8, rolled_back=1))], 4)
     [card] = cards.read("q-9")
-    assert (card["rows_total"], card["recovered_total"]) == (10, 3)
+    assert (card["rows_total"], card["recovered_total"], card["rolled_back_total"]) == (10, 3, 1)
     _writer(decided=(5,), done=True).commit([TaskReport(_c(0), Claim(9))], 4)  # rows not kept
     [card] = cards.read("q-9")
     assert (card["rows_total"], card["recovered_total"]) == (10, 3)

@@ -15,11 +15,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from spark_ext import release
+from spark_ext.monitoring import CONF_PORT, LISTENER
 from spark_ext.options import checkpoint_sink_id
 from tests.drivers import connect_windows_app, kafka_to_jdbc_app
 from tests.support import kafka_util, pg_util
@@ -33,6 +36,9 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+SERVER_METRICS_PORT = _free_port()  # the server's own exporter: the companion jar's listener
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,9 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             [str(home / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false",
-             "--conf", "spark.sql.shuffle.partitions=2"],
+             "--conf", "spark.sql.shuffle.partitions=2", "--jars", str(release.jar_path()),
+             "--conf", f"spark.sql.streaming.streamingQueryListeners={LISTENER}",
+             "--conf", f"{CONF_PORT}={SERVER_METRICS_PORT}"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -88,11 +96,38 @@ def test_kafka_to_postgres_exactly_once_through_spark_connect(connect_url, servi
     metrics = dict(line.split()[1:] for line in res.stdout.splitlines() if line.startswith("METRIC "))
     assert float(metrics["spark_ext_sink_rows_total"]) == 600, res.stdout
     assert metrics["spark_ext_query_batch_id"] == metrics["spark_ext_sink_last_batch"] != "None", res.stdout
+    # The server's host serves them too, from the server's settings alone (the client asks nothing).
+    query_id = res.stdout.split("QUERY_ID", 1)[1].split()[0]
+    served = _server_metrics(query_id)
+    assert served["spark_ext_sink_rows_total"] == 600, served
+    last = batches_last(res.stdout)
+    assert served["spark_ext_query_batch_id"] == served["spark_ext_sink_last_batch"] == last
     rows = pg_util.query(services.postgres_url,
                          f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {table}")
     assert rows == [(600, 600)]
     # Its own sink only: other tests running beside it hold prepared transactions of theirs.
     assert pg_util.prepared(services.postgres_url, checkpoint_sink_id(str(tmp_path / "ck"))) == []
+
+
+def batches_last(stdout: str) -> float:
+    return float(stdout.split("METRIC spark_ext_query_batch_id", 1)[1].split()[0])
+
+
+def _server_metrics(query_id: str) -> dict[str, float]:
+    """The query's samples from the server's exporter, once it shows the last batch committed
+    (the listener hears of the last progress a little after the client does)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    deadline = time.monotonic() + 30
+    while True:
+        url = f"http://127.0.0.1:{SERVER_METRICS_PORT}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        got = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.labels.get("query_id") == query_id}
+        if got.get("spark_ext_sink_last_batch") == got.get("spark_ext_query_batch_id") is not None \
+                or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
 
 
 def test_exactly_once_writes_inside_foreach_batch_through_spark_connect(connect_url, services,

@@ -76,8 +76,9 @@ def test_a_sinks_card_keeps_running_totals_counting_a_batch_written_twice_once(t
     from spark_ext.timeline import CommitTimes, report
 
     monkeypatch.setenv(cards.ENV, str(tmp_path))
-    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, epoch=7, recovered=3, retries=1)
-    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, epoch=7, recovered=3, retries=1)  # again
+    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, epoch=7, recovered=3, rolled_back=1, retries=1)
+    report("s", 3, "q1", 10, None, [], CommitTimes(1), 1000.0, epoch=7, recovered=3, rolled_back=1,
+           retries=1)  # again
     report("s", 4, "q1", 5, None, [], CommitTimes(1), 2000.0, epoch=8)
     [card] = cards.read("q1")
     totals = (card["rows_total"], card["retries_total"], card["recovered_total"], card["epoch"])
@@ -86,6 +87,9 @@ def test_a_sinks_card_keeps_running_totals_counting_a_batch_written_twice_once(t
     watcher.queries["q1"] = QueryState("jobs")
     got = {(f.name, s.name): s.value for f in Families(watcher).collect() for s in f.samples}
     assert got[("spark_ext_sink_recovered", "spark_ext_sink_recovered_total")] == 6
+    took = {s.labels["action"]: s.value for f in Families(watcher).collect() for s in f.samples
+            if s.name == "spark_ext_sink_takeover_transactions_total"}
+    assert took == {"committed": 4, "rolled_back": 2}
     assert got[("spark_ext_sink_epoch", "spark_ext_sink_epoch")] == 8
 
 
@@ -265,6 +269,7 @@ def test_a_killed_and_restarted_kafka_to_postgresql_query_seen_through_its_expor
         assert after.get("spark_ext_source_lag_records_max") == 0, (after, second.poll())
         assert after["spark_ext_query_batch_id"] > batches[-1]
         assert after["spark_ext_sink_recovered_total"] >= 1  # the take-over finished batch 4
+        assert after["spark_ext_sink_takeover_transactions_total"] >= 1  # committed: the first sample
         assert after["spark_ext_sink_epoch"] > before and after["spark_ext_query_active"] == 1
         assert status() == (0, 1, after["spark_ext_query_batch_id"], 0)
         text = urllib.request.urlopen(url, timeout=10).read().decode()

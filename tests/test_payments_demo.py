@@ -52,3 +52,28 @@ def test_cluster_demo_ships_the_environment_to_a_standalone_cluster(services) ->
     [logs] = [line.rsplit("logs in ", 1)[1] for line in out.splitlines() if "logs in " in line]
     assert not Path(logs).resolve().is_relative_to(ROOT), logs
     _verified(out)
+
+
+@pytest.mark.campaign  # make faults: a demo run (test_jvm_exporter.py keeps the listener in make test)
+def test_the_unchanged_payments_job_serves_metrics_from_spark_submit_settings_alone(tmp_path) -> None:
+    """The demo with ``--metrics-chart`` turns the exporter on by ``--conf`` alone (the companion
+    jar's listener; the job is given no metrics option) and scrapes it once a second through the
+    kill -9 and the restart: the query's batches, its Kafka lag and the routing sink's rows."""
+    import csv
+
+    # 10,000 payments, 4,000 a batch (the job's cap): the restart's first batch leaves a lag.
+    out = _run("examples.payments.demo", "--count", "10000", "--rate", "2000", "--work-dir", str(tmp_path),
+               "--metrics-chart", str(tmp_path / "metrics.png"))
+    _verified(out)
+    [job] = [line for line in out.splitlines() if "; job: spark-submit" in line]
+    assert "streamingQueryListeners=dev.sparkext.monitoring.MetricsListener" in job, job
+    assert "--metrics-port" not in out
+    [samples] = tmp_path.glob("*/metrics.csv")
+    rows = [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(samples.open())]
+    served = [r for r in rows if r["up"] == 1 and "batch_id" in r]
+    assert len(served) >= 3, rows
+    batches = [r["batch_id"] for r in served]
+    assert max(batches) >= 2, batches
+    assert any(r.get("lag_records_max", 0) > 0 for r in rows), "no Kafka lag was ever seen"
+    assert max(r.get("sink_rows_total", 0) for r in rows) > 0  # the routing sink's rows, all four sub-sinks
+    assert any(r["up"] == 0 for r in rows[rows.index(served[0]):]), "the kill -9 left no gap in the scrapes"

@@ -184,6 +184,7 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
     import sqlalchemy as sa
     from kafka import KafkaConsumer, TopicPartition
 
+    from spark_ext import monitoring
     from spark_ext import release as native
 
     run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -208,9 +209,11 @@ def run(args: argparse.Namespace, submit_args: Sequence[str], env: dict[str, str
                 "--stomp-host", notices.host, "--stomp-port", str(notices.port), "--stomp-user", notices.user,
                 "--notices-queue", notices.destination]
     sampler = MetricsSampler(_free_port()) if args.metrics_chart else None
-    if sampler is not None:
-        job_args += ["--metrics-port", str(sampler.port)]
     packages = ["--packages", native.coordinate()]
+    if sampler is not None:
+        # From the settings alone, the job unchanged: the companion jar's listener serves them.
+        packages += ["--conf", f"{monitoring.CONF_LISTENERS}={monitoring.LISTENER}",
+                     "--conf", f"{monitoring.CONF_PORT}={sampler.port}"]
     cmd = [spark_submit(), "--master", args.master, *packages, *submit_args, str(job_file), *job_args]
     print(f"payments demo {run_id}: {args.count} payments to Kafka topic {topic}; job: "
           f"spark-submit --master {args.master} {' '.join(packages)} job.py; logs in {work}", flush=True)
@@ -344,7 +347,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=float, default=5000.0, help="alert above this window sum")
     ap.add_argument("--kill-fraction", type=float, default=0.3, help="kill once this share was read")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
-    ap.add_argument("--metrics-chart", help="serve the job's metrics, scrape them every second and draw "
+    ap.add_argument("--metrics-chart", help="serve the job's metrics (turned on by spark-submit settings "
+                    "alone: the job is unchanged), scrape them every second and draw "
                     "this PNG (and metrics.csv in the run's directory)")
     return ap
 

@@ -3,11 +3,17 @@
     from spark_ext import monitoring
     monitoring.serve(spark, port=9108)     # before or after the queries start
 
-or, for a job whose settings live in ``spark-submit``'s command line or
-``spark-defaults.conf``: ``--conf spark.sparkext.metrics.port=9108`` (and optionally
-``spark.sparkext.metrics.addr``), and ``spark_ext.register(spark)`` once in the job, which
-starts the exporter when the setting is there. Spark runs none of our code in the
-driver's own Python process unless the job calls it, so a setting alone cannot start it.
+or, for a job that cannot be edited, from configuration alone: the companion jar's
+``StreamingQueryListener`` (``LISTENER``), which Spark starts from its settings and which
+serves the same metrics from the driver's JVM (a Spark Connect server's too)::
+
+    spark-submit --packages dev.sparkext:spark-ext-native_2.13:VERSION \
+      --conf spark.sql.streaming.streamingQueryListeners=dev.sparkext.monitoring.MetricsListener \
+      --conf spark.sparkext.metrics.port=9108 job.py
+
+Without the listener, ``spark.sparkext.metrics.port`` still starts this module's exporter
+when the job calls ``spark_ext.register(spark)``; with it, the JVM serves that port and
+``register`` starts nothing.
 
 Driver only, in the driver's Python process: it registers a ``StreamingQueryListener``
 (every query of the session: Spark's progress, watermark, state, each Kafka source's lag
@@ -57,19 +63,25 @@ class Exporter:
 
 CONF_PORT = "spark.sparkext.metrics.port"
 CONF_ADDR = "spark.sparkext.metrics.addr"
+CONF_LISTENERS = "spark.sql.streaming.streamingQueryListeners"
+#: The companion jar's listener: named in ``CONF_LISTENERS``, it serves the metrics itself.
+LISTENER = "dev.sparkext.monitoring.MetricsListener"
 _configured: Exporter | None = None  # the one exporter the settings started in this process
 _watched: dict[int, Any] = {}  # id() -> each other session whose queries it watches
 
 
 def serve_configured(spark: Any) -> Exporter | None:
     """Start the exporter ``spark.sparkext.metrics.port`` asks for (None without the
-    setting). One per process: a later session (``spark.newSession()`` inherits the
+    setting, or when the companion jar's ``LISTENER`` is configured and serves the port
+    from the JVM). One per process: a later session (``spark.newSession()`` inherits the
     setting) joins the running exporter instead of binding the port again. Raises
     ``ConfigurationError`` naming the setting for a value that is not a port, or a port
     another process holds."""
     global _configured
     port = spark.conf.get(CONF_PORT, None)
     if port is None or not str(port).strip():
+        return None
+    if LISTENER in [c.strip() for c in (spark.conf.get(CONF_LISTENERS, None) or "").split(",")]:
         return None
     if _configured is not None:
         if spark is not _configured._spark and id(spark) not in _watched:
@@ -127,4 +139,4 @@ def _state(name: str | None) -> Any:
     return QueryState(name or "")
 
 
-__all__ = ["CONF_ADDR", "CONF_PORT", "Exporter", "serve", "serve_configured"]
+__all__ = ["CONF_ADDR", "CONF_LISTENERS", "CONF_PORT", "LISTENER", "Exporter", "serve", "serve_configured"]

@@ -27,7 +27,8 @@ from spark_ext import formats
 log = logging.getLogger(__name__)
 
 ENV = "SPARK_EXT_METRICS_DIR"
-SUMMED = ("rows", "retries", "recovered")  # a card's per-batch figures also kept as running totals
+# A card's per-batch figures also kept as running totals.
+SUMMED = ("rows", "retries", "recovered", "rolled_back")
 # The figure a batch's card written again (its replay after a crash) replaces rather than adds
 # to: the batch's rows land once. Retries and recovered transactions are each commit's own.
 REPLACED = "rows"

@@ -154,6 +154,10 @@ class Families:
         fam["spark_ext_sink_last_batch"].add_metric(s, card.get("batch", -1))
         for key in ("rows", "retries", "recovered"):
             fam[f"spark_ext_sink_{key}_total"].add_metric(s, card.get(f"{key}_total", 0))
+        rolled_back = card.get("rolled_back_total", 0)
+        fam["spark_ext_sink_takeover_transactions_total"].add_metric(
+            [*s, "committed"], card.get("recovered_total", 0) - rolled_back)
+        fam["spark_ext_sink_takeover_transactions_total"].add_metric([*s, "rolled_back"], rolled_back)
         for key in ("transactions", "decide_ms", "commit_ms", "batch_ms", "epoch"):
             if card.get(key) is not None:
                 fam[f"spark_ext_sink_{key}"].add_metric(s, card[key])

@@ -74,6 +74,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("spark_ext_sink_recovered_total", "counter", (*QUERY, "sink"),
            "In-doubt transactions a take-over found and resolved (committed if decided, else rolled "
            "back) before a committed batch: rises after a crash or a failed batch, counted as the rows are"),
+    Metric("spark_ext_sink_takeover_transactions_total", "counter", (*QUERY, "sink", "action"),
+           "What take-overs did with the in-doubt transactions they found, by action: committed (a batch "
+           "decided before a crash or a failed commit, finished now) or rolled_back (never decided); counted "
+           "as the rows are"),
     Metric("spark_ext_sink_epoch", "gauge", (*QUERY, "sink"),
            "The fencing epoch the last committed batch wrote under (exactly_once)"),
 )
@@ -102,3 +106,16 @@ STATUS_METRICS = (
 METRICS = METRICS + STATUS_METRICS
 
 BY_NAME = {m.name: m for m in METRICS}
+
+
+def jvm_table() -> str:
+    """The driver's metrics as the JVM exporter (``dev.sparkext.monitoring``, in the companion
+    jar) reads them from its resources: one line each, name, kind, labels and help apart by tabs;
+    the first line the metrics card's format version it reads. A unit test holds the jar's copy
+    equal to this, so both exporters serve one declaration."""
+    from spark_ext import formats
+
+    lines = [f"# card format version\t{formats.METRICS_CARD.current}"]
+    lines += [f"{m.name}\t{m.kind}\t{','.join(m.labels)}\t{m.help}" for m in METRICS
+              if not m.name.startswith("spark_ext_status_")]
+    return "\n".join(lines) + "\n"

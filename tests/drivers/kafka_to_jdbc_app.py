@@ -6,9 +6,12 @@ Usage: ``spark-submit kafka_to_jdbc_app.py BOOTSTRAP TOPIC URL TABLE CHECKPOINT 
 ``FOREACH_BATCH_SINK_ID`` set, a ``foreachBatch`` function writes each batch with
 ``hzsink`` under that sink id (``batchId`` and ``queryId`` given: Connect's tasks know
 neither). Prints
-``BATCHES <n>`` (micro-batches with rows); exit status 0 when the query ended cleanly. With
+``QUERY_ID <id>``, ``BATCHES <n>`` (micro-batches with rows); exit status 0 when the query ended cleanly. With
 ``SERVE_METRICS`` set it serves ``spark_ext.monitoring`` in this process and prints the
-query's ``METRIC <name> <value>`` lines scraped from it at the end.
+query's ``METRIC <name> <value>`` lines scraped from it at the end. With ``JVM_METRICS_URL``
+(the companion jar's listener serving there, turned on by the submit's settings) it prints
+``SCRAPE jvm <json>`` and, with ``SERVE_METRICS``, ``SCRAPE python <json>``: every sample
+of each, once both show the query's last batch committed.
 It imports nothing of this repository's tests, so tests can run a copy from any directory.
 """
 
@@ -59,8 +62,12 @@ def main(argv: list[str]) -> int:
         print(f"the query failed: {q.exception()}", file=sys.stderr)
         return 1
     print("SESSION", type(spark).__module__)
+    print("QUERY_ID", q.id)
     if exporter is not None:
         _print_metrics(exporter.url, q.id)
+    if os.environ.get("JVM_METRICS_URL"):
+        _print_scrapes({"jvm": os.environ["JVM_METRICS_URL"], "python": exporter.url if exporter else None},
+                       q.id)
     print("BATCHES", len([p for p in q.recentProgress if p.numInputRows > 0]))
     spark.stop()
     return 0
@@ -85,6 +92,29 @@ def _print_metrics(url: str, query_id: object) -> None:
         time.sleep(0.2)
     for name in ("spark_ext_query_batch_id", "spark_ext_sink_last_batch", "spark_ext_sink_rows_total"):
         print("METRIC", name, got.get(name))
+
+
+def _print_scrapes(urls: dict[str, str | None], query_id: object) -> None:
+    import json
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for which, url in urls.items():
+        if url is None:
+            continue
+        deadline = time.monotonic() + 30
+        while True:
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            samples = [[s.name, s.labels, s.value] for f in text_string_to_metric_families(text)
+                       for s in f.samples]
+            mine = {n: v for n, lb, v in samples if lb.get("query_id") == str(query_id)}
+            if mine.get("spark_ext_sink_last_batch") == mine.get("spark_ext_query_batch_id") is not None \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        print("SCRAPE", which, json.dumps(samples))
 
 
 if __name__ == "__main__":
