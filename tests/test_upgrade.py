@@ -1,7 +1,8 @@
 """The upgrade, tried for real: each release named in ``spark_ext/release.py`` is built into
 a wheel from this repository's own history and installed in a virtualenv; a pipeline run
 with it is killed right after a batch's decision, and the working tree's code, restarted
-from the same checkpoint, finishes that batch: every id once, nothing in doubt.
+from the same checkpoint, finishes that batch: every id once, nothing in doubt. Every sink, and
+the queue source, whose offsets record each batch's message ids.
 
 The released job runs from a directory outside the checkout, so Spark's Python workers
 import the released wheel (its dependencies come from the suite's environment, which the
@@ -22,10 +23,13 @@ from pathlib import Path
 import pytest
 
 from spark_ext import release
+from spark_ext.options import checkpoint_sink_id
 from tests.drivers import released_job
-from tests.support.pg_util import write_json_files
+from tests.support.jms import driver_argv
+from tests.support.pg_util import execute, prepared, query, table_name, write_json_files
 from tests.support.processes import driver_report
 from tests.support.sinks import SINKS, run_driver
+from tests.support.stomp_util import drain, queue_name, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.services, pytest.mark.campaign]
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +74,7 @@ def released(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("version", sorted(release.RELEASES))
-@pytest.mark.parametrize("sink", ["jdbc", "kafka", "jms", "routing"])
+@pytest.mark.parametrize("sink", ["jdbc", "mariadb", "kafka", "jms", "routing"])
 def test_a_batch_a_release_decided_is_finished_once_by_todays_code(services, tmp_path, released, version,
                                                                   sink):
     case = SINKS[sink](services)
@@ -84,7 +88,7 @@ def test_a_batch_a_release_decided_is_finished_once_by_todays_code(services, tmp
     env = {**_outside_env(), "PYSPARK_PYTHON": str(py), "PYSPARK_DRIVER_PYTHON": str(py),
            "SPARK_EXT_FAILPOINT_LOG": str(tmp_path / "struck.log")}
     point = f"{case.name}.after_decision@1"
-    old = subprocess.run([str(py), str(script), str(tmp_path / "src"), str(tmp_path / "ckpt"),
+    old = subprocess.run([str(py), str(script), "files", str(tmp_path / "src"), str(tmp_path / "ckpt"),
                           "|".join(case.select), point, *case.argv_options(target)],
                          cwd=job, env=env, start_new_session=True, capture_output=True, text=True,
                          timeout=600)
@@ -95,6 +99,38 @@ def test_a_batch_a_release_decided_is_finished_once_by_todays_code(services, tmp
     assert done.returncode == 0, driver_report(done)
     assert case.committed(target) == list(range(3 * BATCH))
     assert case.in_doubt(tmp_path / "ckpt", target) == []
+
+
+@pytest.mark.parametrize("version", sorted(release.RELEASES))
+def test_the_queue_sources_recorded_ids_of_a_release_are_read_once_by_todays_code(services, tmp_path,
+                                                                                  released, version):
+    """The queue source's offsets (the ids of each batch's messages, in Spark's offset log) as a
+    release recorded them, killed right after batch 2's decision with messages received and not
+    acknowledged: today's code replays that batch from the recorded ids, and every message lands
+    once, all acknowledged."""
+    dest, table = queue_name("upgrade"), table_name("upgrade_q")
+    execute(services.postgres_url, f"CREATE TABLE {table} (message_id text, body text)")
+    sent = [f"p{i}" for i in range(200)]
+    send(services, dest, sent)
+    job = tmp_path / "job"
+    job.mkdir()
+    script = job / "job.py"
+    script.write_text(Path(released_job.__file__).read_text())
+    py = released[version]
+    env = {**_outside_env(), "PYSPARK_PYTHON": str(py), "PYSPARK_DRIVER_PYTHON": str(py)}
+    argv = driver_argv(services, dest, tmp_path / "ckpt", table)[3:]  # after "python -m module"
+    old = subprocess.run([str(py), str(script), "queue", *argv, "jdbc.after_decision@2"], cwd=job, env=env,
+                         start_new_session=True, capture_output=True, text=True, timeout=600)
+    assert old.returncode == -9, driver_report(old)
+    landed = [b for (b,) in query(services.postgres_url, f"SELECT body FROM {table}")]
+    assert 0 < len(landed) < 200 and len(set(landed)) == len(landed), len(landed)
+    done = subprocess.run([*driver_argv(services, dest, tmp_path / "ckpt", table), "200", "-"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, driver_report(done)
+    rows = query(services.postgres_url, f"SELECT body, count(*) FROM {table} GROUP BY body")
+    assert sorted(b for b, _ in rows) == sorted(sent) and all(n == 1 for _, n in rows)
+    assert prepared(services.postgres_url, checkpoint_sink_id(str(tmp_path / "ckpt"))) == []
+    assert drain(services, dest) == []  # every message acknowledged
 
 
 def _imported(py: Path) -> str:
