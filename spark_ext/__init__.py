@@ -34,7 +34,8 @@ def __getattr__(name: str) -> Any:
 
 def register(spark: SparkSession) -> None:
     """Register ``hzsource`` and ``hzsink`` with ``spark``, and start the metrics exporter
-    when ``spark.sparkext.metrics.port`` is set (``spark_ext.monitoring``). Driver; idempotent."""
+    when ``spark.sparkext.metrics.port`` is set and the companion jar's listener does not
+    serve it already (``spark_ext.monitoring``). Driver; idempotent."""
     from spark_ext.datasource import HzSink, HzSource
 
     spark.dataSource.register(HzSource)

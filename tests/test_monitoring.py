@@ -326,3 +326,23 @@ def test_kafkas_own_tool_shows_the_query_lag_through_the_opted_in_group(spark, s
     q.awaitTermination(180)
     assert q.exception() is None, q.exception()
     assert _group_lags(services.kafka_bootstrap, group) == {0: (600, 600, 0), 1: (600, 600, 0)}
+
+
+def test_with_the_jars_listener_configured_register_leaves_the_port_to_it():
+    """The listener serves ``spark.sparkext.metrics.port`` from the JVM: the Python exporter
+    must not bind it too (it would fail the job: the port is taken)."""
+    from spark_ext.monitoring import CONF_LISTENERS, CONF_PORT, LISTENER, serve_configured
+
+    class Conf:
+        def __init__(self, values: dict[str, str]) -> None:
+            self.values = values
+
+        def get(self, key: str, default: str | None = None) -> str | None:
+            return self.values.get(key, default)
+
+    class Session:
+        def __init__(self, values: dict[str, str]) -> None:
+            self.conf = Conf(values)
+
+    listeners = f"com.example.Other, {LISTENER}"
+    assert serve_configured(Session({CONF_PORT: "nine", CONF_LISTENERS: listeners})) is None
