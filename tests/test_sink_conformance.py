@@ -386,7 +386,25 @@ def _set_decision_version(case: PostgresCase, sink_id: str, old: int, new: int) 
                                f"AND batch_id = {batch_id} AND partition_id = -1 AND attempt = -1")
 
 
-@pytest.mark.parametrize("sink", ["jdbc", pytest.param("mariadb", marks=pytest.mark.campaign)])
+def _set_kafka_decision_version(case: SinkCase, checkpoint: Path, target: str, old: int, new: int) -> None:
+    """The same for the Kafka sink: its decision (and the kept copy) is offset metadata of the
+    sink's commit groups, rewritten with a plain offset commit as the tests' own edit."""
+    from spark_ext.connectors.kafka.sink.committer import KEEP_MS, KafkaCommitter
+    from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
+
+    cfg = KafkaSinkConfig.parse(case.plan_options(target, checkpoint), Guarantee.EXACTLY_ONCE)
+    committer = KafkaCommitter(cfg)
+    assert cfg.commit_topic
+    with committer.connected():
+        for group in (cfg.group, cfg.group + ".kept"):
+            off, meta = committer.client.fetch_offsets(group, cfg.commit_topic, [0]).get(0, (-1, ""))
+            assert off >= 0 and f'"v":{old},' in meta, (group, meta)  # one part: small batches
+            committer.client.keep_offsets(group, {(cfg.commit_topic, 0): (off, meta.replace(
+                f'"v":{old},', f'"v":{new},'))}, KEEP_MS)
+
+
+@pytest.mark.parametrize("sink", ["jdbc", pytest.param("kafka", marks=pytest.mark.campaign),
+                                  pytest.param("mariadb", marks=pytest.mark.campaign)])
 def test_a_decision_of_a_newer_release_is_refused_at_start_leaving_the_batch_for_it(make_case, tmp_path,
                                                                                    sink):
     """A release meets its sink's newest decision written in a newer format (a downgrade, or
@@ -396,21 +414,27 @@ def test_a_decision_of_a_newer_release_is_refused_at_start_leaving_the_batch_for
     release finishes them). Once that release has (here: the row's version put back),
     every batch is there once."""
     case = make_case(sink)
-    assert isinstance(case, PostgresCase)
     target = case.new_target()
     write_json_files(tmp_path / "src", [BATCH] * 3)
     sink_id = checkpoint_sink_id(str(tmp_path / "ckpt"))
+
+    def set_version(old: int, new: int) -> None:
+        if isinstance(case, PostgresCase):
+            _set_decision_version(case, sink_id, old, new)
+        else:
+            _set_kafka_decision_version(case, tmp_path / "ckpt", target, old, new)
+
     crashed = _run(case, tmp_path, target, f"{case.name}.after_decision@1")
     assert crashed.returncode == -9, driver_report(crashed)
     doubt = case.in_doubt(tmp_path / "ckpt", target)
     assert doubt and case.committed(target) == list(range(BATCH))
-    _set_decision_version(case, sink_id, 1, 2)
+    set_version(1, 2)
     refused = _run(case, tmp_path, target)
     said = driver_report(refused)
     assert refused.returncode != 0 and "NewerFormatError" in said, said
     assert "in format version 2, written by a newer release" in said and "reads versions 1 to 1" in said, said
     assert case.committed(target) == list(range(BATCH)) and case.in_doubt(tmp_path / "ckpt", target) == doubt
-    _set_decision_version(case, sink_id, 2, 1)
+    set_version(2, 1)
     done = _run(case, tmp_path, target)
     assert done.returncode == 0, driver_report(done)
     assert case.committed(target) == list(range(3 * BATCH)) and case.in_doubt(tmp_path / "ckpt", target) == []
