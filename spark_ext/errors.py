@@ -56,6 +56,13 @@ class NewerFormatError(SparkExtError):
     parse as not its own must not skip this one."""
 
 
+class UnreadableRecordError(SparkExtError):
+    """A persisted record of a version this release reads lacks what that version holds:
+    edited by hand, or written by a build that changed the format without raising its
+    version. Refused rather than read as empty: an empty decision would roll back a
+    decided batch. Not a ``ValueError``, for the same reason as ``NewerFormatError``."""
+
+
 class ReleaseMismatchError(ConfigurationError):
     """The driver and an executor run different releases of spark-ext."""
 

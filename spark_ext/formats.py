@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spark_ext.errors import NewerFormatError
+from spark_ext.errors import NewerFormatError, UnreadableRecordError
 from spark_ext.release import VERSION
 
 #: The key holding the version in every JSON record below.
@@ -61,6 +61,18 @@ class Format:
     def of(self, doc: Any, where: str) -> int:
         """``read`` of a JSON object's ``KEY`` (any other JSON value: version 1)."""
         return self.read(doc.get(KEY) if isinstance(doc, dict) else None, where)
+
+    def need(self, doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+        """``doc[key]``, which every version of this format holds as a ``kind``; raises
+        ``UnreadableRecordError`` naming the record and the fix when it is not there."""
+        value = doc.get(key)
+        if not isinstance(value, kind):
+            raise UnreadableRecordError(
+                f"{where} holds {self.what} in format version {doc.get(KEY, 1)} without its {key!r} "
+                f"field ({type(value).__name__} found): it was edited by hand, or written by a build of "
+                "spark-ext that changed the format without raising its version. Restore the record, or "
+                "finish the batch with the build that wrote it")
+        return value
 
 
 JDBC_DECISION = Format("a PostgreSQL or MariaDB sink's decision")

@@ -18,7 +18,7 @@ from spark_ext.connectors.jms.sink.entries import JmsDecision, SinkState, Winner
 from spark_ext.connectors.kafka.client.transactions import Producer
 from spark_ext.connectors.kafka.sink.decision import Decision
 from spark_ext.decisions import RoutingDecision
-from spark_ext.errors import NewerFormatError, ReleaseMismatchError
+from spark_ext.errors import NewerFormatError, ReleaseMismatchError, UnreadableRecordError
 from spark_ext.guarantees import Guarantee
 from spark_ext.monitoring import cards
 from spark_ext.stream import ProtocolStreamWriter, SinkPlan
@@ -65,6 +65,15 @@ def test_a_record_is_written_with_its_version_and_a_newer_ones_is_refused_naming
 def test_a_version_no_release_writes_is_refused_as_edited(found):
     with pytest.raises(NewerFormatError, match="edited by hand"):
         formats.KAFKA_DECISION.read(found, "here")
+
+
+@pytest.mark.parametrize("row", ['{"v": 1, "r": "run-1"}', '{"v": 1, "winners": ["g1"]}',
+                                 '{"v": 1, "w": "g1"}', '"g1"', "7"])
+def test_a_decision_row_without_its_winners_is_refused_not_read_as_deciding_nothing(row):
+    """Read as no winners, the take-over would roll the decided batch back and the replay,
+    finding the batch decided, would write nothing: a batch lost without a word."""
+    with pytest.raises(UnreadableRecordError, match=r"without its 'w' field.*changed the format without"):
+        read_winners(row, "table t")
 
 
 def test_records_written_before_versions_were_kept_read_as_version_1():

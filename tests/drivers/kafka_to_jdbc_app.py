@@ -107,8 +107,8 @@ def _print_scrapes(urls: dict[str, str | None], query_id: object) -> None:
         deadline = time.monotonic() + 30
         while True:
             text = urllib.request.urlopen(url, timeout=10).read().decode()
-            samples = [[s.name, s.labels, s.value] for f in text_string_to_metric_families(text)
-                       for s in f.samples]
+            samples: list[tuple[str, dict[str, str], float]] = [
+                (s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
             mine = {n: v for n, lb, v in samples if lb.get("query_id") == str(query_id)}
             if mine.get("spark_ext_sink_last_batch") == mine.get("spark_ext_query_batch_id") is not None \
                     or time.monotonic() > deadline:

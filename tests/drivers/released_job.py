@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -63,4 +64,5 @@ def queue(host: str, port: str, user: str, password: str, dest: str, ckpt: str, 
 
 
 if __name__ == "__main__":
-    sys.exit({"files": files, "queue": queue}[sys.argv[1]](*sys.argv[2:]))
+    jobs: dict[str, Callable[..., int]] = {"files": files, "queue": queue}
+    sys.exit(jobs[sys.argv[1]](*sys.argv[2:]))

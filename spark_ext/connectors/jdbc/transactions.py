@@ -70,14 +70,18 @@ def winners_text(winners: Iterable[str], run_id: str) -> str:
 def read_winners(text: str | None, where: str = "the sink's decisions table") -> tuple[frozenset[str], str]:
     """``winners_text`` read back: (the global ids, the run that decided them, "" if not
     kept); a plain list is version 1 without a run. A routing sink's decision names no ids
-    of this table's sink. Raises ``NewerFormatError`` for a newer release's row."""
+    of this table's sink. Raises ``NewerFormatError`` for a newer release's row, and
+    ``UnreadableRecordError`` for a row of no shape a release wrote (read as empty, it would
+    roll back the decided batch's transactions)."""
     value = json.loads(text or "[]")
     if isinstance(value, list):
         return frozenset(value), ""
-    if isinstance(value, dict) and "p" not in value:
-        formats.JDBC_DECISION.of(value, where)
-        return frozenset(value.get("w", ())), str(value.get("r", ""))
-    return frozenset(), ""
+    if isinstance(value, dict) and "p" in value:
+        return frozenset(), ""
+    if not isinstance(value, dict):
+        value = {}  # refused below, naming the field
+    formats.JDBC_DECISION.of(value, where)
+    return frozenset(formats.JDBC_DECISION.need(value, "w", list, where)), str(value.get("r", ""))
 
 
 def listed_winners(text: str | None) -> set[str]:

@@ -1,0 +1,1 @@
+"""The compatibility corpus: recorded states of each connector and the windows (see README.md)."""
