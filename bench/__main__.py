@@ -1,7 +1,12 @@
 """``make bench [CASES="a b"]``: run benchmark cases, print one ``BENCH`` line each.
 
-Line format: ``BENCH <case> ours=<rows/s> baseline=<rows/s> ratio=<ours/baseline> equal=<bool>``;
-the same figures go to ``bench/results/<case>.json``, and charts of every case's latest
+Line format: ``BENCH <case> ours=<rows/s> baseline=<rows/s> ratio=<ours/baseline> equal=<bool>``,
+then, for the cases timed in rounds (``bench.common.Rounds``: the write cases and
+``peer_kafka_eo``), ``cold_ratio=<round 0's ratio> spread=<min>-<max> rounds=<n>``, where
+``ours`` and ``baseline`` are the medians of the warm rounds and ``spread`` the lowest and
+highest ratio of paired warm rounds; a case may add more ``name=value`` figures
+(``peer_latency_eo``: ``ratio_floor``, ``ratio_native``). The same figures, and every
+round's seconds of every variant, go to ``bench/results/<case>.json``, and charts of every case's latest
 result beside them (``bench/chart.py``: ``ratios.png``, and ``windows.png`` for the
 sliding-window cases). Cases register in ``CASES`` as they are built (kafka_read,
 kafka_write, jdbc_write, window_*; peer_* against Kafka Streams and Flink, bench/peers/).
@@ -17,7 +22,6 @@ import importlib
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from bench.common import Result
@@ -117,7 +121,7 @@ def _cases(names: list[str]) -> int:
             continue
         r = _run(name)
         print(r.line(), flush=True)
-        (RESULTS / f"{name}.json").write_text(json.dumps({**asdict(r), "ratio": r.ratio}, indent=2))
+        (RESULTS / f"{name}.json").write_text(json.dumps(r.doc(), indent=2))
         if not r.equal:
             unequal.append(name)
     if any(n in CASES for n in names):

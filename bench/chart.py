@@ -51,18 +51,26 @@ def _pyplot() -> Any:
 
 
 def ratio_chart(results: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
-    """One bar per case: ours / baseline, with the line where both are equal."""
+    """One bar per case: ours / baseline, with the line where both are equal, and the
+    spread of the warm rounds' ratios as a whisker where the case has one."""
     plt = _pyplot()
     cases = [str(r["case"]) for r in results]
     ratios = [_ratio(r) for r in results]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(cases) + 1.4))
     colors = ["#2e7d32" if x >= 1 else "#c62828" for x in ratios]
-    bars = ax.barh(cases, ratios, color=colors)
+    # Cases timed in rounds carry the warm rounds' spread (paired ratios): a whisker.
+    nan = float("nan")
+    lo = [x - float(r["spread"][0]) if r.get("spread") else nan for r, x in zip(results, ratios, strict=True)]
+    hi = [float(r["spread"][1]) - x if r.get("spread") else nan for r, x in zip(results, ratios, strict=True)]
+    whiskers = any(h == h for h in hi)
+    bars = ax.barh(cases, ratios, color=colors, xerr=[lo, hi] if whiskers else None,
+                   error_kw={"elinewidth": 1, "capsize": 3})
     ax.bar_label(bars, labels=[f"{x:.2f}" for x in ratios], padding=3, fontsize=9)
     ax.axvline(1.0, color="#444444", linewidth=1, linestyle="--")
     ax.invert_yaxis()  # first case on top, as in the table
     ax.set_xlabel("ratio: ours / baseline throughput (higher is better; 1 = equal)")
-    ax.set_xlim(0, max([1.0, *[x for x in ratios if x == x]]) * 1.15)
+    ends = [x + (h if h == h else 0.0) for x, h in zip(ratios, hi, strict=True)]
+    ax.set_xlim(0, max([1.0, *[e for e in ends if e == e]]) * 1.15)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -1,12 +1,14 @@
-"""What every bench case shares: the result line, the services' addresses, a Spark session."""
+"""What every bench case shares: the result line, the services' addresses, a Spark session,
+and ``Rounds``, the way the write cases and ``peer_kafka_eo`` time their variants."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,16 @@ from services.env import ServicesEnvError, load_env
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 
+#: Rounds of a case timed with ``Rounds`` (``BENCH_ROUNDS``): round 0 is the cold one, the
+#: figure is the median of the others, so at least 4 warm rounds.
+DEFAULT_ROUNDS = 6
+MIN_ROUNDS = 5
+
 
 def rounds() -> int:
-    """Rounds of a write case, best of each (``BENCH_ROUNDS``, default 2: the first pays JVM
-    and worker warm-up; more rounds narrow the spread when two variants are compared)."""
+    """Rounds of each point of a scaling curve (``bench.scaling``), best of each
+    (``BENCH_ROUNDS``, default 2: the first pays JVM and worker warm-up). The ``BENCH``
+    cases that compare variants use ``round_count`` and ``Rounds`` instead."""
     return max(1, int(os.environ.get("BENCH_ROUNDS", "2")))
 
 
@@ -27,20 +35,149 @@ class BenchError(Exception):
     """A bench case could not run (a query failed, a service is missing)."""
 
 
+def round_count(*names: str) -> int:
+    """Rounds of a case timed with ``Rounds``: the first of the environment variables
+    ``names`` (then ``BENCH_ROUNDS``) that is set, default ``DEFAULT_ROUNDS``. Fewer than
+    ``MIN_ROUNDS`` is an error, raised before anything is staged: the cold round plus a
+    median of fewer than four warm rounds would be the single-round figure again."""
+    for name in (*names, "BENCH_ROUNDS"):
+        value = os.environ.get(name)
+        if value:
+            break
+    else:
+        name, value = "BENCH_ROUNDS", str(DEFAULT_ROUNDS)
+    try:
+        n = int(value)
+    except ValueError:
+        raise BenchError(f"{name}={value!r} is not a number of rounds") from None
+    if n < MIN_ROUNDS:
+        raise BenchError(f"{name}={n}: a case timed in rounds needs at least {MIN_ROUNDS} (round 0 is the "
+                         f"cold figure, the median is of the rest; default {DEFAULT_ROUNDS})")
+    return n
+
+
 @dataclass(frozen=True)
 class Result:
+    """One case's figures. ``ours`` and ``baseline`` are rows/s (or what the case says);
+    ``ratio`` = ours / baseline. Cases timed with ``Rounds`` also carry the cold round's
+    ratio, the spread of the warm rounds' ratios (paired round by round) and the number
+    of rounds; ``figures`` are more ratios for the line (``name=value``), ``detail`` goes
+    to the JSON only (every round's seconds of every variant)."""
+
     case: str
     ours: float
     baseline: float
     equal: bool
+    cold_ratio: float | None = None
+    spread: tuple[float, float] | None = None
+    rounds: int | None = None
+    figures: dict[str, float] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
         return self.ours / self.baseline if self.baseline else float("nan")
 
     def line(self) -> str:
-        return (f"BENCH {self.case} ours={self.ours:.0f} baseline={self.baseline:.0f} "
-                f"ratio={self.ratio:.2f} equal={str(self.equal).lower()}")
+        """``BENCH <case> ours= baseline= ratio= equal=`` and, when measured, ``cold_ratio=``
+        ``spread=<min>-<max>`` ``rounds=`` and the case's ``figures``: space-separated
+        ``key=value`` pairs after the case name."""
+        out = (f"BENCH {self.case} ours={self.ours:.0f} baseline={self.baseline:.0f} "
+               f"ratio={self.ratio:.2f} equal={str(self.equal).lower()}")
+        if self.cold_ratio is not None:
+            out += f" cold_ratio={self.cold_ratio:.2f}"
+        if self.spread is not None:
+            out += f" spread={self.spread[0]:.2f}-{self.spread[1]:.2f}"
+        if self.rounds is not None:
+            out += f" rounds={self.rounds}"
+        return out + "".join(f" {k}={v:.2f}" for k, v in self.figures.items())
+
+    def doc(self) -> dict[str, Any]:
+        """The results file's content: every field, ``ratio``, the figures and the detail
+        at the top level."""
+        d = asdict(self)
+        d.pop("figures")
+        d.pop("detail")
+        return {**d, "ratio": self.ratio, **self.figures, **self.detail}
+
+
+class Rounds:
+    """Every round's seconds of several variants of one case, run in turn within a round
+    (so drift in the machine's load falls on all alike).
+
+    Round 0 is the cold round (a query's first batch in the session pays Python workers'
+    and the JVM's start-up): its figures are kept apart. A variant's figure is the MEDIAN
+    of the warm rounds' seconds (rounds 1..n-1), rows/s = rows / that median. The spread
+    of two variants is the lowest and highest ratio of their paired warm rounds (round i
+    of one against round i of the other, rows/s over rows/s): the warm-median ratio
+    always lies inside it.
+    """
+
+    def __init__(self, case: str, n: int) -> None:
+        self.case = case
+        self.n = n
+        self.seconds: dict[str, list[float]] = {}
+        self.rows: dict[str, int] = {}
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.n))
+
+    def add(self, variant: str, rnd: int, rows: int, seconds: float, what: str = "rows") -> None:
+        """Round ``rnd`` of ``variant``: ``rows`` in ``seconds``; printed to stderr."""
+        got = self.seconds.setdefault(variant, [])
+        if len(got) != rnd:
+            raise BenchError(f"{self.case} {variant}: round {rnd} added after {len(got)} rounds")
+        if self.rows.setdefault(variant, rows) != rows:
+            raise BenchError(f"{self.case} {variant}: {rows} {what} in round {rnd}, "
+                             f"{self.rows[variant]} before")
+        got.append(seconds)
+        kind = "cold" if rnd == 0 else "warm"
+        print(f"[bench] {self.case} {variant} round {rnd} ({kind}): {rows} {what} in {seconds:.2f} s "
+              f"({rows / seconds:.0f}/s)", file=sys.stderr)
+
+    def _warm(self, variant: str) -> list[float]:
+        warm = self.seconds[variant][1:]
+        if not warm:
+            raise BenchError(f"{self.case} {variant}: no warm round")
+        return warm
+
+    def median_s(self, variant: str) -> float:
+        return float(statistics.median(self._warm(variant)))
+
+    def rate(self, variant: str) -> float:
+        """Rows/s from the median of the warm rounds' seconds."""
+        return self.rows[variant] / self.median_s(variant)
+
+    def cold_rate(self, variant: str) -> float:
+        return self.rows[variant] / self.seconds[variant][0]
+
+    def ratio(self, a: str, b: str) -> float:
+        return self.rate(a) / self.rate(b)
+
+    def cold_ratio(self, a: str, b: str) -> float:
+        return self.cold_rate(a) / self.cold_rate(b)
+
+    def spread(self, a: str, b: str) -> tuple[float, float]:
+        """(lowest, highest) of ``a``'s rows/s over ``b``'s, warm round by warm round."""
+        pairs = zip(self._warm(a), self._warm(b), strict=True)
+        per = [(self.rows[a] / sa) / (self.rows[b] / sb) for sa, sb in pairs]
+        return min(per), max(per)
+
+    def detail(self) -> dict[str, Any]:
+        """For the results file: the method and, per variant, every round's seconds."""
+        return {"method": f"median of warm rounds 1..{self.n - 1}; round 0 (cold) apart; "
+                          "spread = min-max of paired warm rounds' ratios",
+                "variants": {v: {"rows": self.rows[v], "seconds": s, "median_s": self.median_s(v),
+                                 "rows_per_s": self.rate(v), "cold_rows_per_s": self.cold_rate(v),
+                                 "warm_min_s": min(s[1:]), "warm_max_s": max(s[1:])}
+                             for v, s in self.seconds.items()}}
+
+    def result(self, ours: str, baselines: Sequence[str], equal: bool, case: str | None = None) -> Result:
+        """``ours`` against the best of ``baselines`` by warm median (one, usually)."""
+        base = max(baselines, key=self.rate)
+        return Result(case or self.case, self.rate(ours), self.rate(base), equal,
+                      cold_ratio=self.cold_ratio(ours, base), spread=self.spread(ours, base), rounds=self.n,
+                      detail={"ours_variant": ours, "baseline_variant": base, **self.detail()})
 
 
 def run_sql(url: str, stmt: str) -> list[tuple[Any, ...]]:

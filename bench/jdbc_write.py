@@ -2,15 +2,18 @@
 
 ``BENCH_JDBC_ROWS`` rows (default 1M: id, account, amount, ts, a ~60-byte note) are
 staged once as Parquet and streamed in one micro-batch (``Trigger.AvailableNow``) into
-an empty table (two rounds, best of each) by: our sink with ``exactly_once`` (the BENCH
-figure), Spark's own JDBC writer called from ``foreachBatch`` (the baseline, at least once, its defaults:
-batched INSERTs of 1,000 rows), our ``at_least_once`` append, and our ``at_least_once``
-upsert by ``id``, and our ``exactly_once`` with a dead-letter table (``deadLetter.*``),
-once into a table that refuses no row and once into one whose check constraint refuses
-one row in 100,000 (10 in 1M: the cost of finding them by halving the refused COPYs).
-Rows/s are wall-clock from ``start()`` to termination. ``equal``: the
-exactly-once table and the baseline table hold exactly the same rows (``EXCEPT ALL``
-both ways). The other two figures go to stderr and the JSON file.
+an empty table by: our sink with ``exactly_once`` (the BENCH figure), Spark's own JDBC
+writer called from ``foreachBatch`` (the baseline, at least once, its defaults: batched
+INSERTs of 1,000 rows), our ``at_least_once`` append, and our ``at_least_once`` upsert by
+``id``, and our ``exactly_once`` with a dead-letter table (``deadLetter.*``), once into a
+table that refuses no row and once into one whose check constraint refuses one row in
+100,000 (10 in 1M: the cost of finding them by halving the refused COPYs).
+``BENCH_ROUNDS`` rounds (default 6, at least 5), every variant once a round in that
+order, each into its emptied table; rows/s are the rows over the median wall-clock
+seconds (``start()`` to termination) of the warm rounds 1..n-1, round 0 printed apart as
+``cold_ratio``, the warm rounds' paired ratios as ``spread`` (``bench.common.Rounds``).
+``equal``: the exactly-once table and the baseline table hold exactly the same rows
+(``EXCEPT ALL`` both ways). The other figures go to stderr and the JSON files.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from bench.common import (
     RESULTS_DIR,
     BenchError,
     Result,
-    rounds,
+    Rounds,
+    round_count,
     run_sql,
     services_env,
     spark_session,
@@ -55,6 +59,7 @@ def _stage(spark: Any, rows: int, path: str) -> None:
 
 def run() -> Result:
     rows = int(os.environ.get("BENCH_JDBC_ROWS", "1000000"))
+    timed = Rounds("jdbc_write", round_count())
     url = services_env()["POSTGRES_URL"]
     eng_url = sa.engine.make_url(url)
     jdbc_url = f"jdbc:postgresql://{eng_url.host}:{eng_url.port or 5432}/{eng_url.database}"
@@ -81,7 +86,6 @@ def run() -> Result:
     def spark_jdbc(w: Any) -> Any:
         return w.foreachBatch(lambda df, _id: df.write.jdbc(jdbc_url, tables["spark"], "append", props))
 
-    rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = f"{tmp}/src"
         _stage(spark, rows, src)
@@ -89,14 +93,13 @@ def run() -> Result:
                  ("alo", ours(tables["alo"], guarantee="at_least_once")),
                  ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")),
                  ("dl", ours(tables["dl"], **dl)), ("dlp", ours(tables["dlp"], **dl)))
-        for i in range(rounds()):  # best of each: the first pays JVM and worker warm-up
+        for i in timed:
             for name, sink in sinks:
                 run_sql(url, f"TRUNCATE {tables[name]}")
                 n, dt = timed_parquet_stream(spark, "jdbc_write", src, f"{tmp}/ck-{name}-{i}", sink)
                 if n != rows:
                     raise BenchError(f"jdbc_write {name}: read {n} rows, expected {rows}")
-                rates[name] = max(rates.get(name, 0.0), n / dt)
-                print(f"[bench] jdbc_write {name} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
+                timed.add(name, i, n, dt)
     diff = run_sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {tables['eo']} EXCEPT ALL "
                      f"SELECT * FROM {tables['spark']}) a), (SELECT count(*) FROM (SELECT * FROM "
                      f"{tables['spark']} EXCEPT ALL SELECT * FROM {tables['eo']}) b), "
@@ -104,15 +107,17 @@ def run() -> Result:
     refused = sum(1 for i in range(7, rows, 100000))
     kept = run_sql(url, f"SELECT count(*) FROM {tables['dlp']}")[0][0]
     equal = diff[0] == 0 and diff[1] == 0 and diff[2] == rows and kept == rows - refused
+    rates = {name: timed.rate(name) for name, _sink in sinks}  # warm medians
     extra = {"at_least_once_rows_per_s": rates["alo"], "upsert_rows_per_s": rates["upsert"],
              "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
              "upsert_vs_spark_jdbc": rates["upsert"] / rates["spark"],
              "dead_letters_vs_exactly_once": rates["dl"] / rates["eo"],
              "dead_letters_10_refused_vs_exactly_once": rates["dlp"] / rates["eo"],
-             "dead_letter_rows": run_sql(url, f"SELECT count(*) FROM {dead}")[0][0] // 2}
+             # every round adds its refused rows to the same dead-letter table
+             "dead_letter_rows": run_sql(url, f"SELECT count(*) FROM {dead}")[0][0] // timed.n}
     print(f"[bench] jdbc_write extra {json.dumps(extra)}", file=sys.stderr)
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "jdbc_write_extra.json").write_text(json.dumps(extra, indent=2))
     for t in (*tables.values(), dead):
         run_sql(url, f"DROP TABLE IF EXISTS {t}")
-    return Result("jdbc_write", rates["eo"], rates["spark"], equal)
+    return timed.result("eo", ["spark"], equal)

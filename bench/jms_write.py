@@ -6,17 +6,20 @@ connector ``jms`` with ``exactly_once`` into an empty queue; rows/s from ``start
 termination, so the batch's decision and the broker's move into the destination are
 inside the figure. Baseline: the same bodies, read from the Parquet files beforehand,
 sent by one stomp.py connection with ``persistent:true``, timed from the first send to
-the DISCONNECT receipt (the broker has stored every message by then). Two rounds, best of
-each; each side's queue is drained before the other writes, so both write into an empty
-broker. ``equal``: both queues, drained by an independent consumer, hold the same bodies
-(the same multiset) and as many as the input.
+the DISCONNECT receipt (the broker has stored every message by then). ``BENCH_ROUNDS``
+rounds (default 6, at least 5), ours then the baseline in each; each side's queue is
+drained before the other writes, so both write into an empty broker. Messages/s are the
+messages over the median seconds of the warm rounds 1..n-1, round 0 printed apart as
+``cold_ratio``, the warm rounds' paired ratios as ``spread`` (``bench.common.Rounds``;
+the baseline's round 0 is only the first of a warm process). ``equal``: both queues,
+drained by an independent consumer, hold the same bodies (the same multiset) and as many
+as the input.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -30,7 +33,9 @@ from bench.common import (
     RESULTS_DIR,
     BenchError,
     Result,
+    Rounds,
     drain_queue,
+    round_count,
     services_env,
     spark_session,
     timed_parquet_stream,
@@ -63,10 +68,10 @@ def _bare(env: dict[str, str], queue: str, bodies: list[str]) -> float:
 
 def run() -> Result:
     rows = int(os.environ.get("BENCH_JMS_ROWS", "200000"))
+    timed = Rounds("jms_write", round_count())
     env = services_env()
     spark = spark_session()
     tag = uuid.uuid4().hex[:8]
-    rates: dict[str, float] = {}
     outputs: dict[str, Counter[str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = f"{tmp}/src"
@@ -80,21 +85,20 @@ def run() -> Result:
                         .option("password", env["STOMP_PASSWORD"]).option("destination", queue))
             return sink
 
-        for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
+        for i in timed:
             q_ours, q_bare = f"/queue/bench-jms-eo-{tag}-{i}", f"/queue/bench-jms-bare-{tag}-{i}"
             n, dt = timed_parquet_stream(spark, "jms_write", src, f"{tmp}/ck-{i}", ours(q_ours))
             if n != rows:
                 raise BenchError(f"jms_write: read {n} rows, expected {rows}")
-            rates["ours"] = max(rates.get("ours", 0.0), n / dt)
-            print(f"[bench] jms_write ours round {i}: {n} messages in {dt:.2f} s", file=sys.stderr)
+            timed.add("ours", i, n, dt, "messages")
             outputs[f"ours{i}"] = Counter(drain_queue(env, q_ours, 600))  # each side into an empty broker
             bt = _bare(env, q_bare, bodies)
-            rates["bare"] = max(rates.get("bare", 0.0), rows / bt)
-            print(f"[bench] jms_write bare round {i}: {rows} messages in {bt:.2f} s", file=sys.stderr)
+            timed.add("bare", i, rows, bt, "messages")
             outputs[f"bare{i}"] = Counter(drain_queue(env, q_bare, 600))
     expected = Counter(bodies)
     equal = all(out == expected for out in outputs.values())
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "jms_write_extra.json").write_text(json.dumps(
-        {"rows": rows, "ours_rows_per_s": rates["ours"], "bare_rows_per_s": rates["bare"]}, indent=2))
-    return Result("jms_write", rates["ours"], rates["bare"], equal)
+        {"rows": rows, "ours_rows_per_s": timed.rate("ours"), "bare_rows_per_s": timed.rate("bare")},
+        indent=2))
+    return timed.result("ours", ["bare"], equal)

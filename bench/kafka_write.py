@@ -8,9 +8,11 @@ once, its defaults), our ``at_least_once`` (idempotent producer; the cost of 2PC
 alo), and our ``exactly_once`` with a dead-letter table in PostgreSQL and no record
 refused (``dl``: what configuring dead letters costs, the routing sink's plan and
 decision and the topic's rules checked on every record), and ``exactly_once`` again with
-the metrics exporter serving and scraped every half second (``mon``). Two rounds
-(``BENCH_ROUNDS``), best of each;
-rows/s are wall-clock from ``start()`` to termination. ``equal``: read back with
+the metrics exporter serving and scraped every half second (``mon``). ``BENCH_ROUNDS``
+rounds (default 6, at least 5), every variant once a round in that order; rows/s are
+the rows over the median wall-clock seconds (``start()`` to termination) of the warm
+rounds 1..n-1, round 0 (the session's first queries) printed apart as ``cold_ratio``, the
+warm rounds' paired ratios as ``spread`` (``bench.common.Rounds``). ``equal``: read back with
 ``read_committed``, our topic holds every (key, value) of the baseline's exactly once
 (``exceptAll`` both ways, distinct values = rows).
 """
@@ -33,7 +35,8 @@ from bench.common import (
     RESULTS_DIR,
     BenchError,
     Result,
-    rounds,
+    Rounds,
+    round_count,
     run_sql,
     services_env,
     spark_session,
@@ -92,6 +95,7 @@ def _read(spark: Any, bootstrap: str, topic: str) -> Any:
 
 def run() -> Result:
     rows = int(os.environ.get("BENCH_KAFKA_WRITE_ROWS", "1000000"))
+    timed = Rounds("kafka_write", round_count())
     bootstrap = services_env()["KAFKA_BOOTSTRAP_SERVERS"]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     spark = spark_session()
@@ -115,14 +119,13 @@ def run() -> Result:
     def builtin(w: Any, topic: str) -> Any:
         return w.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
 
-    rates: dict[str, float] = {}
     last: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = f"{tmp}/src"
         _stage(spark, rows, src)
         sinks = (("spark", builtin), ("eo", ours("exactly_once")), ("alo", ours("at_least_once")),
                  ("dl", ours("exactly_once", **dl)), ("mon", ours("exactly_once")))
-        for i in range(rounds()):  # best of each: the first pays JVM and worker warm-up
+        for i in timed:
             for name, sink in sinks:
                 topic = _topic(admin, f"bench-write-{name}-{run_id}-{i}")
                 made.append(topic)
@@ -131,12 +134,12 @@ def run() -> Result:
                                                  lambda w, s=sink, t=topic: s(w, t))
                 if n != rows:
                     raise BenchError(f"kafka_write {name}: read {n} rows, expected {rows}")
-                rates[name] = max(rates.get(name, 0.0), n / dt)
+                timed.add(name, i, n, dt)
                 last[name] = topic
-                print(f"[bench] kafka_write {name} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
     ours_df, base_df = _read(spark, bootstrap, last["eo"]), _read(spark, bootstrap, last["spark"])
     equal = (ours_df.count() == rows and ours_df.select("value").distinct().count() == rows
              and ours_df.exceptAll(base_df).count() == 0 and base_df.exceptAll(ours_df).count() == 0)
+    rates = {name: timed.rate(name) for name, _sink in sinks}  # warm medians
     extra = {"at_least_once_rows_per_s": rates["alo"],
              "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
              "at_least_once_vs_builtin": rates["alo"] / rates["spark"],
@@ -148,4 +151,4 @@ def run() -> Result:
     for f in admin.delete_topics(made).values():
         f.result(timeout=60)
     run_sql(url, f"DROP TABLE IF EXISTS {dead}")
-    return Result("kafka_write", rates["eo"], rates["spark"], equal)
+    return timed.result("eo", ["spark"], equal)

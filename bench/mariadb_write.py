@@ -3,12 +3,16 @@ same server, same run.
 
 ``BENCH_JDBC_ROWS`` rows (default 1M: id, account, amount, ts, a ~60-byte note; the data
 of ``jdbc_write``) are staged once as Parquet and streamed in one micro-batch
-(``Trigger.AvailableNow``) into an empty InnoDB table (two rounds, best of each) by: our
-sink with ``exactly_once`` (XA; the BENCH figure), Spark's own JDBC writer called from
-``foreachBatch`` with MariaDB's Connector/J (the baseline, at least once, Spark's defaults:
-batches of 1,000 rows), our ``at_least_once`` append and our ``at_least_once`` upsert by
-``id``. Rows/s are wall-clock from ``start()`` to termination. ``equal``: the exactly-once
-table and the baseline table hold exactly the same rows (``EXCEPT ALL`` both ways).
+(``Trigger.AvailableNow``) into an empty InnoDB table by: our sink with ``exactly_once``
+(XA; the BENCH figure), Spark's own JDBC writer called from ``foreachBatch`` with
+MariaDB's Connector/J (the baseline, at least once, Spark's defaults: batches of 1,000
+rows), our ``at_least_once`` append and our ``at_least_once`` upsert by ``id``.
+``BENCH_ROUNDS`` rounds (default 6, at least 5), every variant once a round in that
+order, each into its emptied table; rows/s are the rows over the median wall-clock
+seconds (``start()`` to termination) of the warm rounds 1..n-1, round 0 printed apart as
+``cold_ratio``, the warm rounds' paired ratios as ``spread`` (``bench.common.Rounds``).
+``equal``: the exactly-once table and the baseline table hold exactly the same rows
+(``EXCEPT ALL`` both ways).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from bench.common import (
     RESULTS_DIR,
     BenchError,
     Result,
-    rounds,
+    Rounds,
+    round_count,
     run_sql,
     services_env,
     spark_session,
@@ -39,6 +44,7 @@ COLUMNS = "id bigint PRIMARY KEY, account varchar(64), amount double, ts datetim
 
 def run() -> Result:
     rows = int(os.environ.get("BENCH_JDBC_ROWS", "1000000"))
+    timed = Rounds("mariadb_write", round_count())
     url = services_env()["MARIADB_URL"]
     u = sa.engine.make_url(url)
     # Spark picks its MySQL dialect (backquoted names) by the jdbc:mysql scheme, which
@@ -63,26 +69,25 @@ def run() -> Result:
     def spark_jdbc(w: Any) -> Any:
         return w.foreachBatch(lambda df, _id: df.write.jdbc(jdbc_url, tables["spark"], "append", props))
 
-    rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = f"{tmp}/src"
         _stage(spark, rows, src)
         sinks = (("spark", spark_jdbc), ("eo", ours(tables["eo"])),
                  ("alo", ours(tables["alo"], guarantee="at_least_once")),
                  ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")))
-        for i in range(rounds()):  # best of each: the first pays JVM and worker warm-up
+        for i in timed:
             for name, sink in sinks:
                 run_sql(url, f"TRUNCATE TABLE {tables[name]}")
                 n, dt = timed_parquet_stream(spark, "mariadb_write", src, f"{tmp}/ck-{name}-{i}", sink)
                 if n != rows:
                     raise BenchError(f"mariadb_write {name}: read {n} rows, expected {rows}")
-                rates[name] = max(rates.get(name, 0.0), n / dt)
-                print(f"[bench] mariadb_write {name} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
+                timed.add(name, i, n, dt)
     eo, sp = tables["eo"], tables["spark"]
     diff = run_sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {eo} EXCEPT ALL SELECT * FROM {sp}) a),"
                         f" (SELECT count(*) FROM (SELECT * FROM {sp} EXCEPT ALL SELECT * FROM {eo}) b), "
                         f"(SELECT count(*) FROM {eo})")[0]
     equal = diff[0] == 0 and diff[1] == 0 and diff[2] == rows
+    rates = {name: timed.rate(name) for name, _sink in sinks}  # warm medians
     extra = {"at_least_once_rows_per_s": rates["alo"], "upsert_rows_per_s": rates["upsert"],
              "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
              "upsert_vs_spark_jdbc": rates["upsert"] / rates["spark"]}
@@ -91,4 +96,4 @@ def run() -> Result:
     (Path(RESULTS_DIR) / "mariadb_write_extra.json").write_text(json.dumps(extra, indent=2))
     for t in tables.values():
         run_sql(url, f"DROP TABLE IF EXISTS {t}")
-    return Result("mariadb_write", rates["eo"], rates["spark"], equal)
+    return timed.result("eo", ["spark"], equal)

@@ -10,13 +10,17 @@ team would pick instead, same input, same interval, same run.
 
 ``BENCH_PEER_ROWS`` records (default 1M; key ``acct-<n % 1000>``, ~100-byte values) are
 produced once into a 4-partition input topic; each engine copies it to a fresh 4-partition
-topic, ``BENCH_PEER_ROUNDS`` rounds (default 2), best of each. Each engine is timed from its
-job's start (the Spark session, the Flink MiniCluster and the JVMs already up) to the
-moment the last record is committed: ours when the query's progress has counted every
-record (progress is reported after the sink's commit), the peers when their own
-``read_committed`` consumer has. ``equal``: every output topic, read ``read_committed``,
-holds every input record (key and value) exactly once. ``BENCH_PEER_INTERVAL_MS`` (default
-1000) sets the interval.
+topic, ``BENCH_PEER_ROUNDS`` rounds (else ``BENCH_ROUNDS``; default 6, at least 5), the
+engines in turn within a round. A figure is the input over the median seconds of the warm
+rounds 1..n-1; round 0 (ours' first query of the session) is printed apart as
+``cold_ratio``, the warm rounds' paired ratios as ``spread``, both against the peer with
+the best median (``bench.common.Rounds``). Each engine is timed from its job's start (the
+Spark session, the Flink MiniCluster and the JVMs already up) to the moment the last
+record is committed: ours when the query's progress has counted every record (progress
+is reported after the sink's commit), the peers when their own ``read_committed``
+consumer has. ``equal``: every output topic, read ``read_committed``, holds every input
+record (key and value) exactly once. ``BENCH_PEER_INTERVAL_MS`` (default 1000) sets the
+interval.
 """
 
 from __future__ import annotations
@@ -30,7 +34,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, BenchError, Result, iter_to_end, services_env, spark_session
+from bench.common import (
+    RESULTS_DIR,
+    BenchError,
+    Result,
+    Rounds,
+    iter_to_end,
+    round_count,
+    services_env,
+    spark_session,
+)
 from bench.peer_jobs import ENGINES, peers_jar, run_peer
 
 PARTITIONS = 4
@@ -170,7 +183,7 @@ def every_record_once(bootstrap: str, topic: str, rows: int) -> bool:
 
 def run() -> Result:
     rows = int(os.environ.get("BENCH_PEER_ROWS", "1000000"))
-    rounds = int(os.environ.get("BENCH_PEER_ROUNDS", "2"))
+    timed = Rounds("peer_kafka_eo", round_count("BENCH_PEER_ROUNDS"))
     interval = interval_ms()
     bootstrap = services_env()["KAFKA_BOOTSTRAP_SERVERS"]
     peers_jar()  # built (first use only) before anything is timed
@@ -183,11 +196,9 @@ def run() -> Result:
     print(f"[bench] peer_kafka_eo: {rows} records into {source} in {time.monotonic() - t:.1f} s",
           file=sys.stderr)
     spark = spark_session()
-    rates: dict[str, float] = {}
-    per_round: dict[str, list[float]] = {}  # round 0 is ours' first query of the session (cold)
     last: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(rounds):  # alternate engines, so drift in the machine's load hits all alike
+        for i in timed:  # alternate engines, so drift in the machine's load hits all alike
             for engine in ("ours", *ENGINES):
                 sink = f"peer-eo-{engine.replace('_', '-')}-{run_id}-{i}"
                 make_topics(bootstrap, [sink])
@@ -197,21 +208,23 @@ def run() -> Result:
                 else:
                     dt = run_peer(engine, bootstrap, source, sink, rows, interval,
                                   f"peer-{engine}-{run_id}-{i}", Path(tmp) / f"{engine}-{i}.log").seconds
-                rates[engine] = max(rates.get(engine, 0.0), rows / dt)
-                per_round.setdefault(engine, []).append(rows / dt)
+                timed.add(engine, i, rows, dt, "records")
                 last[engine] = sink
-                print(f"[bench] peer_kafka_eo {engine} round {i}: {rows} records in {dt:.2f} s "
-                      f"({rows / dt:.0f} rec/s)", file=sys.stderr)
     equal = all([every_record_once(bootstrap, last[e], rows) for e in ("ours", *ENGINES)])
+    rates = {e: timed.rate(e) for e in ("ours", *ENGINES)}  # warm medians
     for e in ENGINES:
-        print(f"[bench] peer_kafka_eo peer {e}={rates[e]:.0f} rec/s ours/{e}={rates['ours'] / rates[e]:.2f}",
-              file=sys.stderr)
-    extra = {"rows": rows, "interval_ms": interval, "rounds": rounds,
-             "rows_per_s": rates, "rows_per_s_by_round": per_round, "settings": SETTINGS}
+        lo, hi = timed.spread("ours", e)
+        print(f"[bench] peer_kafka_eo peer {e}={rates[e]:.0f} rec/s (warm median) ours/{e}="
+              f"{rates['ours'] / rates[e]:.2f} cold {timed.cold_ratio('ours', e):.2f} "
+              f"spread {lo:.2f}-{hi:.2f}", file=sys.stderr)
+    # rows_per_s: warm medians; rows_per_s_by_round: every round, round 0 the cold one
+    extra = {"rows": rows, "interval_ms": interval, "rounds": timed.n, "rows_per_s": rates,
+             "rows_per_s_by_round": {e: [rows / dt for dt in s] for e, s in timed.seconds.items()},
+             "settings": SETTINGS}
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "peer_kafka_eo_extra.json").write_text(json.dumps(extra, indent=2))
     delete_topics(bootstrap, made)
-    return Result("peer_kafka_eo", rates["ours"], max(rates[e] for e in ENGINES), equal)
+    return timed.result("ours", ENGINES, equal)
 
 
 #: Each engine's settings, for the results file (the README's table quotes them).

@@ -7,20 +7,33 @@ Kafka topic (key, value), both ``exactly_once``, in one micro-batch
 (``Trigger.AvailableNow``). Ours: one query reading the topic once, through the routing
 sink. Baseline: two queries started together, each reading the whole topic and keeping
 its half, one into our PostgreSQL sink, one into our Kafka sink; timed from the first
-``start()`` until both ended. Two rounds, best of each. ``equal``: the tables hold the
-same rows and the topics the same records (read ``read_committed``), half the input each.
+``start()`` until both ended. ``BENCH_ROUNDS`` rounds (default 6, at least 5), the
+baseline then ours in each; records/s are the records over the median seconds of the
+warm rounds 1..n-1, round 0 printed apart as ``cold_ratio``, the warm rounds' paired
+ratios as ``spread`` (``bench.common.Rounds``). The baseline's queries are the session's
+first, so its round 0 pays the Python workers' start-up and ours' does not: this case's
+``cold_ratio`` flatters ours. ``equal``: the tables hold the same rows and the topics the
+same records (read ``read_committed``), half the input each.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 import uuid
 from typing import Any
 
-from bench.common import BenchError, Result, read_to_end, run_sql, services_env, spark_session
+from bench.common import (
+    BenchError,
+    Result,
+    Rounds,
+    read_to_end,
+    round_count,
+    run_sql,
+    services_env,
+    spark_session,
+)
 from bench.kafka_read import _topic
 
 
@@ -53,14 +66,14 @@ def _records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
 
 def run() -> Result:
     rows = int(os.environ.get("BENCH_ROUTING_ROWS", "400000"))
+    timed = Rounds("routing_write", round_count())
     env = services_env()
     bootstrap, url = env["KAFKA_BOOTSTRAP_SERVERS"], env["POSTGRES_URL"]
     source = _topic(bootstrap, rows)
     spark = spark_session()
-    rates = {"routing": 0.0, "two": 0.0}
     last: dict[str, tuple[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(2):  # two rounds, best of each: the first pays JVM and worker warm-up
+        for i in timed:
             for name in ("two", "routing"):
                 table, topic = f"bench_routing_{name}", _new_topic(bootstrap)
                 run_sql(url, f"DROP TABLE IF EXISTS {table}")
@@ -95,14 +108,12 @@ def run() -> Result:
                 if got != rows // 2 + rows % 2:
                     raise BenchError(f"routing_write {name}: {got} rows in PostgreSQL, expected "
                                      f"{rows // 2 + rows % 2}")
-                rates[name] = max(rates[name], rows / dt)
+                timed.add(name, i, rows, dt, "records")
                 last[name] = (table, topic)
-                print(f"[bench] routing_write {name} round {i}: {rows} records in {dt:.2f} s",
-                      file=sys.stderr)
     (t_ours, k_ours), (t_two, k_two) = last["routing"], last["two"]
     diff = run_sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {t_ours} EXCEPT ALL SELECT * FROM "
                         f"{t_two}) a), (SELECT count(*) FROM (SELECT * FROM {t_two} EXCEPT ALL SELECT * "
                         f"FROM {t_ours}) b)")[0]
     ours_records, two_records = _records(bootstrap, k_ours), _records(bootstrap, k_two)
     equal = diff == (0, 0) and ours_records == two_records and len(ours_records) == rows // 2
-    return Result("routing_write", rates["routing"], rates["two"], equal)
+    return timed.result("routing", ["two"], equal)

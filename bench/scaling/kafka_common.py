@@ -4,8 +4,9 @@ point and a timed write point, ours against Spark's own ``kafka`` format in one 
 A point reads a topic into Parquet with ``Trigger.AvailableNow`` (``bench.kafka_read``'s
 reader) by both sources, then streams the same records, staged as key/value Parquet with
 one file per topic partition, into a fresh topic of as many partitions by both sinks
-(``bench.common.timed_parquet_stream``). Rates are the best of the rounds, wall clock from
-``start()`` to termination, as the ``BENCH`` cases time them.
+(``bench.common.timed_parquet_stream``). Rates are the best of the rounds
+(``BENCH_ROUNDS``, default 2), wall clock from ``start()`` to termination; the ``BENCH``
+write cases report the median of warm rounds instead (``bench.common.Rounds``).
 """
 
 from __future__ import annotations
