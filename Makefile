@@ -40,7 +40,8 @@ JAVA_SRC := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
 help:
 	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | jvm | docs | bench | faults | soak [MINUTES=60] | clean"
 
-$(STAMP): pyproject.toml
+# The editable install builds the Kafka record decoder (C) in place, so its source is a prerequisite.
+$(STAMP): pyproject.toml spark_ext/connectors/kafka/_records.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
@@ -138,3 +139,4 @@ soak: $(JAR) $(DOCS_STAMP) services
 
 clean: services-down
 	rm -rf .local .pytest_cache .mypy_cache .ruff_cache build *.egg-info site jvm/target spark_ext/jars
+	find spark_ext -name "*.so" -delete

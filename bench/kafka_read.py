@@ -2,9 +2,11 @@
 
 A topic of ``BENCH_KAFKA_READ_ROWS`` records (default 4M, ~100-byte values, 4
 partitions) is read into Parquet with ``Trigger.AvailableNow`` by both sources, alternating,
-twice each; each side's best wall-clock time from ``start()`` to termination (query
-start-up included) gives its rows/s. ``equal``: the timed runs' outputs hold the same rows
-(every column, ``exceptAll`` both ways), as many as the topic holds.
+in ``BENCH_ROUNDS`` rounds (default 6, ``bench.common.Rounds``): wall-clock from ``start()``
+to termination (query start-up included); the figure is the median of the warm rounds,
+round 0 printed apart (``cold_ratio``) with the warm rounds' spread. ``equal``: every
+round's outputs hold the same rows (every column, ``exceptAll`` both ways), as many as the
+topic holds.
 
 ``kafka_read_sasl_ssl``: the same topic read through the broker's SASL_SSL listener (SCRAM,
 TLS) by both sources, configured alike with Spark's Java-style options (JAAS config, PEM
@@ -14,6 +16,7 @@ trust store): ours through the ``wire`` fetcher, Spark's through the Java client
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -21,7 +24,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BenchError, Result, services_env, spark_session
+from bench.common import BenchError, Result, Rounds, round_count, services_env, spark_session
 
 PARTITIONS = 4
 
@@ -113,14 +116,15 @@ def _compare(case: str, bootstrap: str, security: dict[str, str]) -> Result:
     spark = spark_session()
     import tempfile
 
-    best: dict[bool, float] = {True: 0.0, False: 0.0}
+    timed = Rounds(case, round_count())
+    equal = True
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(2):
+        for i in timed:
             for ours in (False, True):
                 n, dt = _timed_read(spark, ours, bootstrap, topic, f"{tmp}/ck-{ours}-{i}",
                                     f"{tmp}/out-{ours}-{i}", security)
-                best[ours] = max(best[ours], n / dt)
-                print(f"[bench] {case} {'ours' if ours else 'builtin'} run {i}: {n} rows in {dt:.2f} s",
-                      file=sys.stderr)
-        equal = all(_same_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows) for i in range(2))
-    return Result(case, best[True], best[False], equal)
+                timed.add("ours" if ours else "spark", i, n, dt)
+            equal = equal and _same_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows)
+            shutil.rmtree(f"{tmp}/out-True-{i}")
+            shutil.rmtree(f"{tmp}/out-False-{i}")
+    return timed.result("ours", ["spark"], equal)

@@ -1,4 +1,4 @@
-"""The fast read path: raw Fetch requests, record batches decoded by aiokafka's C decoder.
+"""The fast read path: raw Fetch requests, record batches decoded in C (``codec``).
 
 Executor side, one blocking connection per range to the partition's leader, kept by the
 worker process for later tasks (``_Kept``). Measured
@@ -6,29 +6,29 @@ here (one core, 100-byte values): librdkafka via confluent-kafka hands Python ab
 370k records/s, because it builds one Python ``Message`` per record; kafka-python's
 pure-Python decoder about 220k/s; raw Fetch responses (kafka-python's protocol classes
 encode and decode the request and response) decoded by aiokafka's compiled
-``DefaultRecordBatch`` about 850k/s, Arrow columns included. So plain-text clusters use
-this path and every other security setting goes through librdkafka (option ``fetcher``).
+``DefaultRecordBatch`` about 850k/s, Arrow columns included, one Python object per record;
+the response's record batches now go to Arrow columns in C without one (``codec``). So
+plain-text clusters use this path and every other security setting goes through
+librdkafka (option ``fetcher``).
 
-Read-committed filtering follows Kafka's consumer: a fetch response lists the aborted
-transactions (producer id, first offset) overlapping it; a transactional batch from a
-producer with an open abort is dropped until that producer's ABORT marker, and control
-batches are never returned.
+Read-committed filtering follows Kafka's consumer (in ``codec``): a fetch response lists
+the aborted transactions (producer id, first offset) overlapping it; a transactional batch
+from a producer with an open abort is dropped until that producer's ABORT marker, and
+control batches are never returned.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-from aiokafka.record.memory_records import MemoryRecords
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
+from spark_ext.connectors.kafka import codec
 from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn as _Conn
 from spark_ext.connectors.kafka.client.connection import metadata
@@ -44,11 +44,8 @@ log = logging.getLogger(__name__)
 _RECONNECT_S = 0.5  # between reconnects while a broker restarts or leadership moves
 
 FETCH_VERSION = 11  # Kafka 2.3+ (4.x still serves it): isolation level, log start offset
-_TS = pa.timestamp("us", tz="UTC")
-_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # Errors that mean "ask the cluster again who leads this partition".
 _OUT_OF_RANGE = 1  # OffsetOutOfRange: the position fell behind retention
-_ABORT = 0
 
 
 class _Behind(ConnectionError):
@@ -204,76 +201,12 @@ class WireRangeReader(RangeReaderBase):
         return out
 
     def _decode(self, part: Any) -> pa.RecordBatch | None:
-        r, end, pos = self._rng, self._rng.end, self._pos
-        aborted = sorted(((a.first_offset, a.producer_id) for a in (part.aborted_transactions or ())),
-                         reverse=True)
-        open_aborts: set[int] = set()
-        keys: list[bytes | None] = []
-        vals: list[bytes | None] = []
-        offs: list[int] = []
-        stamps: list[int] = []
-        kinds: list[np.ndarray] = []
-        headers: list[Any] = []
-        want_headers = self._cfg.include_headers
-        records = MemoryRecords(bytes(part.records)) if part.records else None
-        batch = records.next_batch() if records is not None else None
-        done = False
-        counted = 0
-        while batch is not None and not done:
-            nxt = batch.next_offset
-            if nxt <= pos:
-                batch = records.next_batch()  # type: ignore[union-attr]
-                continue
-            if self._committed and batch.is_transactional:
-                while aborted and aborted[-1][0] <= nxt - 1:
-                    open_aborts.add(aborted.pop()[1])
-                if batch.is_control_batch:
-                    rec = next(iter(batch), None)
-                    if rec is not None and rec.key and struct.unpack(">hh", rec.key[:4])[1] == _ABORT:
-                        open_aborts.discard(batch.producer_id)
-                elif batch.producer_id in open_aborts:
-                    pass  # an aborted transaction's records: never visible under read_committed
-                else:
-                    done = self._take(batch, pos, end, keys, vals, offs, stamps, headers, want_headers)
-            elif not batch.is_control_batch:
-                done = self._take(batch, pos, end, keys, vals, offs, stamps, headers, want_headers)
-            if len(offs) > counted:
-                kinds.append(np.full(len(offs) - counted, batch.timestamp_type, np.int32))
-                counted = len(offs)
-            pos = end if done else nxt
-            batch = records.next_batch()  # type: ignore[union-attr]
-        self._pos = pos
-        if not offs:
-            return None
-        cols: list[Any] = [
-            pa.array(keys, pa.binary()), pa.array(vals, pa.binary()),
-            pa.repeat(pa.scalar(r.topic, pa.string()), len(offs)),
-            pa.repeat(pa.scalar(r.partition, pa.int32()), len(offs)),
-            pa.array(np.array(offs, np.int64)),
-            pa.array(np.array(stamps, np.int64) * 1000, _TS),
-            pa.array(np.concatenate(kinds)),
-        ]
-        names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-        if want_headers:
-            cols.append(pa.array(headers, _HEADERS))
-            names.append("headers")
-        return pa.RecordBatch.from_arrays(cols, names=names)
-
-    @staticmethod
-    def _take(batch: Any, pos: int, end: int, keys: list[bytes | None], vals: list[bytes | None],
-              offs: list[int], stamps: list[int], headers: list[Any], want_headers: bool) -> bool:
-        """Append the batch's records in ``[pos, end)``; True once a record at ``end`` is seen."""
-        for rec in batch:
-            o = rec.offset
-            if o < pos:
-                continue
-            if o >= end:
-                return True
-            keys.append(rec.key)
-            vals.append(rec.value)
-            offs.append(o)
-            stamps.append(rec.timestamp)
-            if want_headers:
-                h = rec.headers
-                headers.append([{"key": k, "value": v} for k, v in h] if h else None)
-        return False
+        r = self._rng
+        aborted = [(a.first_offset, a.producer_id) for a in (part.aborted_transactions or ())]
+        try:
+            got = codec.decode(bytes(part.records or b""), self._pos, r.end, r.topic, r.partition,
+                               self._committed, aborted, self._cfg.include_headers)
+        except ValueError as e:
+            raise ConnectorError(f"cannot read {self._where()}: {e}") from None
+        self._pos = got.pos
+        return got.batch

@@ -1,0 +1,10 @@
+# The C decoder's interface (_records.c).
+from collections.abc import Callable
+
+_Binary = tuple[bytes, int, bytes, bytes]  # validity bitmap, null count, int32 offsets, data
+
+def decode(records: bytes, pos: int, end: int, committed: bool, aborted: list[tuple[int, int]],
+           headers: bool, decompress: Callable[[int, bytes], bytes]
+           ) -> tuple[int, int, int, bytes, bytes, bytes, _Binary, _Binary, tuple[bytes, int, bytes], _Binary,
+                      _Binary, int]: ...
+def crc32c(data: bytes) -> int: ...
