@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import fcntl
 import json
+import re
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from tests.corpus import record as corpus
 
@@ -59,6 +62,61 @@ def test_a_recorded_state_is_finished_exactly_once_by_todays_code(services: Any,
         assert q.exception() is None, f"the query from {case_dir} failed: {q.exception()}"
         _check_exactly_once(case, e, case_dir)
     print(f"{case_dir.parent.name}/{case_dir.name}: {time.monotonic() - started:.1f} s")
+
+
+# A JSON record's format version as the recordings hold it: plain in SQL, escaped in queues.json.
+_VERSION = re.compile(r'(\\?"v\\?": ?)1([,}])')
+_STATE_FILES = ("postgres.sql", "mariadb.sql", "queues.json")
+
+
+@pytest.mark.parametrize("case_dir", RECORDED, ids=[f"{d.parent.name}-{d.name}" for d in RECORDED])
+def test_a_recorded_state_one_version_ahead_is_refused_at_start_and_left_in_doubt(
+        services: Any, spark: Any, tmp_path: Path, case_dir: Path) -> None:
+    """The reverse of an upgrade: the same state with every decision and log entry one format
+    version ahead of this release (as a newer release would have left it). The query fails as
+    it starts, naming the versions, and touches nothing: the committed rows stay as they were,
+    and what was in doubt stays in doubt for the newer release to finish."""
+    del services
+    case = corpus.CASES[case_dir.parent.name]
+    ahead = tmp_path / "ahead"
+    shutil.copytree(case_dir, ahead)
+    bumped = 0
+    for name in _STATE_FILES:
+        f = ahead / name
+        if f.exists():
+            text, n = _VERSION.subn(r"\g<1>2\g<2>", f.read_text())
+            f.write_text(text)
+            bumped += n
+    assert bumped, f"no format version found to raise in {case_dir}"
+    e = corpus.env()
+    src, ckpt = tmp_path / "src", tmp_path / "ckpt"
+    corpus.restore_inputs(ahead, src)
+    corpus.restore_checkpoint(ahead / "checkpoint", src, ckpt)
+    with _alone(case), _cleaned(case, e):
+        corpus.RESTORERS[case.kind](case, e, ahead)
+        before = _state(case, e)
+        q = corpus.start_query(spark, case, src, ckpt, e)
+        try:
+            with pytest.raises(StreamingQueryException) as failed:
+                q.awaitTermination(240)
+        finally:
+            q.stop()
+        said = str(failed.value)
+        assert "written by a newer release" in said and "reads versions 1 to 1" in said, said
+        assert _state(case, e) == before  # nothing committed, nothing rolled back
+
+
+def _state(case: corpus.Case, e: dict[str, str]) -> tuple[Any, ...]:
+    """What a refusal must leave as it was: the committed rows and what is in doubt."""
+    if case.kind == "mariadb":
+        return sorted(map(tuple, corpus.my_target(case, e))), sorted(corpus.my_in_doubt(case, e))
+    if case.kind == "jms":
+        return (sorted(corpus.jms_staged(case, e)),)
+    if case.kind == "routing":
+        table, queue = corpus.part(case, "postgres"), corpus.part(case, "jms")
+        return (sorted(map(tuple, corpus.pg_target(table, e))), sorted(corpus.pg_prepared(case, e)),
+                sorted(corpus.jms_staged(queue, e)))
+    return sorted(map(tuple, corpus.pg_target(case, e))), sorted(corpus.pg_prepared(case, e))
 
 
 @contextmanager

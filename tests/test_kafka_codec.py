@@ -71,3 +71,31 @@ def test_every_codec_and_transaction_reads_as_kafkas_own_consumer_reads_it(servi
     everything, _ = _javas_read(services.kafka_bootstrap, topic, "read_uncommitted")
     assert len(committed) < len(everything)  # the aborted transactions were there to drop
     assert not any("txn-abort" in bytes.fromhex(v).decode() for *_, v, _h in committed if v != "-")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_what_the_sink_writes_reads_back_through_kafkas_own_consumer(spark, services, tmp_path, codec):
+    """The sink's C encoder, exactly-once: Kafka's Java consumer (read_committed) returns every
+    row once with its key, value and headers: null and empty keys and values, a null header
+    value, rows with no headers."""
+    from tests.support.kafka_sink import run
+    from tests.support.pg_util import write_json_files
+
+    topic = kafka_util.create_topic(services.kafka_bootstrap, 1, f"codec-out-{codec}")
+    write_json_files(tmp_path / "src", [300, 300])
+    select = ("IF(id % 7 = 0, NULL, IF(id % 11 = 0, X'', CAST(concat('k', id % 5) AS BINARY))) AS key",
+              "IF(id % 13 = 0, NULL, CAST(concat(v, repeat('x', CAST(id % 40 AS INT))) AS BINARY)) AS value",
+              "IF(id % 3 = 0, NULL, array(named_struct('key', 'h0', 'value', CAST(id AS STRING) ::binary), "
+              "named_struct('key', 'h1', 'value', IF(id % 2 = 0, NULL, X'00ff')))) AS headers")
+    q = run(spark, tmp_path / "src", tmp_path / "ckpt", services.kafka_bootstrap, topic, select,
+            **{"kafka.compression.type": codec})
+    assert q.awaitTermination(180), "still running after 180 s"
+    assert q.exception() is None, q.exception()
+    want = sorted(
+        (_hex(None if i % 7 == 0 else b"" if i % 11 == 0 else f"k{i % 5}".encode()),
+         _hex(None if i % 13 == 0 else f"v{i}{'x' * (i % 40)}".encode()),
+         "" if i % 3 == 0 else f"h0={str(i).encode().hex()};h1={'-' if i % 2 == 0 else '00ff'};")
+        for i in range(600))
+    got, end = _javas_read(services.kafka_bootstrap, topic, "read_committed")
+    assert end >= 600 and sorted((k, v, h) for _o, _t, _k, k, v, h in got) == want

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -116,3 +118,56 @@ def test_a_producers_transaction_after_its_aborted_one_is_read_under_read_commit
     got = codec.decode(buf, 0, 100, "t", 0, True, [(0, 7)], False)
     assert [r[3] for r in rows_of(got.batch)] == [b"b"] and got.pos == 4
     assert reference(buf, 0, 100, True, [(0, 7)])[2] == rows_of(got.batch)
+
+
+# --- the sink's encoder -------------------------------------------------------------------
+
+_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+Rows = list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]
+
+
+def _arrow(rows: Rows) -> pa.RecordBatch:
+    heads = [[{"key": k, "value": v} for k, v in r[2]] if r[2] is not None else None for r in rows]
+    keys, values = pa.array([r[0] for r in rows], pa.binary()), pa.array([r[1] for r in rows], pa.binary())
+    return pa.record_batch([keys, values, pa.array(heads, _HEADERS_TYPE)], names=["key", "value", "headers"])
+
+
+_row = st.tuples(_bytes, _bytes, st.one_of(st.none(), st.lists(_header, max_size=3)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_row, min_size=1, max_size=12), min_size=1, max_size=4),
+       st.sampled_from([0, 1, 2, 3, 4]), st.sampled_from([100, 300, 1 << 20]), st.booleans())
+def test_the_c_encoder_writes_batches_aiokafka_reads_back_row_for_row(calls, codec_id, limit, transactional):
+    """Rows added in several calls (each its own timestamp) to one partition come back from
+    aiokafka's decoder as they went in, in order, in batches no larger than the limit unless
+    one record alone is; each batch's CRC holds and its sequence follows the last."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from spark_ext.connectors.kafka.sink.records import Batcher, columns
+
+    b = Batcher(5 if transactional else -1, 2, transactional, codec_id, limit)
+    sent: list[tuple[bytes, int]] = []
+    want: list[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...] | None]] = []
+    for i, rows in enumerate(calls):
+        ts = 1_700_000_000_000 + 1000 * i
+        batch = _arrow(rows)
+        sent += [(data, n) for _, data, n in b.add(("t", 0), columns(batch, np.arange(len(rows))), ts)]
+        want += [(ts, k, v, tuple(h) if h else None) for k, v, h in rows]
+    sent += [(data, n) for _, data, n in b.drain()]
+    got, seq = [], 0
+    for data, n in sent:
+        batch = MemoryRecords(data).next_batch()
+        assert batch.validate_crc() and batch.base_sequence == seq and batch.is_transactional == transactional
+        records = list(batch)
+        assert len(records) == n and (n == 1 or len(data) <= limit + 64 or codec_id)
+        seq += n
+        got += [(r.timestamp, r.key, r.value, tuple(r.headers) if r.headers else None) for r in records]
+        assert [r.offset for r in records] == list(range(n))
+    assert got == want
+    assert b.sequences[("t", 0)] == len(want)
+    ours = [r for data, _ in sent
+            for r in rows_of(codec.decode(data, 0, 10**9, "t", 0, False, [], True).batch)]
+    assert [(r[1], r[3], r[4], r[5]) for r in ours] == want

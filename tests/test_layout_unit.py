@@ -76,6 +76,9 @@ def _module_graph() -> dict[str, set[str]]:
     relative imports included (a deferred import hides a circle from Python, not from here)."""
     files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
              for p in (ROOT / "spark_ext").rglob("*.py")}
+    # A compiled module is known by its stub (``_records.pyi``): it imports nothing of ours.
+    files.update({".".join(p.relative_to(ROOT).with_suffix("").parts): p
+                  for p in (ROOT / "spark_ext").rglob("*.pyi") if not p.with_suffix(".py").exists()})
 
     def known(name: str) -> str:
         while name not in files:

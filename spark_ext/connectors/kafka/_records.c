@@ -1,5 +1,5 @@
-/* Kafka record batches (message format v2) to Arrow column buffers, a whole fetch response
- * in one call: no Python object per record.
+/* Kafka record batches (message format v2) to Arrow column buffers and back, a whole fetch
+ * response (or a task's rows for one partition) in one call: no Python object per record.
  *
  * decode(buf, pos, end, committed, aborted, headers, decompress) walks the batches of one
  * partition's fetch response and gathers the records at offsets [pos, end) into column
@@ -366,6 +366,180 @@ out:
     return result;
 }
 
+
+/* ---- encoding: Arrow columns to the records of v2 batches ---- */
+
+/* One binary-like Arrow column: validity (NULL: none null), int32 offsets, data. */
+typedef struct {
+    Py_buffer valid, offs, data;
+    int has_valid, has;
+} Col;
+
+static int col_open(Col *c, PyObject *parts) { /* parts: None or (valid|None, offsets, data) */
+    memset(c, 0, sizeof *c);
+    if (parts == Py_None) return 0;
+    PyObject *v, *o, *d;
+    if (!PyArg_ParseTuple(parts, "OOO", &v, &o, &d)) return -1;
+    if (v != Py_None) {
+        if (PyObject_GetBuffer(v, &c->valid, PyBUF_SIMPLE)) return -1;
+        c->has_valid = 1;
+    }
+    if (PyObject_GetBuffer(o, &c->offs, PyBUF_SIMPLE)) return -1;
+    if (PyObject_GetBuffer(d, &c->data, PyBUF_SIMPLE)) {
+        PyBuffer_Release(&c->offs);
+        return -1;
+    }
+    c->has = 1;
+    return 0;
+}
+
+static void col_close(Col *c) {
+    if (c->has_valid) PyBuffer_Release(&c->valid);
+    if (c->has) {
+        PyBuffer_Release(&c->offs);
+        PyBuffer_Release(&c->data);
+    }
+}
+
+/* Item i: its bytes and length, -1 for null (or no column). */
+static int64_t col_item(const Col *c, int64_t i, const char **p) {
+    if (!c->has) return -1;
+    if (c->has_valid && !(((const unsigned char *)c->valid.buf)[i / 8] >> (i % 8) & 1)) return -1;
+    const int32_t *o = c->offs.buf;
+    *p = (const char *)c->data.buf + o[i];
+    return (int64_t)o[i + 1] - o[i];
+}
+
+static int put_varint(Buf *b, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    unsigned char tmp[10];
+    int n = 0;
+    do {
+        tmp[n] = z & 0x7F;
+        z >>= 7;
+        if (z) tmp[n] |= 0x80;
+        n++;
+    } while (z);
+    return buf_put(b, tmp, (size_t)n);
+}
+
+static int varint_size(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >>= 7) n++;
+    return n;
+}
+
+static int put_bytes(Buf *b, const char *p, int64_t n) { /* n < 0: null */
+    if (put_varint(b, n < 0 ? -1 : n)) return -1;
+    return n > 0 ? buf_put(b, p, (size_t)n) : 0;
+}
+
+static PyObject *chunk(Buf *b, int64_t count) {
+    return Py_BuildValue("(NL)", bytes_of(b), (long long)count);
+}
+
+/* encode(n, key, value, headers, ts_delta, count, size, limit): the records of rows 0..n-1
+ * (key and value: None or (valid, offsets, data); headers: None or (list valid, list offsets,
+ * header keys, header values)), every record with timestamp delta `ts_delta`. The first
+ * chunk continues an open batch holding `count` records in `size` bytes (header included);
+ * a record goes to a new chunk when its batch would pass `limit` bytes and holds a record
+ * already; a new chunk's records have timestamp delta 0 (the batch's base timestamp is
+ * theirs). Returns [(records, count), ...], the records and count this call added to each
+ * batch: every chunk but the last is a full batch's. */
+static PyObject *encode(PyObject *self, PyObject *args) {
+    long long n, ts_delta, count, size, limit;
+    PyObject *kp, *vp, *hp;
+    if (!PyArg_ParseTuple(args, "LOOOLLLL", &n, &kp, &vp, &hp, &ts_delta, &count, &size, &limit)) return NULL;
+    PyObject *out = NULL, *list = NULL;
+    Col key, val, hk, hv;
+    Py_buffer hvalid, hoffs;
+    int has_hvalid = 0, has_h = 0;
+    memset(&hk, 0, sizeof hk);
+    memset(&hv, 0, sizeof hv);
+    Buf cur = {0}, rec = {0};
+    if (col_open(&key, kp)) return NULL;
+    if (col_open(&val, vp)) {
+        col_close(&key);
+        return NULL;
+    }
+    if (hp != Py_None) {
+        PyObject *lv, *lo, *hkp, *hvp;
+        if (!PyArg_ParseTuple(hp, "OOOO", &lv, &lo, &hkp, &hvp)) goto done;
+        if (lv != Py_None) {
+            if (PyObject_GetBuffer(lv, &hvalid, PyBUF_SIMPLE)) goto done;
+            has_hvalid = 1;
+        }
+        if (PyObject_GetBuffer(lo, &hoffs, PyBUF_SIMPLE)) goto done;
+        has_h = 1;
+        if (col_open(&hk, hkp) || col_open(&hv, hvp)) goto done;
+    }
+    list = PyList_New(0);
+    if (!list) goto done;
+    long long before = count; /* the open batch's records: not this call's */
+    for (int64_t i = 0; i < n; i++) {
+        const char *k = NULL, *v = NULL;
+        int64_t kl = col_item(&key, i, &k), vl = col_item(&val, i, &v);
+        int64_t h0 = 0, h1 = 0;
+        if (has_h && !(has_hvalid && !(((const unsigned char *)hvalid.buf)[i / 8] >> (i % 8) & 1))) {
+            h0 = ((const int32_t *)hoffs.buf)[i];
+            h1 = ((const int32_t *)hoffs.buf)[i + 1];
+        }
+        rec.len = 0;
+        if (buf_put(&rec, "", 1) || put_varint(&rec, ts_delta) || put_varint(&rec, count) ||
+            put_bytes(&rec, k, kl) || put_bytes(&rec, v, vl) || put_varint(&rec, h1 - h0))
+            goto done;
+        for (int64_t h = h0; h < h1; h++) {
+            const char *hkey = NULL, *hval = NULL;
+            int64_t hkl = col_item(&hk, h, &hkey), hvl = col_item(&hv, h, &hval);
+            if (hkl < 0) {
+                PyErr_SetString(PyExc_ValueError, "a header with a null key: Kafka's headers need a key");
+                goto done;
+            }
+            if (put_bytes(&rec, hkey, hkl) || put_bytes(&rec, hval, hvl)) goto done;
+        }
+        int64_t whole = varint_size((int64_t)rec.len) + (int64_t)rec.len;
+        if (count > 0 && size + whole > limit) { /* the open batch is full: close it */
+            PyObject *c = chunk(&cur, count - before);
+            if (!c || PyList_Append(list, c)) {
+                Py_XDECREF(c);
+                goto done;
+            }
+            Py_DECREF(c);
+            cur.len = 0;
+            count = before = 0;
+            size = 61;
+            ts_delta = 0; /* the new batch's base timestamp is this one */
+            i--;          /* the record again, at offset delta 0 */
+            continue;
+        }
+        if (put_varint(&cur, (int64_t)rec.len) || buf_put(&cur, rec.p, rec.len)) goto done;
+        size += whole;
+        count++;
+    }
+    {
+        PyObject *c = chunk(&cur, count - before);
+        if (!c || PyList_Append(list, c)) {
+            Py_XDECREF(c);
+            goto done;
+        }
+        Py_DECREF(c);
+    }
+    out = list;
+    list = NULL;
+done:
+    Py_XDECREF(list);
+    col_close(&key);
+    col_close(&val);
+    col_close(&hk);
+    col_close(&hv);
+    if (has_hvalid) PyBuffer_Release(&hvalid);
+    if (has_h) PyBuffer_Release(&hoffs);
+    free(cur.p);
+    free(rec.p);
+    return out;
+}
+
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer view;
     if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
@@ -376,6 +550,7 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Record batches of one fetch response to column buffers."},
+    {"encode", encode, METH_VARARGS, "Rows' key, value and headers to the records of v2 batches."},
     {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C (Castagnoli) of a buffer."},
     {NULL, NULL, 0, NULL},
 };

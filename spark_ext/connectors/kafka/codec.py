@@ -1,14 +1,20 @@
-"""A fetch response's record batches as one Arrow record batch, decoded in C (``_records.c``).
+"""Kafka record batches (message format v2) to Arrow columns and back, in C (``_records.c``).
 
-The decoder walks every record batch of one partition's fetch response and gathers the
+``decode`` walks every record batch of one partition's fetch response and gathers the
 records of the range into column buffers, which become Arrow arrays without a copy; Python
 makes a few objects per response and one call per compressed batch (the decompression,
 ``aiokafka.codec``'s C and Rust codecs), never one per record. Read-committed filtering,
 control batches and the CRC-32C check happen there too, as Kafka's consumer does them.
+
+``encode`` is the reverse for the sink: Arrow key, value and headers columns to the records
+of batches no larger than a limit, in one call per partition of a task's Arrow batch;
+``batch`` puts a batch's header on (compressed when that is smaller, as Kafka's producer
+does).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +32,16 @@ NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestamp
 _DECOMPRESS: dict[int, Callable[[bytes], bytes]] = {
     1: _codecs.gzip_decode, 2: _codecs.snappy_decode, 3: _codecs.lz4_decode, 4: _codecs.zstd_decode,
 }
+
+
+_COMPRESS: dict[int, Callable[[bytes], bytes]] = {
+    1: _codecs.gzip_encode, 2: _codecs.snappy_encode, 3: _codecs.lz4_encode, 4: _codecs.zstd_encode,
+}
+HEADER = 61  # a v2 batch's header: the records start here
+_TRANSACTIONAL = 0x10
+# attributes .. records count: the part of the header the CRC-32C covers
+_TAIL = struct.Struct(">hiqqqhii")
+_HEAD = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, crc
 
 
 def _decompress(codec: int, data: bytes) -> bytes:
@@ -82,3 +98,54 @@ def decode(records: bytes, pos: int, end: int, topic: str, partition: int, commi
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli) of ``data``: the checksum of a v2 record batch."""
     return int(_records.crc32c(data))
+
+
+Parts = tuple[pa.Buffer | None, pa.Buffer, pa.Buffer]  # validity (None: no null), int32 offsets, data
+Headers = tuple[pa.Buffer | None, pa.Buffer, Parts, Parts]  # list validity and offsets, keys, values
+
+
+def parts(col: pa.Array | None) -> Parts | None:
+    """A binary or string column's buffers as ``encode`` takes them."""
+    if col is None:
+        return None
+    if col.offset:
+        col = pa.concat_arrays([col])  # buffers that start at the column's first item
+    valid, offsets, data = col.buffers()
+    return (valid if col.null_count else None, offsets, data if data is not None else pa.py_buffer(b""))
+
+
+def header_parts(col: pa.Array | None) -> Headers | None:
+    """A ``list<struct<key: string, value: binary>>`` column's buffers as ``encode`` takes them."""
+    if col is None:
+        return None
+    if col.offset:
+        col = pa.concat_arrays([col])
+    entries = col.values
+    if entries.offset:
+        entries = pa.concat_arrays([entries])
+    if entries.null_count:
+        raise ValueError("a header that is null itself (not its value): give each header a key")
+    valid, offsets = col.buffers()[:2]
+    key, value = parts(entries.field(0)), parts(entries.field(1))
+    assert key is not None and value is not None
+    return (valid if col.null_count else None, offsets, key, value)
+
+
+def encode(n: int, key: Parts | None, value: Parts | None, headers: Headers | None, ts_delta: int,
+           count: int, size: int, limit: int) -> list[tuple[bytes, int]]:
+    """The records of ``n`` rows, as ``_records.encode`` says: the first chunk continues an open
+    batch of ``count`` records and ``size`` bytes; every chunk but the last is a full batch's."""
+    return _records.encode(n, key, value, headers, ts_delta, count, size, limit)
+
+
+def batch(records: bytes, count: int, base_ts: int, max_ts: int, codec: int, transactional: bool,
+          producer_id: int, epoch: int, base_sequence: int) -> bytes:
+    """A v2 record batch of ``count`` records (``encode``'s), its base offset 0 (the broker
+    assigns offsets): compressed with ``codec`` when that makes it smaller."""
+    attrs = _TRANSACTIONAL if transactional else 0
+    if codec:
+        packed = _COMPRESS[codec](records)
+        if len(packed) < len(records):
+            records, attrs = bytes(packed), attrs | codec
+    tail = _TAIL.pack(attrs, count - 1, base_ts, max_ts, producer_id, epoch, base_sequence, count) + records
+    return _HEAD.pack(0, len(tail) + 9, -1, 2, _records.crc32c(tail)) + tail

@@ -10,20 +10,20 @@ producer would give: an explicit ``partition`` wins; otherwise a keyed record go
 NumPy over all keys of one length at once, never per row in Python); records without a
 key are spread in runs, as Kafka's sticky partitioner does.
 
-Record batches are encoded by aiokafka's compiled ``DefaultRecordBatchBuilder``.
+Record batches are encoded in C from the Arrow columns (``codec.encode``), one call per
+partition of a task's Arrow batch, never a Python object per row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from spark_ext.connectors.kafka import codec
 from spark_ext.errors import ConfigurationError, ConnectorError
 
 _M = np.uint32(0x5BD1E995)
@@ -183,6 +183,40 @@ class Partitioner:
         return out
 
 
+@dataclass(frozen=True)
+class Columns:
+    """The key, value and headers of some rows of a task's Arrow batch, as Arrow buffers
+    (``codec.parts``): what ``Batcher.add`` encodes, in C, with no Python object per row."""
+
+    n: int
+    key: codec.Parts | None
+    value: codec.Parts | None
+    headers: codec.Headers | None
+
+
+def columns(batch: pa.RecordBatch, rows: np.ndarray) -> Columns:
+    """Rows ``rows`` of ``batch``'s key, value and headers."""
+    idx = pa.array(rows)
+    names = batch.schema.names
+    # Taken, then cast: a string column is cast for these rows only, not once per partition.
+    value = _binary(batch.column("value").take(idx))
+    key = _binary(batch.column("key").take(idx)) if "key" in names else None
+    headers = batch.column("headers").take(idx) if "headers" in names else None
+    return Columns(len(rows), codec.parts(key), codec.parts(value), codec.header_parts(headers))
+
+
+@dataclass
+class _Open:
+    """A batch being filled: its records so far, their count, size (header included) and
+    timestamps."""
+
+    records: bytearray
+    count: int
+    size: int
+    base_ts: int
+    max_ts: int
+
+
 @dataclass
 class Batcher:
     """Open record batches per partition; yields full ones. Executor, one per task."""
@@ -194,49 +228,40 @@ class Batcher:
     batch_bytes: int
     sequences: dict[tuple[str, int], int] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)  # per topic, where it takes less than batch_bytes
-    _open: dict[tuple[str, int], tuple[Any, int]] = field(default_factory=dict)
+    _open: dict[tuple[str, int], _Open] = field(default_factory=dict)
 
-    def add(self, tp: tuple[str, int], keys: list[bytes | None], values: list[bytes | None],
-            headers: list[Any] | None, ts_ms: int) -> Iterator[tuple[tuple[str, int], bytes, int]]:
-        """Append rows for ``tp``; yields ``(tp, encoded batch, records)`` for each full batch."""
-        builder, count = self._open.get(tp) or (self._new(tp), 0)
-        no_headers: list[Any] = []
-        for i in range(len(values)):
-            h = headers[i] if headers is not None and headers[i] else no_headers
-            # A batch takes its first record whatever its size (the broker judges it).
-            if builder.append(count, ts_ms, keys[i], values[i], h) is None:
-                yield self._close(tp, builder, count)
-                builder, count = self._new(tp), 0
-                builder.append(0, ts_ms, keys[i], values[i], h)
-            count += 1
-        self._open[tp] = (builder, count)
+    def add(self, tp: tuple[str, int], cols: Columns,
+            ts_ms: int) -> Iterator[tuple[tuple[str, int], bytes, int]]:
+        """Append rows for ``tp``; yields ``(tp, encoded batch, records)`` for each full batch.
+        A batch takes its first record whatever its size (the broker judges it)."""
+        limit = min(self.batch_bytes, self.limits.get(tp[0], self.batch_bytes))
+        now = self._open.pop(tp, None)
+        if now is None:
+            chunks = codec.encode(cols.n, cols.key, cols.value, cols.headers, 0, 0, codec.HEADER, limit)
+        else:
+            chunks = codec.encode(cols.n, cols.key, cols.value, cols.headers, ts_ms - now.base_ts, now.count,
+                                  now.size, limit)
+        for i, (records, count) in enumerate(chunks):
+            if i == 0 and now is not None:
+                now.records += records
+                now.count += count
+                now.size += len(records)
+                now.max_ts = max(now.max_ts, ts_ms)
+            else:
+                now = _Open(bytearray(records), count, codec.HEADER + len(records), ts_ms, ts_ms)
+            if i < len(chunks) - 1:
+                yield self._close(tp, now)
+                now = None
+        if now is not None and now.count:
+            self._open[tp] = now
 
     def drain(self) -> Iterator[tuple[tuple[str, int], bytes, int]]:
-        for tp, (builder, count) in list(self._open.items()):
-            if count:
-                yield self._close(tp, builder, count)
+        for tp, now in list(self._open.items()):
+            yield self._close(tp, now)
         self._open.clear()
 
-    def _new(self, tp: tuple[str, int]) -> Any:
+    def _close(self, tp: tuple[str, int], now: _Open) -> tuple[tuple[str, int], bytes, int]:
         seq = self.sequences.get(tp, 0)
-        size = min(self.batch_bytes, self.limits.get(tp[0], self.batch_bytes))
-        return DefaultRecordBatchBuilder(2, self.codec, int(self.transactional), self.producer_id,
-                                         self.epoch, seq, size)
-
-    def _close(self, tp: tuple[str, int], builder: Any, count: int) -> tuple[tuple[str, int], bytes, int]:
-        self.sequences[tp] = self.sequences.get(tp, 0) + count
-        return tp, bytes(builder.build()), count
-
-
-def column_lists(batch: pa.RecordBatch, rows: np.ndarray) -> tuple[list[Any], list[Any], list[Any] | None]:
-    """Python lists of key, value and headers for ``rows`` (bytes, as the encoder wants)."""
-    idx = pa.array(rows)
-    # Taken, then cast: a string column is cast for these rows only, not once per partition.
-    value = _binary(batch.column("value").take(idx)).to_pylist()
-    names = batch.schema.names
-    key = _binary(batch.column("key").take(idx)).to_pylist() if "key" in names else [None] * len(rows)
-    headers = None
-    if "headers" in names:
-        headers = [[(h["key"], h["value"]) for h in hs] if hs else None
-                   for hs in batch.column("headers").take(idx).to_pylist()]
-    return key, value, headers
+        self.sequences[tp] = seq + now.count
+        return tp, codec.batch(bytes(now.records), now.count, now.base_ts, now.max_ts, self.codec,
+                               self.transactional, self.producer_id, self.epoch, seq), now.count

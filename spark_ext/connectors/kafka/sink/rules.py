@@ -20,12 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 BATCH_HEADER = 61  # a v2 record batch's bytes before its first record
 RECORD_MOST = 64  # a record's own framing beyond its key, value and headers, at most
@@ -155,12 +153,8 @@ def _raw_sizes(batch: pa.RecordBatch, idx: pa.Array) -> np.ndarray:
 
 def _batch_size(batch: pa.RecordBatch, row: int, codec: int, ts_ms: int) -> int:
     """The exact size of a record batch holding row ``row`` alone, as the sink encodes it."""
-    one = batch.slice(row, 1).to_pylist()[0]
+    from spark_ext.connectors.kafka.sink.records import Batcher, columns
 
-    def raw(v: Any) -> bytes | None:
-        return v.encode() if isinstance(v, str) else v
-
-    headers = [(h["key"], h["value"]) for h in one.get("headers") or []]
-    b = DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 2**31 - 1)
-    b.append(0, ts_ms, raw(one.get("key")), raw(one["value"]), headers)
-    return len(bytes(b.build()))
+    one = Batcher(-1, -1, False, codec, 2**31 - 1)
+    sent = [*one.add(("", 0), columns(batch, np.array([row])), ts_ms), *one.drain()]
+    return sum(len(data) for _, data, _ in sent)

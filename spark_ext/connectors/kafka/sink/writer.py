@@ -25,7 +25,7 @@ from spark_ext import failpoints
 from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
-from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, column_lists
+from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, columns
 from spark_ext.connectors.kafka.sink.rules import (
     TOPIC_KEYS,
     Refused,
@@ -141,8 +141,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
                     idx = self._keep(batch, idx, refused_records(batch, idx, tp[0], rules, cfg.codec, ts))
                     if not len(idx):
                         continue
-                keys, values, headers = column_lists(batch, idx)
-                for full_tp, data, count in batcher.add(tp, keys, values, headers, ts):
+                for full_tp, data, count in batcher.add(tp, columns(batch, idx), ts):
                     sender.send(full_tp, data, count)
                 rows += len(idx)
         for tp, data, count in batcher.drain():
