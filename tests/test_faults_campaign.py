@@ -233,6 +233,7 @@ def test_kafka_and_postgres_restarts_under_a_running_pipeline_keep_every_guarant
                             [Fault("restart", "postgres", 1), Fault("restart", "kafka", 1)]))
 
 
+@pytest.mark.campaign  # make faults: a campaign run of its own (40 s), beside the campaigns it checks
 def test_a_campaign_broken_off_counts_only_what_was_due(tmp_path, services):
     """A fault that cannot be carried out (a restart of a service that does not exist)
     breaks the campaign off after its run committed two batches. The FAULTS line says

@@ -66,7 +66,10 @@ def test_spark_submit_settings_alone_serve_what_the_python_exporter_serves(servi
     app = tmp_path / "app.py"
     shutil.copy(kafka_to_jdbc_app.__file__, app)
     port = _free_port()
-    env = {**_submit_env(), "SERVE_METRICS": "1", "JVM_METRICS_URL": f"http://127.0.0.1:{port}/metrics"}
+    # A spool directory of its own: the host's queue sources' cards, which other tests' queries
+    # write beside it, would otherwise reach one scrape and not the other.
+    env = {**_submit_env(), "SERVE_METRICS": "1", "JVM_METRICS_URL": f"http://127.0.0.1:{port}/metrics",
+           "SPARK_EXT_METRICS_DIR": str(tmp_path / "cards")}
     submit = Path(sys.executable).parent / "spark-submit"
     cmd = [str(submit), "--master", "local[2]", "--jars", str(release.jar_path()),
            "--conf", "spark.ui.enabled=false",
