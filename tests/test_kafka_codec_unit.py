@@ -171,3 +171,38 @@ def test_the_c_encoder_writes_batches_aiokafka_reads_back_row_for_row(calls, cod
     ours = [r for data, _ in sent
             for r in rows_of(codec.decode(data, 0, 10**9, "t", 0, False, [], True).batch)]
     assert [(r[1], r[3], r[4], r[5]) for r in ours] == want
+
+
+def test_spark_s_large_arrow_types_are_encoded_as_the_plain_ones():
+    """With spark.sql.execution.arrow.useLargeVarTypes Spark hands the sink 64-bit offsets: the
+    records must be the same (read as 32-bit, they were silently wrong)."""
+    from spark_ext.connectors.kafka.sink.records import Batcher, columns
+
+    large = pa.large_list(pa.struct([("key", pa.large_string()), ("value", pa.large_binary())]))
+    cols = [pa.array(["k1", None], pa.large_string()), pa.array([b"v1", b"value2"], pa.large_binary()),
+            pa.array([[{"key": "hk", "value": b"x"}], None], large)]
+    batch = pa.record_batch(cols, names=["key", "value", "headers"])
+    b = Batcher(-1, 0, False, 0, 1 << 20)
+    sent = [data for _, data, _ in [*b.add(("t", 0), columns(batch, np.arange(2)), 5), *b.drain()]]
+    rows = [r for data in sent for r in rows_of(codec.decode(data, 0, 10, "t", 0, False, [], True).batch)]
+    assert [(r[3], r[4], r[5]) for r in rows] == [(b"k1", b"v1", (("hk", b"x"),)), (None, b"value2", None)]
+
+
+def test_buffers_that_do_not_hold_the_rows_are_refused_not_read_past():
+    """Fewer offsets than rows, or offsets past the data: an error, never a read beyond."""
+    two = pa.array([b"v1", b"value2"], pa.binary()).buffers()
+    with pytest.raises(ValueError, match="value column's buffers are not 5 items of 32-bit offsets"):
+        codec.encode(5, None, (None, two[1], two[2]), None, 0, 0, codec.HEADER, 1 << 20)
+    with pytest.raises(ValueError, match="key column's buffers are not 2 items"):
+        codec.encode(2, (None, two[1], pa.py_buffer(b"v1")), None, None, 0, 0, codec.HEADER, 1 << 20)
+
+
+def test_a_batch_that_does_not_decompress_is_a_value_error_naming_the_codec():
+    raw = bytearray(build(Spec([(b"k", b"v" * 200, [], 0)], codec=1), 3))
+    assert struct.unpack_from(">h", raw, 21)[0] & 7 == 1
+    raw[70:80] = bytes(10)
+    from aiokafka.record.util import calc_crc32c
+
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
+    with pytest.raises(ValueError, match="gzip records do not decompress"):
+        codec.decode(bytes(raw), 0, 100, "t", 0, False, [], False)

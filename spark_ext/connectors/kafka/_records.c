@@ -197,7 +197,7 @@ static int take(Cols *c, const unsigned char *recs, const unsigned char *lim, in
         p += 1; /* attributes: unused in v2 */
         if (p > rlim || varint(&p, rlim, &ts_delta) || varint(&p, rlim, &off_delta))
             return bad(base, "a record's timestamp or offset delta");
-        int64_t off = base + off_delta;
+        int64_t off = (int64_t)((uint64_t)base + (uint64_t)off_delta); /* wraps as Java does */
         if (off >= end) return 1;
         if (varint(&p, rlim, &klen) || klen > rlim - p) return bad(base, "a record's key");
         const unsigned char *k = p;
@@ -210,7 +210,8 @@ static int take(Cols *c, const unsigned char *recs, const unsigned char *lim, in
             p = rlim;
             continue;
         }
-        if (put_i64(&c->offsets, off) || put_i64(&c->stamps, log_append ? max_ts : base_ts + ts_delta) ||
+        int64_t ts = log_append ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta);
+        if (put_i64(&c->offsets, off) || put_i64(&c->stamps, ts) ||
             put_i32(&c->kinds, kind) || bin_put(&c->key, (const char *)k, klen < 0 ? -1 : klen) ||
             bin_put(&c->value, (const char *)v, vlen < 0 ? -1 : vlen))
             return -1;
@@ -285,7 +286,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             goto out;
         }
         int16_t attrs = be16(b + 21);
-        int64_t next = base + be32(b + 23) + 1;
+        int64_t next = (int64_t)((uint64_t)base + (uint64_t)(int64_t)be32(b + 23) + 1u);
         if (next <= pos) continue;
         int transactional = attrs & 0x10, control = attrs & 0x20;
         int64_t pid = be64(b + 43);
@@ -384,13 +385,32 @@ static int col_open(Col *c, PyObject *parts) { /* parts: None or (valid|None, of
         if (PyObject_GetBuffer(v, &c->valid, PyBUF_SIMPLE)) return -1;
         c->has_valid = 1;
     }
-    if (PyObject_GetBuffer(o, &c->offs, PyBUF_SIMPLE)) return -1;
+    if (PyObject_GetBuffer(o, &c->offs, PyBUF_SIMPLE)) goto fail;
     if (PyObject_GetBuffer(d, &c->data, PyBUF_SIMPLE)) {
         PyBuffer_Release(&c->offs);
-        return -1;
+        goto fail;
     }
     c->has = 1;
     return 0;
+fail:
+    if (c->has_valid) PyBuffer_Release(&c->valid);
+    c->has_valid = 0;
+    return -1;
+}
+
+/* The column's buffers hold `n` items of the binary layout (32-bit offsets); else ValueError:
+ * a wrong layout (64-bit offsets, a short buffer) must fail, never be read as records. */
+static int col_fits(const Col *c, int64_t n, const char *what) {
+    if (!c->has) return 0;
+    const int32_t *o = c->offs.buf;
+    int ok = c->offs.len >= (Py_ssize_t)(4 * (n + 1)) && (!c->has_valid || c->valid.len >= (n + 7) / 8);
+    if (ok) {
+        ok = o[0] >= 0 && o[n] >= o[0] && (Py_ssize_t)o[n] <= c->data.len;
+        for (int64_t i = 0; ok && i < n; i++) ok = o[i + 1] >= o[i];
+    }
+    if (!ok) PyErr_Format(PyExc_ValueError, "the %s column's buffers are not %lld items of 32-bit offsets", what,
+                          (long long)n);
+    return ok ? 0 : -1;
 }
 
 static void col_close(Col *c) {
@@ -463,6 +483,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         col_close(&key);
         return NULL;
     }
+    if (col_fits(&key, n, "key") || col_fits(&val, n, "value")) goto done;
     if (hp != Py_None) {
         PyObject *lv, *lo, *hkp, *hvp;
         if (!PyArg_ParseTuple(hp, "OOOO", &lv, &lo, &hkp, &hvp)) goto done;
@@ -473,6 +494,15 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(lo, &hoffs, PyBUF_SIMPLE)) goto done;
         has_h = 1;
         if (col_open(&hk, hkp) || col_open(&hv, hvp)) goto done;
+        const int32_t *ho = hoffs.buf;
+        int ok = hoffs.len >= (Py_ssize_t)(4 * (n + 1)) && (!has_hvalid || hvalid.len >= (n + 7) / 8) &&
+                 ho[0] >= 0;
+        for (int64_t i = 0; ok && i < n; i++) ok = ho[i + 1] >= ho[i];
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "the headers column's buffers are not a list of 32-bit offsets");
+            goto done;
+        }
+        if (col_fits(&hk, ho[n], "header key") || col_fits(&hv, ho[n], "header value")) goto done;
     }
     list = PyList_New(0);
     if (!list) goto done;

@@ -44,11 +44,20 @@ _TAIL = struct.Struct(">hiqqqhii")
 _HEAD = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, crc
 
 
+_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
 def _decompress(codec: int, data: bytes) -> bytes:
+    """One batch's records, decompressed; a ``ValueError`` for data that does not decompress
+    (each codec has errors of its own: gzip an ``OSError``, cramjam its own type), so the
+    reader reports a corrupt batch rather than retrying it as a broker away."""
     fn = _DECOMPRESS.get(codec)
     if fn is None:
         raise ValueError(f"compression codec {codec} is none Kafka defines (1-4)")
-    return bytes(fn(data))
+    try:
+        return bytes(fn(data))
+    except Exception as e:  # noqa: BLE001 - any codec's failure is a corrupt batch
+        raise ValueError(f"its {_NAMES[codec]} records do not decompress: {type(e).__name__}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -105,9 +114,12 @@ Headers = tuple[pa.Buffer | None, pa.Buffer, Parts, Parts]  # list validity and 
 
 
 def parts(col: pa.Array | None) -> Parts | None:
-    """A binary or string column's buffers as ``encode`` takes them."""
+    """A binary or string column's buffers as ``encode`` takes them (32-bit offsets: Spark's
+    large types, with ``spark.sql.execution.arrow.useLargeVarTypes``, are cast)."""
     if col is None:
         return None
+    if pa.types.is_large_binary(col.type) or pa.types.is_large_string(col.type):
+        col = col.cast(pa.binary())
     if col.offset:
         col = pa.concat_arrays([col])  # buffers that start at the column's first item
     valid, offsets, data = col.buffers()
@@ -118,6 +130,8 @@ def header_parts(col: pa.Array | None) -> Headers | None:
     """A ``list<struct<key: string, value: binary>>`` column's buffers as ``encode`` takes them."""
     if col is None:
         return None
+    if col.type != HEADERS:
+        col = col.cast(HEADERS)  # large lists and strings: 32-bit offsets, as encode reads them
     if col.offset:
         col = pa.concat_arrays([col])
     entries = col.values
