@@ -1,8 +1,9 @@
 """Kafka record batches (message format v2) to Arrow columns and back, in C (``_records.c``).
 
 ``decode`` walks every record batch of one partition's fetch response and gathers the
-records of the range into column buffers, which become Arrow arrays without a copy; Python
-makes a few objects per response and one call per compressed batch (the decompression,
+records of the range into column buffers, copied once into ``bytes`` that Arrow arrays then
+wrap without another copy; Python makes a few objects per response and one call per
+compressed batch (the decompression,
 ``aiokafka.codec``'s C and Rust codecs), never one per record. Read-committed filtering,
 control batches and the CRC-32C check happen there too, as Kafka's consumer does them.
 
