@@ -1,0 +1,631 @@
+/* Avro binary datums to Arrow column buffers, a whole column of Kafka values in one call: no
+ * Python object per record or per field.
+ *
+ * Python (spark_ext/schemas/avro.py) resolves each writer schema against the reader schema
+ * and compiles the resolution into a flat int32 program; this file only runs programs.
+ * Every program writes into the same outputs, which the reader schema shapes, so rows
+ * written with different schema versions land in one column in row order.
+ *
+ * decode(code, entries, outs, strings, consts, values, progs, skip) where
+ *   code     bytes, int32 ops (the OP_ list below),
+ *   entries  list of the code offset each program starts at,
+ *   outs     list of (kind, width, children) per output; output 0 is the column,
+ *   strings  list of bytes: enum symbols and error messages,
+ *   consts   list of bytes or None: default values in their Arrow layout,
+ *   values   (valid | None, int32 offsets, data) of the binary column,
+ *   progs    bytes, int32 per row: its program, or -1 for a null row,
+ *   skip     bytes to skip at the start of every value (the wire format's header).
+ * Returns (None, buffers) with buffers[i] = (length, nulls, validity, offsets|None,
+ * data|None) per output, or (row, message) for the first row that does not decode.
+ *
+ * The stable ABI (Python 3.11+): one build serves every Python the package supports.
+ */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { O_NULL, O_BOOL, O_FIXED, O_BIN, O_STRUCT, O_LIST, O_MAP };
+
+enum {
+    OP_NULL,    /* out */
+    OP_BOOL,    /* out */
+    OP_INT,     /* out conv */
+    OP_LONG,    /* out conv mult */
+    OP_FLOAT,   /* out conv */
+    OP_DOUBLE,  /* out */
+    OP_BYTES,   /* out conv */
+    OP_FIXED,   /* out conv size */
+    OP_ENUM,    /* out nsym msg sym... (a symbol's string index, -1: not in the reader) */
+    OP_RECORD,  /* out nfields field_pc... ndefaults (child const)... */
+    OP_ARRAY,   /* out item_pc */
+    OP_MAP,     /* out key_out value_pc */
+    OP_UNION,   /* nbranches branch_pc... */
+    OP_MEMBER,  /* out index inner_pc: union member `index` of a struct-shaped union */
+    OP_FAIL,    /* msg */
+};
+
+/* conversions of a read number to its output */
+enum { C_I32, C_I64, C_F32, C_F64, C_BIN, C_DEC };
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, size_t more) {
+    if (b->len + more <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const void *src, size_t n) {
+    if (buf_reserve(b, n)) return -1;
+    if (n) memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+typedef struct {
+    int kind, width, nchild;
+    int child[64];
+    Buf valid, offs, data;
+    int64_t n, nulls;
+} Out;
+
+typedef struct {
+    const int32_t *code;
+    Py_ssize_t ncode;
+    Out *outs;
+    int nouts;
+    PyObject *strings, *consts;
+    const char *msg; /* a failed row's reason; NULL: a Python error is set */
+    int depth;
+} Ctx;
+
+static int valid_put(Out *o, int ok) {
+    if (o->n % 8 == 0) {
+        char zero = 0;
+        if (buf_put(&o->valid, &zero, 1)) return -1;
+    }
+    if (ok)
+        o->valid.p[o->n / 8] |= (char)(1 << (o->n % 8));
+    else
+        o->nulls++;
+    o->n++;
+    return 0;
+}
+
+static int put_off(Ctx *c, Out *o) {
+    int64_t v;
+    if (o->kind == O_BIN)
+        v = (int64_t)o->data.len;
+    else
+        v = c->outs[o->child[0]].n;
+    if (v > INT32_MAX) {
+        c->msg = "more than 2 GiB (or 2^31 items) in one column";
+        return -1;
+    }
+    int32_t w = (int32_t)v;
+    return buf_put(&o->offs, &w, 4);
+}
+
+/* Append a null to output `i` (children too: a struct's children keep its length). */
+static int put_null(Ctx *c, int i) {
+    if (i < 0) return 0;
+    Out *o = &c->outs[i];
+    if (o->kind == O_NULL) {
+        o->n++;
+        o->nulls++;
+        return 0;
+    }
+    if (valid_put(o, 0)) return -1;
+    switch (o->kind) {
+    case O_BOOL:
+        return buf_put(&o->data, "\0", 1);
+    case O_FIXED: {
+        static const char zero[16] = {0};
+        return buf_put(&o->data, zero, (size_t)o->width);
+    }
+    case O_BIN:
+    case O_LIST:
+    case O_MAP:
+        return put_off(c, o);
+    case O_STRUCT:
+        for (int k = 0; k < o->nchild; k++)
+            if (put_null(c, o->child[k])) return -1;
+        return 0;
+    }
+    return 0;
+}
+
+static int put_value(Out *o, const void *p, size_t n) {
+    if (valid_put(o, 1)) return -1;
+    return buf_put(&o->data, p, n);
+}
+
+static int put_bin(Ctx *c, Out *o, const char *p, int64_t n) {
+    if (valid_put(o, 1) || buf_put(&o->data, p, (size_t)n)) return -1;
+    return put_off(c, o);
+}
+
+/* ---- reading ---- */
+
+typedef struct {
+    const unsigned char *p, *end;
+} Rd;
+
+static int rd_long(Ctx *c, Rd *r, int64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (r->p >= r->end) {
+            c->msg = "the datum ends inside a number";
+            return -1;
+        }
+        unsigned char b = *r->p++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return 0;
+        }
+    }
+    c->msg = "a number longer than 10 bytes";
+    return -1;
+}
+
+static int rd_take(Ctx *c, Rd *r, int64_t n, const unsigned char **p) {
+    if (n < 0 || n > r->end - r->p) {
+        c->msg = n < 0 ? "a negative length" : "the datum ends inside a string, bytes or fixed";
+        return -1;
+    }
+    *p = r->p;
+    r->p += n;
+    return 0;
+}
+
+static int put_num(Ctx *c, Out *o, int conv, int64_t v, double d, int is_float) {
+    if (!o) return 0;
+    switch (conv) {
+    case C_I32: {
+        int32_t w = (int32_t)v;
+        return put_value(o, &w, 4);
+    }
+    case C_I64:
+        return put_value(o, &v, 8);
+    case C_F32: {
+        float f = is_float ? (float)d : (float)v;
+        return put_value(o, &f, 4);
+    }
+    case C_F64: {
+        double f = is_float ? d : (double)v;
+        return put_value(o, &f, 8);
+    }
+    }
+    c->msg = "a bad conversion in the program";
+    return -1;
+}
+
+/* Big-endian two's complement (Avro's decimal) to Arrow's little-endian 128-bit integer. */
+static int put_decimal(Ctx *c, Out *o, const unsigned char *p, int64_t n) {
+    unsigned char le[16];
+    if (n > 16) {
+        /* Longer encodings are legal when the extra leading bytes are sign only. */
+        for (int64_t k = 0; k < n - 16; k++)
+            if (p[k] != ((p[n - 16] & 0x80) ? 0xFF : 0x00)) {
+                c->msg = "a decimal wider than 128 bits";
+                return -1;
+            }
+        p += n - 16;
+        n = 16;
+    }
+    unsigned char fill = (n > 0 && (p[0] & 0x80)) ? 0xFF : 0x00;
+    for (int k = 0; k < 16; k++) le[k] = k < n ? p[n - 1 - k] : fill;
+    return put_value(o, le, 16);
+}
+
+static int run(Ctx *c, Rd *r, Py_ssize_t pc);
+
+static int pc_ok(Ctx *c, Py_ssize_t pc, Py_ssize_t need) {
+    if (pc < 0 || pc + need > c->ncode) {
+        PyErr_SetString(PyExc_ValueError, "the Avro program is cut short");
+        c->msg = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static Out *out_at(Ctx *c, int32_t i) {
+    return i >= 0 && i < c->nouts ? &c->outs[i] : NULL;
+}
+
+static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
+    if (!pc_ok(c, pc, 1)) return -1;
+    if (++c->depth > 256) {
+        c->msg = "nested deeper than 256 levels";
+        return -1;
+    }
+    const int32_t *k = c->code + pc;
+    int rc = 0;
+    int64_t v;
+    const unsigned char *p;
+    switch (k[0]) {
+    case OP_NULL:
+        if (!pc_ok(c, pc, 2)) return -1;
+        rc = put_null(c, k[1]);
+        break;
+    case OP_BOOL: {
+        if (!pc_ok(c, pc, 2)) return -1;
+        if (r->p >= r->end) {
+            c->msg = "the datum ends inside a boolean";
+            rc = -1;
+            break;
+        }
+        char b = *r->p++ ? 1 : 0;
+        Out *o = out_at(c, k[1]);
+        rc = o ? put_value(o, &b, 1) : 0;
+        break;
+    }
+    case OP_INT:
+    case OP_LONG:
+        if (!pc_ok(c, pc, k[0] == OP_LONG ? 4 : 3)) return -1;
+        if (rd_long(c, r, &v)) {
+            rc = -1;
+            break;
+        }
+        if (k[0] == OP_INT && (v < INT32_MIN || v > INT32_MAX)) {
+            c->msg = "an int out of its 32-bit range";
+            rc = -1;
+            break;
+        }
+        if (k[0] == OP_LONG && k[3] != 1) v *= k[3];
+        rc = put_num(c, out_at(c, k[1]), k[2], v, 0, 0);
+        break;
+    case OP_FLOAT: {
+        if (!pc_ok(c, pc, 3)) return -1;
+        float f;
+        if (rd_take(c, r, 4, &p)) {
+            rc = -1;
+            break;
+        }
+        memcpy(&f, p, 4);
+        rc = put_num(c, out_at(c, k[1]), k[2], 0, (double)f, 1);
+        break;
+    }
+    case OP_DOUBLE: {
+        if (!pc_ok(c, pc, 2)) return -1;
+        double d;
+        if (rd_take(c, r, 8, &p)) {
+            rc = -1;
+            break;
+        }
+        memcpy(&d, p, 8);
+        rc = put_num(c, out_at(c, k[1]), C_F64, 0, d, 1);
+        break;
+    }
+    case OP_BYTES:
+    case OP_FIXED: {
+        if (!pc_ok(c, pc, k[0] == OP_FIXED ? 4 : 3)) return -1;
+        if (k[0] == OP_FIXED)
+            v = k[3];
+        else if (rd_long(c, r, &v)) {
+            rc = -1;
+            break;
+        }
+        if (rd_take(c, r, v, &p)) {
+            rc = -1;
+            break;
+        }
+        Out *o = out_at(c, k[1]);
+        if (o) rc = k[2] == C_DEC ? put_decimal(c, o, p, v) : put_bin(c, o, (const char *)p, v);
+        break;
+    }
+    case OP_ENUM: {
+        if (!pc_ok(c, pc, 4) || !pc_ok(c, pc, 4 + k[2])) return -1;
+        if (rd_long(c, r, &v)) {
+            rc = -1;
+            break;
+        }
+        if (v < 0 || v >= k[2]) {
+            c->msg = "an enum index out of the writer's symbols";
+            rc = -1;
+            break;
+        }
+        int32_t s = k[4 + v];
+        if (s < 0) {
+            PyObject *m = PyList_GetItem(c->strings, k[3]); /* borrowed */
+            c->msg = m ? PyBytes_AsString(m) : "an enum symbol the reader schema lacks";
+            rc = -1;
+            break;
+        }
+        Out *o = out_at(c, k[1]);
+        if (o) {
+            PyObject *sym = PyList_GetItem(c->strings, s);
+            if (!sym) {
+                c->msg = NULL;
+                rc = -1;
+                break;
+            }
+            rc = put_bin(c, o, PyBytes_AsString(sym), (int64_t)PyBytes_Size(sym));
+        }
+        break;
+    }
+    case OP_RECORD: {
+        if (!pc_ok(c, pc, 3) || !pc_ok(c, pc, 3 + k[2])) return -1;
+        int32_t nf = k[2];
+        for (int32_t f = 0; f < nf && !rc; f++) rc = run(c, r, k[3 + f]);
+        if (rc) break;
+        const int32_t *d = k + 3 + nf;
+        if (!pc_ok(c, pc, 4 + nf) || !pc_ok(c, pc, 4 + nf + 2 * d[0])) return -1;
+        for (int32_t j = 0; j < d[0] && !rc; j++) {
+            Out *o = out_at(c, d[1 + 2 * j]);
+            PyObject *val = PyList_GetItem(c->consts, d[2 + 2 * j]);
+            if (!val) {
+                c->msg = NULL;
+                rc = -1;
+            } else if (!o) {
+            } else if (val == Py_None) {
+                rc = put_null(c, d[1 + 2 * j]);
+            } else if (o->kind == O_BIN) {
+                rc = put_bin(c, o, PyBytes_AsString(val), (int64_t)PyBytes_Size(val));
+            } else if (o->kind == O_LIST || o->kind == O_MAP) {
+                rc = valid_put(o, 1) || put_off(c, o); /* an empty array or map */
+            } else {
+                rc = put_value(o, PyBytes_AsString(val), (size_t)PyBytes_Size(val));
+            }
+        }
+        Out *o = out_at(c, k[1]);
+        if (!rc && o) rc = valid_put(o, 1);
+        break;
+    }
+    case OP_ARRAY:
+    case OP_MAP: {
+        int map = k[0] == OP_MAP;
+        if (!pc_ok(c, pc, map ? 4 : 3)) return -1;
+        for (;;) {
+            int64_t n;
+            if (rd_long(c, r, &n)) {
+                rc = -1;
+                break;
+            }
+            if (n == 0) break;
+            if (n < 0) { /* a block with its size in bytes next */
+                int64_t size;
+                if (n == INT64_MIN || rd_long(c, r, &size)) {
+                    c->msg = c->msg ? c->msg : "a bad block count";
+                    rc = -1;
+                    break;
+                }
+                n = -n;
+            }
+            if (n > (1 << 28)) {
+                c->msg = "a block of more than 2^28 items";
+                rc = -1;
+                break;
+            }
+            if (n > r->end - r->p) { /* every item takes a byte at least, a null none: */
+                Py_ssize_t item = map ? k[3] : k[2];
+                if (!pc_ok(c, item, 1)) return -1;
+                if (c->code[item] != OP_NULL) {
+                    c->msg = "a block count larger than the datum";
+                    rc = -1;
+                    break;
+                }
+            }
+            for (int64_t j = 0; j < n && !rc; j++) {
+                if (map) {
+                    int64_t len;
+                    if (rd_long(c, r, &len) || rd_take(c, r, len, &p)) {
+                        rc = -1;
+                        break;
+                    }
+                    Out *ko = out_at(c, k[2]);
+                    if (ko) rc = put_bin(c, ko, (const char *)p, len);
+                    if (!rc) rc = run(c, r, k[3]);
+                } else {
+                    rc = run(c, r, k[2]);
+                }
+            }
+            if (rc) break;
+        }
+        Out *o = out_at(c, k[1]);
+        if (!rc && o) rc = valid_put(o, 1) || put_off(c, o);
+        break;
+    }
+    case OP_UNION: {
+        if (!pc_ok(c, pc, 2) || !pc_ok(c, pc, 2 + k[1])) return -1;
+        if (rd_long(c, r, &v)) {
+            rc = -1;
+            break;
+        }
+        if (v < 0 || v >= k[1]) {
+            c->msg = "a union branch out of the writer's branches";
+            rc = -1;
+            break;
+        }
+        rc = run(c, r, k[2 + v]);
+        break;
+    }
+    case OP_MEMBER: {
+        if (!pc_ok(c, pc, 4)) return -1;
+        Out *o = out_at(c, k[1]);
+        if (!o || o->kind != O_STRUCT || k[2] < 0 || k[2] >= o->nchild) {
+            PyErr_SetString(PyExc_ValueError, "the Avro program names a bad union member");
+            c->msg = NULL;
+            return -1;
+        }
+        rc = run(c, r, k[3]);
+        for (int j = 0; j < o->nchild && !rc; j++)
+            if (j != k[2]) rc = put_null(c, o->child[j]);
+        if (!rc) rc = valid_put(o, 1);
+        break;
+    }
+    case OP_FAIL: {
+        if (!pc_ok(c, pc, 2)) return -1;
+        PyObject *m = PyList_GetItem(c->strings, k[1]);
+        c->msg = m ? PyBytes_AsString(m) : NULL;
+        rc = -1;
+        break;
+    }
+    default:
+        PyErr_SetString(PyExc_ValueError, "the Avro program holds an unknown op");
+        c->msg = NULL;
+        rc = -1;
+    }
+    c->depth--;
+    return rc;
+}
+
+static void outs_free(Out *outs, int n) {
+    for (int i = 0; i < n; i++) {
+        free(outs[i].valid.p);
+        free(outs[i].offs.p);
+        free(outs[i].data.p);
+    }
+    free(outs);
+}
+
+static PyObject *bytes_of(Buf *b) {
+    return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len);
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    PyObject *code_o, *entries, *outs_o, *strings, *consts, *values, *progs_o;
+    Py_ssize_t skip;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!OOn", &code_o, &PyList_Type, &entries, &PyList_Type, &outs_o,
+                          &PyList_Type, &strings, &PyList_Type, &consts, &values, &progs_o, &skip))
+        return NULL;
+    Py_buffer code = {0}, progs = {0}, vvalid = {0}, voffs = {0}, vdata = {0};
+    int has_valid = 0;
+    PyObject *vv, *vo, *vd, *result = NULL;
+    Out *outs = NULL;
+    int nouts = (int)PyList_Size(outs_o);
+    if (!PyArg_ParseTuple(values, "OOO", &vv, &vo, &vd)) return NULL;
+    if (PyObject_GetBuffer(code_o, &code, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(progs_o, &progs, PyBUF_SIMPLE)) goto done;
+    if (vv != Py_None) {
+        if (PyObject_GetBuffer(vv, &vvalid, PyBUF_SIMPLE)) goto done;
+        has_valid = 1;
+    }
+    if (PyObject_GetBuffer(vo, &voffs, PyBUF_SIMPLE)) goto done;
+    if (PyObject_GetBuffer(vd, &vdata, PyBUF_SIMPLE)) goto done;
+    int64_t rows = progs.len / 4;
+    const int32_t *o32 = voffs.buf;
+    const int32_t *pg = progs.buf;
+    int ok = voffs.len >= (Py_ssize_t)(4 * (rows + 1)) && (!has_valid || vvalid.len >= (rows + 7) / 8) &&
+             nouts > 0 && skip >= 0;
+    for (int64_t i = 0; ok && i < rows; i++) ok = o32[i] >= 0 && o32[i + 1] >= o32[i] && o32[i + 1] <= vdata.len;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "the values' buffers do not hold the rows, or no outputs");
+        goto done;
+    }
+    outs = calloc((size_t)nouts, sizeof(Out));
+    if (!outs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < nouts; i++) {
+        PyObject *children;
+        if (!PyArg_ParseTuple(PyList_GetItem(outs_o, i), "iiO!", &outs[i].kind, &outs[i].width, &PyTuple_Type,
+                              &children))
+            goto done;
+        Py_ssize_t nc = PyTuple_Size(children);
+        if (nc > 64 || outs[i].width < 0 || outs[i].width > 16) {
+            PyErr_SetString(PyExc_ValueError, "an output with more than 64 children or a bad width");
+            goto done;
+        }
+        outs[i].nchild = (int)nc;
+        for (Py_ssize_t j = 0; j < nc; j++) {
+            long ch = PyLong_AsLong(PyTuple_GetItem(children, j));
+            if (ch <= i || ch >= nouts) { /* children come after their parent: no cycles */
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an output's child is out of order");
+                goto done;
+            }
+            outs[i].child[j] = (int)ch;
+        }
+        if ((outs[i].kind == O_LIST && nc != 1) || (outs[i].kind == O_MAP && nc != 2)) {
+            PyErr_SetString(PyExc_ValueError, "a list needs one child, a map two");
+            goto done;
+        }
+        if (outs[i].kind == O_BIN || outs[i].kind == O_LIST || outs[i].kind == O_MAP) {
+            int32_t zero = 0;
+            if (buf_put(&outs[i].offs, &zero, 4)) goto done;
+        }
+    }
+    Ctx c = {code.buf, code.len / 4, outs, nouts, strings, consts, NULL, 0};
+    Py_ssize_t nentries = PyList_Size(entries);
+    for (int64_t i = 0; i < rows; i++) {
+        int null = pg[i] < 0 || (has_valid && !(((const unsigned char *)vvalid.buf)[i / 8] >> (i % 8) & 1));
+        if (null) {
+            if (put_null(&c, 0)) goto failed;
+            continue;
+        }
+        if (pg[i] >= nentries) {
+            PyErr_SetString(PyExc_ValueError, "a row names a program that is not there");
+            goto done;
+        }
+        Py_ssize_t entry = PyLong_AsSsize_t(PyList_GetItem(entries, pg[i]));
+        if (entry < 0 && PyErr_Occurred()) goto done;
+        Rd r = {(const unsigned char *)vdata.buf + o32[i], (const unsigned char *)vdata.buf + o32[i + 1]};
+        if (r.end - r.p < skip) {
+            c.msg = "the value is shorter than the wire format's header";
+            goto failed_row;
+        }
+        r.p += skip;
+        c.depth = 0;
+        if (run(&c, &r, entry)) goto failed_row;
+        continue;
+    failed_row:
+        if (!c.msg) goto done; /* a Python error, already set */
+        result = Py_BuildValue("(Ls)", (long long)i, c.msg);
+        goto done;
+    failed:
+        if (!c.msg) goto done;
+        result = Py_BuildValue("(Ls)", (long long)i, c.msg);
+        goto done;
+    }
+    {
+        PyObject *bufs = PyList_New(nouts);
+        if (!bufs) goto done;
+        for (int i = 0; i < nouts; i++) {
+            Out *o = &outs[i];
+            int has_offs = o->kind == O_BIN || o->kind == O_LIST || o->kind == O_MAP;
+            int has_data = o->kind == O_BOOL || o->kind == O_FIXED || o->kind == O_BIN;
+            PyObject *t = Py_BuildValue("(LLNNN)", (long long)o->n, (long long)o->nulls, bytes_of(&o->valid),
+                                        has_offs ? bytes_of(&o->offs) : Py_NewRef(Py_None),
+                                        has_data ? bytes_of(&o->data) : Py_NewRef(Py_None));
+            if (!t) {
+                Py_DECREF(bufs);
+                goto done;
+            }
+            PyList_SetItem(bufs, i, t);
+        }
+        result = Py_BuildValue("(ON)", Py_None, bufs);
+    }
+done:
+    if (outs) outs_free(outs, nouts);
+    if (code.obj) PyBuffer_Release(&code);
+    if (progs.obj) PyBuffer_Release(&progs);
+    if (has_valid) PyBuffer_Release(&vvalid);
+    if (voffs.obj) PyBuffer_Release(&voffs);
+    if (vdata.obj) PyBuffer_Release(&vdata);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS, "Avro datums of a binary column to Arrow buffers (see _avro.c)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_avro", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__avro(void) { return PyModule_Create(&module); }
