@@ -1,4 +1,5 @@
-"""Start, check and stop the local Kafka, PostgreSQL (a TLS-only one too) and ActiveMQ Artemis.
+"""Start, check and stop the local Kafka, PostgreSQL (a TLS-only one too), ActiveMQ Artemis,
+MariaDB and the schema registry (Apicurio, Confluent's API).
 
 Usage: ``python -m services up|down|status|baseline-jars`` (the Makefile calls it).
 
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from services import mariadb
+from services import mariadb, registry
 from services.artemis import (
     _artemis_settings,
     _stomp_ready,
@@ -38,6 +39,7 @@ from services.common import (
     POSTGRES_PORT,
     POSTGRES_TLS_PORT,
     POSTGRES_USER,
+    REGISTRY_PORT,
     STOMP_MTLS_PORT,
     STOMP_PASSWORD,
     STOMP_PORT,
@@ -95,6 +97,7 @@ def write_env() -> Path:
         f"STOMP_PORT={STOMP_PORT}",
         f"STOMP_USER={STOMP_USER}",
         f"STOMP_PASSWORD={STOMP_PASSWORD}",
+        f"SCHEMA_REGISTRY_URL={registry.URL}",
         "",
     ]))
     return env
@@ -107,6 +110,7 @@ SERVICES: dict[str, tuple[int, Callable[[], bool], Callable[[], list[str]], Call
     "postgres-tls": (POSTGRES_TLS_PORT, tls_ready, tls_settings, postgres_tls_up),
     "artemis": (STOMP_PORT, _stomp_ready, _artemis_settings, artemis_up),
     "mariadb": (MARIADB_PORT, mariadb.ready, mariadb.settings, mariadb.mariadb_up),
+    "registry": (REGISTRY_PORT, registry.ready, registry.settings, registry.registry_up),
 }
 
 

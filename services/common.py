@@ -39,6 +39,8 @@ STOMP_PORT = 61613
 STOMP_TLS_PORT = 61614  # STOMP over TLS (the local CA's server certificate)
 STOMP_MTLS_PORT = 61615  # STOMP over TLS that also asks for a client certificate
 ARTEMIS_CORE_PORT = 61616
+REGISTRY_VERSION = "3.0.9"  # Apicurio; 3.3 needs Java 21
+REGISTRY_PORT = 8081  # Confluent's usual port; the API under /apis/ccompat/v7
 STOMP_USER = "artemis"
 STOMP_PASSWORD = "artemis"
 

@@ -83,6 +83,10 @@ class AuthenticationError(ConnectorError):
     untrusted certificate, a host name that does not match). Retrying cannot help."""
 
 
+class UndecodableRecordError(ConnectorError):
+    """A record whose key or value cannot be read in the format the query asked for."""
+
+
 class DataLossError(ConnectorError):
     """Records a query was due to read no longer exist (retention, topic recreated)."""
 

@@ -62,6 +62,7 @@ class Services:
     stomp_tls_url: str  # stomp+ssl:// of the broker's TLS acceptor (its CA: pki / ca.pem)
     stomp_mtls_url: str  # the same, asking for a client certificate
     mariadb_url: str  # mysql+pymysql:// of the local MariaDB, the tests' user (password inline)
+    registry_url: str  # the schema registry's Confluent API (Apicurio)
 
     def stomp_tls(self, mutual: bool = False) -> dict[str, str]:
         """The queue connectors' options for the TLS acceptor (login included)."""
@@ -92,7 +93,7 @@ def services() -> Services:
     return Services(v["KAFKA_BOOTSTRAP_SERVERS"], v["POSTGRES_URL"], v["STOMP_HOST"],
                     int(v["STOMP_PORT"]), v["STOMP_USER"], v["STOMP_PASSWORD"], v["POSTGRES_TLS_URL"],
                     v["POSTGRES_TLS_ADMIN_URL"], Path(v["PKI_DIR"]), v["STOMP_TLS_URL"],
-                    v["STOMP_MTLS_URL"], v["MARIADB_URL"])
+                    v["STOMP_MTLS_URL"], v["MARIADB_URL"], v["SCHEMA_REGISTRY_URL"])
 
 
 

@@ -58,7 +58,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "spark_ext.registry",
      "spark_ext.monitoring.cards", "spark_ext.monitoring.metrics"),
     # the commit protocol and what it reports
-    ("spark_ext.commit", "spark_ext.timeline", "spark_ext.deadletters", "spark_ext.decisions"),
+    ("spark_ext.commit", "spark_ext.timeline", "spark_ext.deadletters", "spark_ext.decisions",
+     "spark_ext.schemas"),
     # Spark's writers over the protocol; what a connector implements
     ("spark_ext.stream", "spark_ext.batch", "spark_ext.connector"),
     # sinks and operators built from connectors: routing, windows

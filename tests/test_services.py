@@ -103,7 +103,7 @@ def test_services_up_is_idempotent(services):
     res = subprocess.run([sys.executable, "-m", "services", "up"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("already running") == len(SERVICES) == 5
+    assert res.stdout.count("already running") == len(SERVICES) == 6
     assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092" in res.stdout
     assert "postgres:***@" in res.stdout and "STOMP_PASSWORD=***" in res.stdout  # no passwords printed
     from services import mariadb
@@ -225,3 +225,20 @@ def test_an_adopted_service_with_other_settings_is_refused():
     with pytest.raises(ServiceError, match=wrong):
         _adopt("postgres", 5432, lambda: True, lambda: ["max_prepared_transactions=0 (want at least 64)"])
     _adopt("postgres", 5432, lambda: True, lambda: [])  # same settings: used
+
+
+def test_schema_registry_registers_and_serves_by_id_with_backward_compatibility(services):
+    """Confluent's client against the local registry: a schema registered, served by id,
+    and an incompatible next version refused under BACKWARD (Confluent's default)."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    sr = SchemaRegistryClient({"url": services.registry_url})
+    subject = f"probe-{uuid.uuid4().hex[:8]}-value"
+    v1 = '{"type": "record", "name": "P", "fields": [{"name": "a", "type": "int"}]}'
+    sid = sr.register_schema(subject, Schema(v1, "AVRO"))
+    assert sr.get_schema(sid).schema_str.replace(" ", "") == v1.replace(" ", "")
+    breaking = '{"type": "record", "name": "P", "fields": [{"name": "b", "type": "string"}]}'
+    with pytest.raises(SchemaRegistryError) as e:
+        sr.register_schema(subject, Schema(breaking, "AVRO"))
+    assert e.value.http_status_code == 409

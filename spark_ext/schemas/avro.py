@@ -103,7 +103,7 @@ def _expand(s: Any, names: dict[str, Any], ns: str, stack: tuple[str, ...]) -> A
                                                            "fixed")):
         # {"type": <schema>} wraps another schema (logical annotations on it are kept).
         inner = _expand(kind, names, ns, stack)
-        return {**inner, **{k: v for k, v in s.items() if k == "logicalType"}} if "logicalType" in s else inner
+        return {**inner, "logicalType": s["logicalType"]} if "logicalType" in s else inner
     out = dict(s)
     if kind in ("record", "error", "enum", "fixed"):
         full = _full(s["name"], s.get("namespace", ns))
@@ -200,7 +200,8 @@ class Reader:
             return Shape(self._new(O_FIXED, 4), s, IntegerType(), pa.int32(), nullable)
         if kind == "long":
             if logical in ("timestamp-millis", "timestamp-micros"):
-                return Shape(self._new(O_FIXED, 8), s, TimestampType(), pa.timestamp("us", tz="UTC"), nullable)
+                utc = pa.timestamp("us", tz="UTC")
+                return Shape(self._new(O_FIXED, 8), s, TimestampType(), utc, nullable)
             if logical in ("local-timestamp-millis", "local-timestamp-micros"):
                 return Shape(self._new(O_FIXED, 8), s, TimestampNTZType(), pa.timestamp("us"), nullable)
             return Shape(self._new(O_FIXED, 8), s, LongType(), pa.int64(), nullable)
@@ -223,8 +224,9 @@ class Reader:
             kids = [self._shape(f["type"]) for f in s["fields"]]
             self._children(out, kids)
             names = [f["name"] for f in s["fields"]]
-            spark = StructType([StructField(n, k.spark, k.nullable) for n, k in zip(names, kids, strict=True)])
-            arrow = pa.struct([pa.field(n, k.arrow, k.nullable) for n, k in zip(names, kids, strict=True)])
+            pairs = list(zip(names, kids, strict=True))
+            spark = StructType([StructField(n, k.spark, k.nullable) for n, k in pairs])
+            arrow = pa.struct([pa.field(n, k.arrow, k.nullable) for n, k in pairs])
             return Shape(out, s, spark, arrow, nullable, kids)
         if kind == "array":
             out = self._new(O_LIST)
@@ -288,14 +290,14 @@ class Reader:
             return self._member(w, r, where)
         if wk == "null":
             if not r.nullable:
-                raise IncompatibleSchemaError(f"{where} may be null in the writer's schema, never in the reader's")
+                raise IncompatibleSchemaError(_never_null(where))
             return self._emit(OP_NULL, r.out)
         return self._same(w, r, where)
 
     def _member(self, w: Any, r: Shape, where: str) -> int:
         if w["type"] == "null":
             if not r.nullable:
-                raise IncompatibleSchemaError(f"{where} may be null in the writer's schema, never in the reader's")
+                raise IncompatibleSchemaError(_never_null(where))
             return self._emit(OP_NULL, r.out)
         kids = r.children
         # Avro picks the first reader branch of the same type, else the first it can promote to.
@@ -378,12 +380,12 @@ class Reader:
         seen: set[int] = set()
         ops = []
         for f in w["fields"]:
-            i = by_name.get(f["name"])
-            if i is None:
+            at = by_name.get(f["name"])
+            if at is None:
                 ops.append(self._skip(f["type"]))
             else:
-                seen.add(i)
-                ops.append(self._resolve(f["type"], r.children[i], f"field {f['name']!r}"))
+                seen.add(at)
+                ops.append(self._resolve(f["type"], r.children[at], f"field {f['name']!r}"))
         defaults: list[int] = []
         for i, f in enumerate(rfields):
             if i in seen:
@@ -443,12 +445,16 @@ class Reader:
                                    (vb[0] if values.null_count else None, vb[1], data),
                                    np.ascontiguousarray(progs, dtype=np.int32), skip)
         if bad is not None:
-            row, why = bad, result
-            return None, int(row), str(why)
+            return None, int(bad), str(result)
+        assert not isinstance(result, str)
         return _build(self.root, result), -1, ""
 
     def _code_bytes(self) -> bytes:
         return np.asarray(self._code, dtype=np.int32).tobytes()
+
+
+def _never_null(where: str) -> str:
+    return f"{where} may be null in the writer's schema, never in the reader's"
 
 
 def _matches(w: Any, r: Any, exact: bool) -> bool:
@@ -527,13 +533,15 @@ def _build(shape: Shape, bufs: Sequence[tuple[int, int, bytes, bytes | None, byt
         assert offs is not None
         keys, items = (_build(k, bufs) for k in shape.children)
         entries = pa.StructArray.from_arrays([keys, items], fields=[kind.key_field, kind.item_field])
-        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs)], null_count=nulls, children=[entries])
+        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs)], null_count=nulls,
+                                     children=[entries])
     if pa.types.is_list(kind):
         assert offs is not None
         item = _build(shape.children[0], bufs)
         return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs)], null_count=nulls, children=[item])
     if offs is not None:
         assert data is not None
-        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs), pa.py_buffer(data)], null_count=nulls)
+        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs), pa.py_buffer(data)],
+                                     null_count=nulls)
     assert data is not None
     return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(data)], null_count=nulls)

@@ -9,7 +9,8 @@ from spark_ext.connectors.kafka.client.security import KafkaSecurity, normalize
 # What make services writes to .local/services.env, and the tests read.
 SERVICE_KEYS = ("KAFKA_BOOTSTRAP_SERVERS", "POSTGRES_URL", "STOMP_HOST", "STOMP_PORT",
                 "STOMP_USER", "STOMP_PASSWORD", "POSTGRES_TLS_URL",
-                "POSTGRES_TLS_ADMIN_URL", "PKI_DIR", "STOMP_TLS_URL", "STOMP_MTLS_URL", "MARIADB_URL")
+                "POSTGRES_TLS_ADMIN_URL", "PKI_DIR", "STOMP_TLS_URL", "STOMP_MTLS_URL", "MARIADB_URL",
+                "SCHEMA_REGISTRY_URL")
 SECURED_KEYS = ("KAFKA_SASL_SSL_BOOTSTRAP_SERVERS", "KAFKA_SASL_PLAINTEXT_BOOTSTRAP_SERVERS",
                 "KAFKA_SASL_USER", "KAFKA_SASL_PASSWORD", "KAFKA_SASL_MECHANISM_SSL",
                 "KAFKA_SASL_MECHANISM_PLAINTEXT",

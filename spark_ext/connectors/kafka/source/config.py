@@ -25,6 +25,7 @@ from spark_ext.connectors.kafka.source.offsets import StartingOffsets, TopicPart
 from spark_ext.connectors.kafka.source.positions import duration_ms, position, strategy
 from spark_ext.errors import InvalidOptionError, MissingOptionError
 from spark_ext.options import Option, Options, OptionSpec, redact
+from spark_ext.schemas.columns import FORMAT_OPTIONS, ColumnFormat
 from spark_ext.secrets import Secret, secret, secret_options
 
 SOURCE_OPTIONS = OptionSpec.of(
@@ -86,6 +87,7 @@ SOURCE_OPTIONS = OptionSpec.of(
            default="read_committed"),
     Option("kafka.default.api.timeout.ms", "Bounds the driver's metadata calls (ms).", default=30_000),
     *secret_options(what="the SASL password (with `kafka.sasl.username`)"),
+    *FORMAT_OPTIONS,
     Option("kafka.*", "Client settings: security as in Spark's Kafka connector, or librdkafka's names. "
            "`kafka.auto.offset.reset`, `kafka.enable.auto.commit` and the deserializers are refused, as "
            "Spark refuses them."),
@@ -220,6 +222,7 @@ class KafkaSourceConfig:
     security: KafkaSecurity = PLAINTEXT  # for the wire fetcher; librdkafka reads ``client``
     password_ref: Secret | None = None  # the SASL password by passwordFile / passwordEnv
     commit_group: str | None = None  # commitOffsetsToGroup
+    formats: tuple[ColumnFormat, ...] = ()  # keyFormat / valueFormat other than raw
 
     @property
     def bootstrap(self) -> str:
@@ -270,9 +273,10 @@ class KafkaSourceConfig:
         ref = secret(opts)
         fetcher, security = _fetcher(opts, client, ref)
         prefix = opts.get_str("groupidprefix") or spec.default_str("groupIdPrefix")
+        subscription = _subscription(opts)
         return KafkaSourceConfig(
             client=client,
-            subscription=_subscription(opts),
+            subscription=subscription,
             starting=position(opts, "starting", "earliest" if batch else "latest"),
             ending=ending,
             max_offsets_per_trigger=opts.get_int("maxOffsetsPerTrigger", minimum=1),
@@ -290,9 +294,18 @@ class KafkaSourceConfig:
             security=security,
             password_ref=ref,
             commit_group=_commit_group(opts),
+            formats=column_formats(opts, subscription),
             timestamp_strategy=strategy(opts),
             **({} if batch else _pacing(opts)),
         )
+
+
+def column_formats(opts: Options, subscription: Subscription) -> tuple[ColumnFormat, ...]:
+    """Driver: ``keyFormat`` / ``valueFormat`` with their reader schemas, read from the
+    registry now (the subject's default is the one subscribed topic's)."""
+    topics = subscription.topics or tuple(sorted({t for t, _ in subscription.assigned}))
+    found = (ColumnFormat.parse(opts, column, topics) for column in ("key", "value"))
+    return tuple(f for f in found if f is not None)
 
 
 def _pacing(opts: Options) -> dict[str, Any]:

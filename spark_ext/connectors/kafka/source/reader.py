@@ -73,8 +73,9 @@ from spark_ext.connectors.kafka.source.offsets import (
 )
 from spark_ext.connectors.kafka.source.positions import TriggerPacer, stamps_for
 from spark_ext.connectors.kafka.source.wire_reader import WireRangeReader
-from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError
+from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError, UndecodableRecordError
 from spark_ext.options import Options
+from spark_ext.schemas.columns import ColumnFormat
 from spark_ext.shipping import Shipped
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,28 @@ log = logging.getLogger(__name__)
 
 def read_range(cfg: KafkaSourceConfig, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Executor: one range as Arrow batches, through the configured fetcher."""
-    if cfg.fetcher == "wire":
-        return iter(WireRangeReader(cfg, rng))
-    return iter(RangeReader(cfg, rng))
+    batches: Iterator[pa.RecordBatch] = iter(WireRangeReader(cfg, rng) if cfg.fetcher == "wire"
+                                             else RangeReader(cfg, rng))
+    if cfg.formats:
+        return (typed(cfg.formats, b) for b in batches)
+    return batches
+
+
+def typed(formats: Sequence[ColumnFormat], batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Executor: ``batch`` with its key and/or value read in their formats. A record that
+    cannot be read fails the task naming its partition and offset."""
+    cols = dict(zip(batch.schema.names, batch.columns, strict=True))
+    for fmt in formats:
+        column, bad = fmt.decode(cols[fmt.column])
+        if bad:
+            row, why = bad[0]
+            topic, part, offset = (cols[c][row].as_py() for c in ("topic", "partition", "offset"))
+            raise UndecodableRecordError(
+                f"the {fmt.column} of the record at offset {offset} of {topic}-{part} cannot be read as "
+                f"{fmt.format} ({why}); {len(bad)} of this fetch's {len(column)} records cannot. Fix or "
+                f"skip them at the producer, or read this {fmt.column} raw (option '{fmt.column}Format' raw)")
+        cols[fmt.column] = column
+    return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
 
 
 def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -100,11 +120,13 @@ def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterato
     raise TypeError(f"the Kafka source cannot read a {type(partition).__name__}: {partition!r}")
 
 
-def source_schema(include_headers: bool) -> StructType:
-    """The columns of Spark's built-in kafka source, in its order."""
+def source_schema(include_headers: bool, formats: Sequence[ColumnFormat] = ()) -> StructType:
+    """The columns of Spark's built-in kafka source, in its order; a key or value read in a
+    format other than raw has its reader schema's type."""
+    types = {f.column: f.spark_type() for f in formats}
     fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
+        StructField("key", types.get("key", BinaryType())),
+        StructField("value", types.get("value", BinaryType())),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
@@ -440,7 +462,8 @@ class KafkaSource(SourceConnector):
 
     def schema(self, options: Options) -> StructType:
         default = SOURCE_OPTIONS.default_bool("includeHeaders")
-        return source_schema(options.get_bool("includeheaders", default))
+        cfg = KafkaSourceConfig.parse(options)
+        return source_schema(options.get_bool("includeheaders", default), cfg.formats)
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
         cfg = KafkaSourceConfig.parse(options)
@@ -456,6 +479,7 @@ class KafkaSource(SourceConnector):
                 compat.require_admission_control(
                     f"option {option}", "drop the option (each batch then reads all available)")
         _warn_group_id(options)
+        _same_types(cfg, schema)
         reader = KafkaStreamReader(cfg)
         reader.check_reachable()
         return reader
@@ -471,7 +495,20 @@ class KafkaSource(SourceConnector):
             if options.get_str(name.lower()) is not None:
                 log.warning("option %s is ignored by batch reads", name)
         _warn_group_id(options)
+        _same_types(cfg, schema)
         return KafkaBatchReader(cfg)
+
+
+def _same_types(cfg: KafkaSourceConfig, schema: StructType) -> None:
+    """The reader schemas read now give the columns ``schema()`` gave when the query was
+    defined: a subject's latest version may have moved in between."""
+    for fmt in cfg.formats:
+        if fmt.column in schema.names and schema[fmt.column].dataType != fmt.spark_type():
+            raise InvalidOptionError(
+                f"the {fmt.column}'s reader schema, subject {fmt.subject!r}, is now version "
+                f"{fmt.reader.version} (id {fmt.reader.id}), which gives other columns than the DataFrame "
+                f"was defined with: a version was registered meanwhile. Define the DataFrame again (load()) "
+                f"to read with it, or pin a version with option '{fmt.column}SchemaVersion'")
 
 
 def _warn_group_id(options: Options) -> None:

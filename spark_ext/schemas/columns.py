@@ -1,0 +1,199 @@
+"""A Kafka key or value column in the schema registry's wire format, read as typed columns.
+
+The wire format: a zero byte, the writer schema's id (4 bytes, big-endian), then the
+datum. The reader schema is fixed on the driver when the query starts: the subject's
+latest version, or the one pinned by ``valueSchemaVersion``; its Spark type is the
+column's. Executors fetch each writer schema by id once per process and read every
+value of a column in one C call (``avro.Reader``).
+
+A value that cannot be read (no wire-format header, an id the registry does not know,
+bytes that do not decode) is reported with its row; the source decides what becomes of
+it. A writer schema the reader schema cannot read fails the query: that is a producer
+breaking the subject's contract, not one bad record.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import DataType
+
+from spark_ext.errors import InvalidOptionError
+from spark_ext.options import Option, Options
+from spark_ext.schemas.avro import IncompatibleSchemaError, Reader, SchemaError
+from spark_ext.schemas.registry import REGISTRY_OPTIONS, Registered, RegistryConfig, by_id, subject_version
+
+FORMATS = ("raw", "avro")
+HEADER = 5  # the magic byte and the schema id
+
+FORMAT_OPTIONS = (
+    Option("valueFormat", "`raw`: the value as bytes, as Spark's kafka source gives it. `avro`: the value in "
+           "the schema registry's wire format, read as the typed column Spark's `from_avro` gives (a "
+           "struct for a record), with the reader schema of `valueSubject`; each record's writer schema "
+           "comes from the registry by the id it carries.", default="raw"),
+    Option("keyFormat", "The same for the key.", default="raw"),
+    Option("valueSubject", "The registry subject of the reader schema.", shown="`<topic>-value` (one topic "
+           "subscribed)"),
+    Option("keySubject", "The same for the key.", shown="`<topic>-key`"),
+    Option("valueSchemaVersion", "The subject's version to read with, fixed for the query's run.",
+           shown="the latest at query start"),
+    Option("keySchemaVersion", "The same for the key.", shown="the latest at query start"),
+    *REGISTRY_OPTIONS,
+)
+
+
+class IncompatibleWriterError(IncompatibleSchemaError):
+    """A record's writer schema cannot be read with the query's reader schema."""
+
+
+@dataclass(frozen=True)
+class ColumnFormat:
+    """How one column (``key`` or ``value``) is read. Picklable: the reader schema's text
+    travels with it, fixed on the driver."""
+
+    column: str
+    format: str
+    registry: RegistryConfig
+    subject: str
+    reader: Registered
+
+    @staticmethod
+    def parse(opts: Options, column: str, topics: tuple[str, ...]) -> ColumnFormat | None:
+        """Driver, at query start: None for ``raw``; else the reader schema, read now."""
+        option = f"{column}Format"
+        fmt = (opts.get_str(option.lower()) or "raw").strip().lower()
+        if fmt not in FORMATS:
+            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected one of {', '.join(FORMATS)}")
+        if fmt == "raw":
+            for name in (f"{column}Subject", f"{column}SchemaVersion"):
+                if opts.get_str(name.lower()) is not None:
+                    raise InvalidOptionError(f"option {name!r} applies to option {option!r} avro; set "
+                                             f"{option}=avro or drop it")
+            return None
+        registry = RegistryConfig.parse(opts, f"option {option}={fmt}")
+        subject = opts.get_str(f"{column}subject")
+        if subject is None:
+            if len(topics) != 1:
+                raise InvalidOptionError(
+                    f"option {option}={fmt} reads with the reader schema of one subject, by default "
+                    f"'<topic>-{column}' of the one topic subscribed; this query reads "
+                    f"{'a pattern or assignment' if not topics else 'topics ' + ', '.join(topics)}: set "
+                    f"option '{column}Subject'")
+            subject = f"{topics[0]}-{column}"
+        version = opts.get_int(f"{column}schemaversion", minimum=1)
+        reader = subject_version(registry, subject, version)
+        if reader.kind != "AVRO":
+            raise InvalidOptionError(f"subject {subject!r} version {reader.version} holds a {reader.kind} "
+                                     f"schema, and option {option} is {fmt}")
+        try:
+            Reader(reader.text)
+        except SchemaError as e:
+            raise InvalidOptionError(f"subject {subject!r} version {reader.version} (id {reader.id}): "
+                                     f"{e}") from None
+        return ColumnFormat(column, fmt, registry, subject, reader)
+
+    def spark_type(self) -> DataType:
+        return _reader(self).reader.spark_type
+
+    def decode(self, values: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
+        """Executor: ``values`` as the typed column, and the rows that could not be read
+        (row, why), which come out null."""
+        state = _reader(self)
+        n = len(values)
+        progs = np.full(n, -1, dtype=np.int32)
+        bad: dict[int, str] = {}
+        ids, header_bad = _wire_ids(values)
+        bad.update(header_bad)
+        present = ids >= 0
+        for sid in np.unique(ids[present]).tolist():
+            rows = np.flatnonzero(ids == sid)
+            prog = state.program(self, int(sid))
+            if isinstance(prog, str):
+                bad.update((int(r), prog) for r in rows)
+            else:
+                progs[rows] = prog
+        while True:
+            column, row, why = state.reader.decode(values, progs, HEADER)
+            if column is not None:
+                return column, sorted(bad.items())
+            bad[row] = f"the datum does not decode with writer schema id {int(ids[row])}: {why}"
+            progs[row] = -1
+
+
+class _State:
+    """One process's reader for a column format: its writer programs by schema id."""
+
+    def __init__(self, fmt: ColumnFormat) -> None:
+        self.reader = Reader(fmt.reader.text)
+        self.programs: dict[int, int | str] = {}
+        self.lock = threading.Lock()
+
+    def program(self, fmt: ColumnFormat, schema_id: int) -> int | str:
+        """The program for writer ``schema_id``; a string says why a record with it is unreadable."""
+        with self.lock:
+            got = self.programs.get(schema_id)
+            if got is not None:
+                return got
+            writer = by_id(fmt.registry, schema_id)
+            if writer is None:
+                got = f"schema id {schema_id} is not in the registry at {fmt.registry.url}"
+            elif writer.kind != "AVRO":
+                got = f"schema id {schema_id} is a {writer.kind} schema, not Avro"
+            else:
+                try:
+                    got = self.reader.add_writer(writer.text)
+                except (IncompatibleSchemaError, SchemaError) as e:
+                    raise IncompatibleWriterError(
+                        f"the {fmt.column}s written with schema id {schema_id} cannot be read with the "
+                        f"reader schema, subject {fmt.subject!r} version {fmt.reader.version} "
+                        f"(id {fmt.reader.id}): {e}. A producer registered a schema the subject's "
+                        f"compatibility rule should have refused. Fix the producer, or read with a schema "
+                        f"that reads both: register it in "
+                        f"subject {fmt.subject!r} and restart the query (or pin it with option "
+                        f"'{fmt.column}SchemaVersion')") from None
+            self.programs[schema_id] = got
+            return got
+
+
+_states: dict[ColumnFormat, _State] = {}
+_states_lock = threading.Lock()
+
+
+def _reader(fmt: ColumnFormat) -> _State:
+    with _states_lock:
+        st = _states.get(fmt)
+        if st is None:
+            st = _states[fmt] = _State(fmt)
+        return st
+
+
+def _wire_ids(values: pa.Array) -> tuple[np.ndarray, dict[int, str]]:
+    """Each row's writer schema id (-1: none), and the rows whose header is not the wire format's."""
+    n = len(values)
+    if values.type != pa.binary():
+        values = values.cast(pa.binary())
+    _, obuf, dbuf = values.buffers()
+    assert obuf is not None
+    offs = np.frombuffer(obuf, np.int32)[values.offset:values.offset + n + 1]
+    data = np.frombuffer(dbuf, np.uint8) if dbuf is not None else np.zeros(0, np.uint8)
+    lens = offs[1:] - offs[:-1]
+    valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else np.ones(n, bool)
+    ids = np.full(n, -1, dtype=np.int64)
+    bad: dict[int, str] = {}
+    short = valid & (lens < HEADER)
+    for r in np.flatnonzero(short).tolist():
+        bad[r] = f"{int(lens[r])} bytes, shorter than the schema registry wire format's 5-byte header"
+    ok = valid & ~short
+    starts = offs[:-1][ok].astype(np.int64)
+    magic = data[starts]
+    b = [data[starts + i].astype(np.int64) for i in range(1, 5)]
+    sid = (b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]
+    rows = np.flatnonzero(ok)
+    wrong = magic != 0
+    for r, m in zip(rows[wrong].tolist(), magic[wrong].tolist(), strict=True):
+        bad[r] = f"its first byte is {m}, not 0: not in the schema registry's wire format"
+    ids[rows[~wrong]] = sid[~wrong]
+    return ids, bad

@@ -1,0 +1,175 @@
+"""valueFormat / keyFormat avro: records produced by Confluent's serializers through the real
+schema registry read by our source exactly as Confluent's deserializers read them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from spark_ext.errors import InvalidOptionError
+from tests.support.kafka_util import create_topic, unique_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.services]
+
+INNER = {"type": "record", "name": "Inner", "fields": [
+    {"name": "f", "type": "float"}, {"name": "ok", "type": "boolean"}]}
+
+V1: dict = {"type": "record", "name": "Payment", "namespace": "dev.sparkext.test", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": ["null", "int"]}},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["CARD", "BANK", "CASH"]}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "inner", "type": ["null", INNER]},
+    {"name": "choice", "type": ["null", "int", "string"], "default": None},
+    {"name": "count", "type": "int"},
+    {"name": "dropped", "type": "string", "default": ""},
+]}
+
+# BACKWARD-compatible: a field added with a default, one removed, an int widened to long.
+V2 = {**V1, "fields": [f for f in V1["fields"] if f["name"] not in ("dropped", "count")] + [
+    {"name": "count", "type": "long"},
+    {"name": "channel", "type": "string", "default": "web"},
+    {"name": "score", "type": ["null", "double"], "default": None},
+]}
+
+
+def _v1(i: int) -> dict:
+    return {"id": i, "amount": decimal.Decimal(i * 137 - 5000).scaleb(-2), "note": None if i % 3 else f"n{i}",
+            "tags": [f"t{j}" for j in range(i % 4)],
+            "attrs": {f"k{j}": None if j == 1 else j for j in range(i % 3)},
+            "kind": ("CARD", "BANK", "CASH")[i % 3],
+            "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=1013 * i),
+            "day": dt.date(2026, 1, 1) + dt.timedelta(days=i), "inner": None if i % 5 == 0 else
+            {"f": i / 4, "ok": i % 2 == 0}, "choice": (None, i, f"s{i}")[i % 3], "count": i * 7,
+            "dropped": "x" * (i % 3)}
+
+
+def _v2(i: int) -> dict:
+    d = {k: v for k, v in _v1(i).items() if k != "dropped"}
+    return {**d, "channel": ("app", "web")[i % 2], "score": None if i % 2 else i * 1.5}
+
+
+def _spark_view(d):
+    """A datum as Spark's from_avro shows it: the general union as a struct of members."""
+    if d is None:
+        return None
+    choice: object = d["choice"]
+    return {**d, "choice": None if choice is None else
+            {"member0": choice if isinstance(choice, int) else None,
+             "member1": choice if isinstance(choice, str) else None},
+            "at": d["at"].astimezone(dt.UTC).replace(tzinfo=None)}
+
+
+def _norm(x):
+    if hasattr(x, "asDict"):
+        return {k: _norm(v) for k, v in x.asDict().items()}
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_norm(v) for v in x]
+    if isinstance(x, bytearray):
+        return bytes(x)
+    if isinstance(x, float):
+        return round(x, 5)
+    return x
+
+
+def _produce(services, topic: str, subject: str, schema: dict, rows) -> int:
+    sr = SchemaRegistryClient({"url": services.registry_url})
+    ser = AvroSerializer(sr, json.dumps(schema), conf={"auto.register.schemas": True})
+    p = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    for part, datum in rows:
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        p.produce(topic, value=None if datum is None else ser(datum, ctx), partition=part)
+    assert p.flush(30) == 0
+    sid = sr.get_latest_version(subject).schema_id
+    assert sid is not None
+    return sid
+
+
+def test_two_schema_versions_read_as_confluents_deserializer_reads_them(spark, services):
+    topic = create_topic(services.kafka_bootstrap, 2, "avro")
+    subject = f"{topic}-value"
+    first = [(i % 2, _v1(i)) for i in range(60)] + [(0, None)]  # a tombstone too
+    id1 = _produce(services, topic, subject, V1, first)
+    second = [(i % 2, _v2(i)) for i in range(60, 130)]
+    id2 = _produce(services, topic, subject, V2, second)
+    assert id1 != id2
+
+    df = (spark.read.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+          .option("valueFormat", "avro").option("schemaRegistry.url", services.registry_url).load())
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<id:bigint,amount:decimal(12,2),note:string,tags:array<string>,attrs:map<string,int>,"
+        "kind:string,at:timestamp,day:date,inner:struct<f:float,ok:boolean>,"
+        "choice:struct<member0:int,member1:string>,count:bigint,channel:string,score:double>")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    rows = df.select("partition", "offset", "value").collect()
+    got = {(r.partition, r.offset): _norm(r.value) for r in rows}
+
+    # Confluent's deserializer with the latest schema as its reader schema, record by record.
+    from confluent_kafka import Consumer, TopicPartition
+
+    sr = SchemaRegistryClient({"url": services.registry_url})
+    de = AvroDeserializer(sr, json.dumps(V2))
+    c = Consumer({"bootstrap.servers": services.kafka_bootstrap, "group.id": "avro-ref",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    want: dict = {}
+    eof: set[int] = set()
+    while len(eof) < 2:
+        m = c.poll(10)
+        assert m is not None
+        if m.error():
+            eof.add(m.partition() or 0)
+            continue
+        v = m.value()
+        want[(m.partition(), m.offset())] = _norm(_spark_view(
+            None if v is None else de(v, SerializationContext(topic, MessageField.VALUE))))
+    c.close()
+    assert len(want) == 131
+    assert got == want
+
+
+def test_a_record_that_does_not_decode_fails_naming_partition_and_offset(spark, services):
+    topic = create_topic(services.kafka_bootstrap, 1, "avrobad")
+    _produce(services, topic, f"{topic}-value", V1, [(0, _v1(i)) for i in range(5)])
+    p = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    p.produce(topic, value=b"\x01\x00\x00\x00\x01garbage", partition=0)  # a wrong magic byte
+    assert p.flush(30) == 0
+    df = (spark.read.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+          .option("valueFormat", "avro").option("schemaRegistry.url", services.registry_url).load())
+    with pytest.raises(Exception, match=rf"offset 5 of {topic}-0 cannot be read as avro \(its first byte "
+                                         "is 1"):
+        df.collect()
+
+
+def test_the_subject_is_needed_and_must_exist(spark, services):
+    topic = unique_topic("avronone")
+
+    def load(**opts: str):
+        r = (spark.read.format("hzsource").option("connector", "kafka")
+             .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("valueFormat", "avro"))
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r.load()
+
+    with pytest.raises(Exception, match=r"set option 'schemaRegistry\.url'"):
+        load(subscribe=topic)
+    with pytest.raises(Exception, match=f"subject '{topic}-value' version latest: HTTP 404"):
+        load(subscribe=topic, **{"schemaRegistry.url": services.registry_url})
+    with pytest.raises(Exception, match="set option 'valueSubject'"):
+        load(subscribePattern="avro.*", **{"schemaRegistry.url": services.registry_url})
+    assert issubclass(InvalidOptionError, ValueError)
