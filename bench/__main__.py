@@ -32,6 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # case -> "module:function" returning a Result; imported only when the case runs.
 CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
+    "avro_read": "bench.avro_read:run",
     "kafka_read_sasl_ssl": "bench.kafka_read:run_sasl_ssl",
     "jdbc_write": "bench.jdbc_write:run",
     "mariadb_write": "bench.mariadb_write:run",

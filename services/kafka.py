@@ -51,9 +51,10 @@ def baseline_jars() -> list[str]:
     line = ".".join(pyspark.__version__.split(".")[:2])
     pinned = _BASELINE_FOR.get(line)
     libs = CACHE / ("spark-baseline-1" if pinned is None else f"spark-baseline-1-spark{line}")
-    wanted = ("spark-sql-kafka", "postgresql", "mariadb-java-client")
+    wanted = ("spark-sql-kafka", "spark-avro", "postgresql", "mariadb-java-client")
     if not all(list(libs.glob(f"{jar}-*.jar")) for jar in wanted):
-        log(f"resolving Spark's Kafka connector and the PostgreSQL and MariaDB JDBC drivers into {libs}")
+        log(f"resolving Spark's Kafka connector, spark-avro and the PostgreSQL and MariaDB JDBC drivers "
+            f"into {libs}")
         versions = [] if pinned is None else [f"-Dspark.kafka.version={pinned[0]}",
                                               f"-Dspark.token.version={pinned[1]}"]
         _mvn("-f", str(ROOT / "services" / "spark-baseline-pom.xml"), "dependency:copy-dependencies",
