@@ -1,6 +1,6 @@
 """MkDocs hook: the reference's option tables, generated from the code at build time.
 
-A page writes ``<!-- options: sink jdbc -->`` (or ``source kafka``, ``windows``) where
+A page writes ``<!-- options: sink jdbc -->`` (or ``source kafka``, ``windows``, ``formats``) where
 its table goes (``<!-- metrics -->``: the metrics the exporter serves; ``<!-- kafka-parity -->``:
 the Kafka source's options against Spark's own);
 ``on_page_markdown`` replaces the marker with the options the connector's ``OptionSpec``
@@ -17,7 +17,7 @@ from typing import Any
 from spark_ext import registry
 from spark_ext.options import OptionSpec
 
-MARKER = re.compile(r"<!--\s*options:\s*(source|sink|windows)\s*([a-z0-9_]*)\s*-->")
+MARKER = re.compile(r"<!--\s*options:\s*(source|sink|windows|formats)\s*([a-z0-9_]*)\s*-->")
 KINDS = {"source": registry.SOURCES, "sink": registry.SINKS}
 
 
@@ -26,7 +26,12 @@ class OptionTableError(Exception):
 
 
 def spec_for(kind: str, name: str) -> OptionSpec:
-    """The ``OptionSpec`` a marker names: a registered connector's, or the windows' arguments."""
+    """The ``OptionSpec`` a marker names: a registered connector's, the windows' arguments, or
+    the key and value formats' options (part of the Kafka source's)."""
+    if kind == "formats":
+        from spark_ext.schemas.columns import FORMAT_OPTIONS
+
+        return OptionSpec.of(*FORMAT_OPTIONS)
     if kind == "windows":
         from spark_ext.windows.api import ARGUMENTS
 

@@ -44,8 +44,8 @@ _BASELINE_FOR = {"4.0": ("4.0.1", "4.0.0")}
 
 
 def baseline_jars() -> list[str]:
-    """Jars of Spark's own Kafka connector (built for the installed PySpark's line) and the
-    PostgreSQL and MariaDB JDBC drivers, for ``spark.jars``."""
+    """Jars of Spark's own Kafka connector and spark-avro (built for the installed PySpark's
+    line) and the PostgreSQL and MariaDB JDBC drivers, for ``spark.jars``."""
     import pyspark
 
     line = ".".join(pyspark.__version__.split(".")[:2])
