@@ -83,6 +83,10 @@ class AuthenticationError(ConnectorError):
     untrusted certificate, a host name that does not match). Retrying cannot help."""
 
 
+class UnwritableRowError(SparkExtError):
+    """A row the sink's writer schema refuses (a null where it takes none, an unknown enum symbol)."""
+
+
 class UndecodableRecordError(ConnectorError):
     """A record whose key or value cannot be read in the format the query asked for."""
 

@@ -25,6 +25,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { O_NULL, O_BOOL, O_FIXED, O_BIN, O_STRUCT, O_LIST, O_MAP };
@@ -499,6 +500,7 @@ static PyObject *bytes_of(Buf *b) {
 }
 
 static PyObject *decode(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *code_o, *entries, *outs_o, *strings, *consts, *values, *progs_o;
     Py_ssize_t skip;
     if (!PyArg_ParseTuple(args, "OO!O!O!O!OOn", &code_o, &PyList_Type, &entries, &PyList_Type, &outs_o,
@@ -621,8 +623,278 @@ done:
     return result;
 }
 
+
+/* ---- encoding: Arrow columns to Avro datums ----
+ *
+ * encode(nodes, n, header) where nodes[i] = (kind, param, nullb, valb, name, valid|None, offset,
+ * offsets|None, data|None, children, symbols|None) describes one Arrow array of the input
+ * tree (node 0: the column, `n` rows). `offset` is the array's own offset; a struct's
+ * children are indexed as their parent, a list's and a map's by its offsets. `nullb` is the
+ * union branch written for a null (-1: null is refused), `valb` the one written before a
+ * value (-1: the type is no union). Returns (None, offsets, data) of a binary column whose
+ * every value starts with `header`, or (row, message) for the first row the schema refuses.
+ */
+enum { E_NULL, E_BOOL, E_INT, E_LONG, E_FLOAT, E_DOUBLE, E_BYTES, E_FIXED, E_ENUM, E_DEC_BYTES, E_DEC_FIXED,
+       E_RECORD, E_ARRAY, E_MAP, E_MEMBERS };
+
+typedef struct {
+    int kind, nullb, valb, nchild;
+    long long param;
+    int64_t offset;
+    const unsigned char *valid;
+    const int32_t *offs;
+    const char *data;
+    int child[64];
+    const char *name;
+    PyObject *symbols; /* borrowed: a list of bytes */
+} Node;
+
+typedef struct {
+    Node *nodes;
+    int n;
+    Buf out;
+    char msg[512];
+    int py_error;
+} Enc;
+
+static int put_long(Buf *b, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    unsigned char tmp[10];
+    int k = 0;
+    do {
+        tmp[k] = z & 0x7F;
+        z >>= 7;
+        if (z) tmp[k] |= 0x80;
+        k++;
+    } while (z);
+    return buf_put(b, tmp, (size_t)k);
+}
+
+static int refuse(Enc *e, const Node *nd, const char *what) {
+    snprintf(e->msg, sizeof e->msg, "%s %s", nd->name, what);
+    return -1;
+}
+
+static int oom(Enc *e) {
+    e->py_error = 1;
+    return -1;
+}
+
+static int is_valid(const Node *nd, int64_t i) {
+    int64_t p = i + nd->offset;
+    return !nd->valid || (nd->valid[p / 8] >> (p % 8) & 1);
+}
+
+/* Big-endian two's complement of a little-endian 128-bit integer, `width` bytes, or the
+ * fewest that hold it (width 0). */
+static int dec_bytes(const unsigned char *le, int width, unsigned char *be, int *len) {
+    int neg = le[15] & 0x80;
+    int n = 16;
+    if (!width) {
+        while (n > 1 && le[n - 1] == (neg ? 0xFF : 0x00) && ((le[n - 2] & 0x80) == (neg ? 0x80 : 0))) n--;
+        width = n;
+    } else {
+        for (int k = 15; k >= width; k--)
+            if (le[k] != (neg ? 0xFF : 0x00)) return -1;
+        if (width < 16 && ((le[width - 1] & 0x80) != (neg ? 0x80 : 0))) return -1;
+    }
+    for (int k = 0; k < width; k++) be[k] = k < width - 16 ? (neg ? 0xFF : 0) : le[width - 1 - k];
+    *len = width;
+    return 0;
+}
+
+/* Row `i` of node `at`; `branch`: write the node's union branch before a value (a member of
+ * a struct-shaped union has had its branch written by the parent). */
+static int enc(Enc *e, int at, int64_t i, int branch) {
+    const Node *nd = &e->nodes[at];
+    Buf *b = &e->out;
+    if (!is_valid(nd, i)) {
+        if (nd->nullb < 0) return refuse(e, nd, "is null, and the schema does not take a null there");
+        return put_long(b, nd->nullb) ? oom(e) : 0;
+    }
+    if (nd->kind == E_MEMBERS) { /* a struct of union members: the first one set */
+        for (int k = 0; k < nd->nchild; k++) {
+            const Node *m = &e->nodes[nd->child[k]];
+            if (is_valid(m, i)) {
+                if (put_long(b, m->valb)) return oom(e);
+                return enc(e, nd->child[k], i, 0);
+            }
+        }
+        if (nd->nullb < 0) return refuse(e, nd, "has no member set, and the schema does not take a null there");
+        return put_long(b, nd->nullb) ? oom(e) : 0;
+    }
+    if (branch && nd->valb >= 0 && put_long(b, nd->valb)) return oom(e);
+    int64_t p = i + nd->offset;
+    switch (nd->kind) {
+    case E_NULL:
+        return 0;
+    case E_BOOL: {
+        char v = (nd->data[p / 8] >> (p % 8)) & 1;
+        return buf_put(b, &v, 1) ? oom(e) : 0;
+    }
+    case E_INT: {
+        int32_t v;
+        memcpy(&v, nd->data + 4 * p, 4);
+        return put_long(b, v) ? oom(e) : 0;
+    }
+    case E_LONG: {
+        int64_t v;
+        memcpy(&v, nd->data + 8 * p, 8);
+        if (nd->param > 1) { /* micros to millis, rounding down as Spark's to_avro does */
+            v = v >= 0 ? v / nd->param : -((-(v + 1)) / nd->param) - 1;
+        }
+        return put_long(b, v) ? oom(e) : 0;
+    }
+    case E_FLOAT:
+        return buf_put(b, nd->data + 4 * p, 4) ? oom(e) : 0;
+    case E_DOUBLE:
+        return buf_put(b, nd->data + 8 * p, 8) ? oom(e) : 0;
+    case E_BYTES:
+    case E_FIXED:
+    case E_ENUM: {
+        int32_t a = nd->offs[p], z = nd->offs[p + 1];
+        int64_t len = (int64_t)z - a;
+        if (nd->kind == E_FIXED) {
+            if (len != nd->param) return refuse(e, nd, "does not have the fixed type's size");
+            return buf_put(b, nd->data + a, (size_t)len) ? oom(e) : 0;
+        }
+        if (nd->kind == E_ENUM) {
+            Py_ssize_t ns = PyList_Size(nd->symbols);
+            for (Py_ssize_t k = 0; k < ns; k++) {
+                PyObject *sym = PyList_GetItem(nd->symbols, k);
+                if (PyBytes_Size(sym) == len && !memcmp(PyBytes_AsString(sym), nd->data + a, (size_t)len))
+                    return put_long(b, k) ? oom(e) : 0;
+            }
+            return refuse(e, nd, "is not one of the enum's symbols");
+        }
+        if (put_long(b, len) || buf_put(b, nd->data + a, (size_t)len)) return oom(e);
+        return 0;
+    }
+    case E_DEC_BYTES:
+    case E_DEC_FIXED: {
+        unsigned char be[16];
+        int len;
+        if (dec_bytes((const unsigned char *)nd->data + 16 * p, nd->kind == E_DEC_FIXED ? (int)nd->param : 0, be,
+                      &len))
+            return refuse(e, nd, "does not fit the fixed type's size");
+        if (nd->kind == E_DEC_BYTES && put_long(b, len)) return oom(e);
+        return buf_put(b, be, (size_t)len) ? oom(e) : 0;
+    }
+    case E_RECORD:
+        for (int k = 0; k < nd->nchild; k++)
+            if (enc(e, nd->child[k], i, 1)) return -1;
+        return 0;
+    case E_ARRAY:
+    case E_MAP: {
+        int32_t a = nd->offs[p], z = nd->offs[p + 1];
+        if (z > a) {
+            if (put_long(b, (int64_t)z - a)) return oom(e);
+            for (int32_t k = a; k < z; k++)
+                for (int c = 0; c < nd->nchild; c++)
+                    if (enc(e, nd->child[c], k, 1)) return -1;
+        }
+        return put_long(b, 0) ? oom(e) : 0;
+    }
+    }
+    PyErr_SetString(PyExc_ValueError, "an unknown encoder node");
+    e->py_error = 1;
+    return -1;
+}
+
+static PyObject *encode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *nodes_o;
+    Py_ssize_t n;
+    Py_buffer header;
+    if (!PyArg_ParseTuple(args, "O!ny*", &PyList_Type, &nodes_o, &n, &header)) return NULL;
+    PyObject *result = NULL;
+    int count = (int)PyList_Size(nodes_o);
+    Py_buffer *views = calloc((size_t)count * 3, sizeof(Py_buffer));
+    Enc e = {0};
+    e.n = count;
+    e.nodes = calloc((size_t)(count ? count : 1), sizeof(Node));
+    Buf offs = {0};
+    if (!views || !e.nodes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < count; i++) {
+        Node *nd = &e.nodes[i];
+        PyObject *valid, *offsets, *data, *children, *symbols;
+        const char *name;
+        if (!PyArg_ParseTuple(PyList_GetItem(nodes_o, i), "iLiisOLOOO!O", &nd->kind, &nd->param, &nd->nullb, &nd->valb,
+                              &name, &valid, &nd->offset, &offsets, &data, &PyTuple_Type, &children, &symbols))
+            goto done;
+        nd->name = name;
+        PyObject *bufs[3] = {valid, offsets, data};
+        for (int k = 0; k < 3; k++) {
+            if (bufs[k] == Py_None) continue;
+            if (PyObject_GetBuffer(bufs[k], &views[3 * i + k], PyBUF_SIMPLE)) goto done;
+        }
+        nd->valid = valid == Py_None ? NULL : views[3 * i].buf;
+        nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
+        nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
+        nd->symbols = symbols == Py_None ? NULL : symbols;
+        Py_ssize_t nc = PyTuple_Size(children);
+        if (nc > 64) {
+            PyErr_SetString(PyExc_ValueError, "a node with more than 64 children");
+            goto done;
+        }
+        nd->nchild = (int)nc;
+        for (Py_ssize_t k = 0; k < nc; k++) {
+            long c = PyLong_AsLong(PyTuple_GetItem(children, k));
+            if (c <= i || c >= count) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a node's child is out of order");
+                goto done;
+            }
+            nd->child[k] = (int)c;
+        }
+        int needs_offs = nd->kind == E_BYTES || nd->kind == E_FIXED || nd->kind == E_ENUM || nd->kind == E_ARRAY ||
+                         nd->kind == E_MAP;
+        int needs_data = nd->kind != E_NULL && nd->kind != E_RECORD && nd->kind != E_ARRAY && nd->kind != E_MAP &&
+                         nd->kind != E_MEMBERS;
+        if ((needs_offs && !nd->offs) || (needs_data && !nd->data) || (nd->kind == E_ENUM && !PyList_Check(symbols))) {
+            PyErr_Format(PyExc_ValueError, "node %d (%s) lacks a buffer its kind needs", i, name);
+            goto done;
+        }
+    }
+    if (!count) {
+        PyErr_SetString(PyExc_ValueError, "no nodes");
+        goto done;
+    }
+    int32_t zero = 0;
+    if (buf_put(&offs, &zero, 4)) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (buf_put(&e.out, header.buf, (size_t)header.len)) goto done;
+        if (enc(&e, 0, i, 1)) {
+            if (e.py_error) goto done;
+            result = Py_BuildValue("(ns)", i, e.msg);
+            goto done;
+        }
+        if (e.out.len > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "more than 2 GiB of Avro values in one batch");
+            goto done;
+        }
+        int32_t end = (int32_t)e.out.len;
+        if (buf_put(&offs, &end, 4)) goto done;
+    }
+    result = Py_BuildValue("(ONN)", Py_None, bytes_of(&offs), bytes_of(&e.out));
+done:
+    if (views) {
+        for (int i = 0; i < 3 * count; i++)
+            if (views[i].obj) PyBuffer_Release(&views[i]);
+        free(views);
+    }
+    free(e.nodes);
+    free(e.out.p);
+    free(offs.p);
+    PyBuffer_Release(&header);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Avro datums of a binary column to Arrow buffers (see _avro.c)."},
+    {"encode", encode, METH_VARARGS, "An Arrow column to Avro datums with a header each (see _avro.c)."},
     {NULL, NULL, 0, NULL},
 };
 

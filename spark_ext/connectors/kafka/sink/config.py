@@ -19,6 +19,7 @@ from spark_ext.connectors.kafka.sink.rules import TopicRules
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec
+from spark_ext.schemas.encoding import SINK_FORMAT_OPTIONS, SinkFormat
 from spark_ext.secrets import secret, secret_options
 
 SINK_OPTIONS = OptionSpec.of(
@@ -50,6 +51,7 @@ SINK_OPTIONS = OptionSpec.of(
            "(ms); then the task or the commit fails. At least `kafka.request.timeout.ms`.",
            default="120000"),
     *secret_options(what="the SASL password (with `kafka.sasl.username`)"),
+    *SINK_FORMAT_OPTIONS,
     Option("kafka.*", "Security settings as in Spark's Kafka connector. Other producer settings are refused "
            "at start, naming the setting, except common Java ones that do not apply here (`acks`, "
            "`linger.ms`, serializers ...), which are ignored."),
@@ -86,6 +88,7 @@ class KafkaSinkConfig:
     budget_s: float = 120.0  # one step, retries included
     topic_max_bytes: int | None = None  # the topic's max.message.bytes, read at start
     topic_rules: TopicRules | None = None  # what of it refuses single records, read at start
+    formats: tuple[SinkFormat, ...] = ()  # keyFormat / valueFormat other than raw, with their schema ids
 
     @property
     def group(self) -> str:

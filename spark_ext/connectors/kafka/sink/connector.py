@@ -24,6 +24,7 @@ from spark_ext.connectors.kafka.sink.writer import (
 from spark_ext.errors import ConfigurationError, ConnectorError, RetriableCommitError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
+from spark_ext.schemas.encoding import SinkFormat
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,13 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
 
     def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> KafkaSinkConfig:
         cfg = KafkaSinkConfig.parse(options, guarantee)
-        check_schema({f.name: f.dataType.simpleString() for f in schema.fields}, cfg.topic)
-        return cfg
+        types = {f.name: f.dataType for f in schema.fields}
+        found = (SinkFormat.parse(options, c, types.get(c), cfg.topic) for c in ("key", "value"))
+        formats = tuple(f for f in found if f is not None)
+        # A column written in a registry format is sent as the bytes its encoder makes.
+        check_schema({n: "binary" if n in {f.column for f in formats} else t.simpleString()
+                      for n, t in types.items()}, cfg.topic)
+        return dataclasses.replace(cfg, formats=formats) if formats else cfg
 
     def validate(self, config: KafkaSinkConfig, schema: StructType) -> KafkaSinkConfig:
         """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""

@@ -35,7 +35,7 @@ from spark_ext.connectors.kafka.sink.rules import (
 )
 from spark_ext.connectors.kafka.sink.sender import Sender
 from spark_ext.deadletters import Refusal, SetsAside
-from spark_ext.errors import SparkExtError
+from spark_ext.errors import SparkExtError, UnwritableRowError
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,10 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
         for batch in batches:
             if batch.num_rows == 0:
                 continue
+            if cfg.formats:
+                batch = self._encoded(batch)
+                if batch.num_rows == 0:
+                    continue
             if "topic" in batch.schema.names and not cfg.topic:
                 seen = set(batch.column("topic").drop_null().to_pylist())
                 missing = [t for t in seen if t not in sender.counts]
@@ -148,6 +152,30 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
             sender.send(tp, data, count)
         sender.flush()
         return rows, touched
+
+    def _encoded(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with its key and/or value in their registry formats. A row the writer
+        schema refuses goes to ``self.refused`` (dead letters), else fails the task."""
+        cols = dict(zip(batch.schema.names, batch.columns, strict=True))
+        refused: dict[int, str] = {}
+        for fmt in self.cfg.formats:
+            enc = fmt.encode(cols[fmt.column])
+            cols[fmt.column] = enc.values
+            for row, why in enc.refused:
+                refused.setdefault(row, f"{why} (schema id {fmt.schema_id}, subject {fmt.subject!r})")
+        out = pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
+        if not refused:
+            return out
+        if self.refused is None:
+            row, why = min(refused.items())
+            raise UnwritableRowError(f"a row cannot be written as {self.cfg.formats[0].format}: {why} "
+                                     f"({len(refused)} such rows of {batch.num_rows} in this task's batch). "
+                                     "Fix "
+                                     "the rows, or set dead-letter options to set such rows aside")
+        self._record(batch, [Refused(r, "SerializationError", "", why) for r, why in sorted(refused.items())])
+        keep = np.ones(batch.num_rows, bool)
+        keep[list(refused)] = False
+        return out.filter(pa.array(keep))
 
     def _rules_of(self, topic: str, client: KafkaTxnClient) -> TopicRules:
         """The topic's rules: read on the driver for option 'topic', else asked once here."""

@@ -1,0 +1,151 @@
+"""A sink's key or value column written in the schema registry's wire format.
+
+On the driver, at query start: the writer schema (given, or derived from the column's
+Spark type), the subject (by Kafka's usual naming strategies), and its id, registered
+when ``autoRegisterSchemas`` is on (the registry then applies the subject's compatibility
+rule) or looked up when it is off. Executors encode with that id; they never register.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import DataType
+
+from spark_ext.errors import InvalidOptionError
+from spark_ext.options import Option, Options
+from spark_ext.schemas.avro import SchemaError
+from spark_ext.schemas.avro_write import Encoded, Writer, header, schema_of
+from spark_ext.schemas.registry import REGISTRY_OPTIONS, RegistryConfig, RegistryError, client
+
+STRATEGIES = ("topic", "record", "topic_record")
+
+SINK_FORMAT_OPTIONS = (
+    Option("valueFormat", "`raw`: the `value` column is string or binary, sent as it is. `avro`: any "
+           "column type, encoded with the writer schema in the schema registry's wire format; a row the "
+           "schema refuses is a row error (dead letters where configured).", default="raw"),
+    Option("keyFormat", "The same for the `key` column.", default="raw"),
+    Option("valueSchema", "The writer schema (Avro JSON).", shown="derived from the column's type: records "
+           "for structs, `[\"null\", T]` with a null default for nullable fields"),
+    Option("keySchema", "The same for the key.", shown="derived from the column's type"),
+    Option("subjectNameStrategy", "The subject a schema is registered under: `topic` (`<topic>-value`, "
+           "`<topic>-key`), `record` (the record's full name) or `topic_record` (`<topic>-<record name>`); "
+           "`topic` and `topic_record` need option `topic`.", default="topic"),
+    Option("valueSubject", "The subject, whatever the strategy.", shown="by `subjectNameStrategy`"),
+    Option("keySubject", "The same for the key.", shown="by `subjectNameStrategy`"),
+    Option("autoRegisterSchemas", "Register the writer schema at query start (the registry applies the "
+           "subject's compatibility rule); `false`: it must already be registered under the subject.",
+           default=True),
+    *REGISTRY_OPTIONS,
+)
+
+
+@dataclass(frozen=True)
+class SinkFormat:
+    """How a sink writes one column: the writer schema and its registered id."""
+
+    column: str
+    format: str
+    subject: str
+    schema: str
+    schema_id: int
+
+    @staticmethod
+    def parse(opts: Options, column: str, spark: DataType | None, topic: str | None) -> SinkFormat | None:
+        """Driver, at query start: None for ``raw``; else the schema, registered or found."""
+        option = f"{column}Format"
+        fmt = (opts.get_str(option.lower()) or "raw").strip().lower()
+        if fmt not in ("raw", "avro"):
+            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected raw or avro")
+        if fmt == "raw":
+            return None
+        if spark is None:
+            raise InvalidOptionError(f"option {option}=avro, and the DataFrame has no {column!r} column")
+        given = opts.get_str(f"{column}schema")
+        try:
+            schema: Any = json.loads(given) if given is not None else schema_of(spark)
+        except json.JSONDecodeError as e:
+            raise InvalidOptionError(f"option '{column}Schema' is not JSON: {e}") from None
+        text = json.dumps(schema)
+        writer = Writer(text)
+        try:
+            writer.check(spark, column)
+        except SchemaError as e:
+            raise InvalidOptionError(f"option {option}=avro: {e}") from None
+        subject = _subject(opts, column, writer.schema, topic)
+        registry = RegistryConfig.parse(opts, f"option {option}={fmt}")
+        auto = opts.get_bool("autoregisterschemas", True)
+        schema_id = _registered(registry, subject, text, auto)
+        return SinkFormat(column, fmt, subject, text, schema_id)
+
+    def encode(self, col: pa.Array) -> Encoded:
+        """Executor: the column as the wire format's values; refused rows come out null."""
+        return _writer(self.schema).encode(col, header(self.schema_id), self.column)
+
+
+def _subject(opts: Options, column: str, schema: Any, topic: str | None) -> str:
+    explicit = opts.get_str(f"{column}subject")
+    if explicit is not None:
+        return explicit
+    strategy = (opts.get_str("subjectnamestrategy") or "topic").strip().lower()
+    if strategy not in STRATEGIES:
+        raise InvalidOptionError(f"option 'subjectNameStrategy' is {strategy!r}; expected "
+                                 f"{', '.join(STRATEGIES)}")
+    name = schema.get("name") if schema["type"] == "record" else None
+    if strategy != "topic" and name is None:
+        raise InvalidOptionError(f"subjectNameStrategy {strategy} names the subject after the {column}'s "
+                                 "record, "
+                                 f"and its schema is a {schema['type']}: use strategy topic or option "
+                                 f"'{column}Subject'")
+    if strategy == "record":
+        return str(name)
+    if topic is None:
+        raise InvalidOptionError(f"subjectNameStrategy {strategy} names the subject after the topic, and "
+                                 "rows name their topics in a column: set option 'topic', strategy record, or "
+                                 f"option '{column}Subject'")
+    return f"{topic}-{column}" if strategy == "topic" else f"{topic}-{name}"
+
+
+def _registered(registry: RegistryConfig, subject: str, text: str, auto: bool) -> int:
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    c = client(registry)
+    try:
+        if auto:
+            return int(c.register_schema(subject, Schema(text, "AVRO")))
+        return int(c.lookup_schema(subject, Schema(text, "AVRO")).schema_id)
+    except SchemaRegistryError as e:
+        if e.http_status_code == 409:
+            raise InvalidOptionError(
+                f"the schema registry refused the writer schema for subject {subject!r}: it is not "
+                f"compatible with the subject's versions under its compatibility rule ({e.error_message}). "
+                "Write columns "
+                "a reader of the subject can read (add fields with defaults, keep the others' types), or "
+                "register a new subject (option 'valueSubject')") from None
+        if e.http_status_code == 404 and not auto:
+            raise InvalidOptionError(
+                f"the writer schema is not registered under subject {subject!r}, and autoRegisterSchemas is "
+                "false: register it (the schema is the column's, printed by spark_ext.schemas.avro_write."
+                "schema_of), or turn autoRegisterSchemas on") from None
+        raise RegistryError(f"the schema registry at {registry.url} refused subject {subject!r}: HTTP "
+                            f"{e.http_status_code} ({e.error_message})") from None
+    except Exception as e:  # noqa: BLE001 - connection errors come as httpx's
+        raise RegistryError(f"the schema registry at {registry.url} did not answer for subject {subject!r}: "
+                            f"{type(e).__name__}: {e}") from None
+
+
+_writers: dict[str, Writer] = {}
+_lock = threading.Lock()
+
+
+def _writer(schema: str) -> Writer:
+    with _lock:
+        w = _writers.get(schema)
+        if w is None:
+            w = _writers[schema] = Writer(schema)
+        return w
