@@ -105,8 +105,8 @@ def _subject(opts: Options, column: str, schema: Any, topic: str | None) -> str:
         return str(name)
     if topic is None:
         raise InvalidOptionError(f"subjectNameStrategy {strategy} names the subject after the topic, and "
-                                 "rows name their topics in a column: set option 'topic', strategy record, or "
-                                 f"option '{column}Subject'")
+                                 "rows name their topics in a column: set option 'topic', strategy "
+                                 f"record, or option '{column}Subject'")
     return f"{topic}-{column}" if strategy == "topic" else f"{topic}-{name}"
 
 
