@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from spark_ext import timeline
+from spark_ext import deadletters, timeline
 from spark_ext.commit import Claim, Committer, NoOpCommitter, SinkWriter, TwoPhaseCommitter
 from spark_ext.errors import ConfigurationError, UnsupportedGuaranteeError
 from spark_ext.guarantees import Guarantee
@@ -122,6 +122,8 @@ class SinkConnector(ABC, Generic[ConfigT]):
         transactions are prepared and waiting for that commit.
         """
         started_ms, t0 = timeline.now_ms(), time.monotonic()
+        # A source's unreadable records are never written: writers set them aside or fail.
+        schema = StructType([f for f in schema.fields if f.name != deadletters.CORRUPT])
         config = self.configure(options, schema, guarantee)
         t1 = t2 = t3 = time.monotonic()
         claim: Claim[Any] | None = None

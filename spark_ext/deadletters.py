@@ -42,6 +42,10 @@ COLUMNS = ("sink_id", "batch_id", "partition_id", "error_class", "error_code", "
 BY_CONNECTOR = {"kafka": ("value",), "jms": ("body",)}
 ALL_COLUMNS = (*COLUMNS, "value", "body")
 CAP_OPTIONS = ("maxDeadLetters", "maxDeadLetterRatio")
+# A source's records it could not read (the Kafka source's mode PERMISSIVE), as Spark's own
+# readers name that column. Sinks never write it: they set its rows aside, or fail.
+CORRUPT = "_corrupt_record"
+_CORRUPT_FIELDS = ("topic", "partition", "offset", "key", "value", "error")
 
 
 @dataclass(frozen=True)
@@ -176,3 +180,69 @@ def table(refused: list[Refusal], sink_id: str, batch_id: int, partition_id: int
         doc = json.dumps(d, ensure_ascii=False)
         rows.append({**d, "value": doc, "body": doc})
     return pa.RecordBatch.from_pylist(rows, schema=compat.to_arrow_schema(schema()))
+
+
+def corrupt_type() -> Any:
+    """``_corrupt_record``'s Spark type: the record as it came, and why it is unreadable."""
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+    types = {"partition": IntegerType(), "offset": LongType(), "key": BinaryType(), "value": BinaryType()}
+    return StructType([StructField(f, types.get(f, StringType())) for f in _CORRUPT_FIELDS])
+
+
+def corrupt_column(raw: dict[str, Any], errors: dict[int, str], n: int) -> Any:
+    """Source, executor: ``_corrupt_record`` for ``n`` records whose columns as they came are
+    ``raw``; rows in ``errors`` hold their record and error, the others are null."""
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql.types import StructField, StructType
+
+    from spark_ext import compat
+
+    arrow = compat.to_arrow_schema(StructType([StructField(CORRUPT, corrupt_type())])).field(CORRUPT).type
+    if not errors:
+        return pa.nulls(n, arrow)
+    message: list[str | None] = [None] * n
+    for row, why in errors.items():
+        message[row] = why
+    mask = np.ones(n, bool)
+    mask[list(errors)] = False
+    children = [raw[f].cast(arrow.field(f).type) if f != "error" else pa.array(message, pa.string())
+                for f in _CORRUPT_FIELDS]
+    return pa.StructArray.from_arrays(children, fields=list(arrow), mask=pa.array(mask))
+
+
+def split_corrupt(rb: pa.RecordBatch) -> tuple[pa.RecordBatch, list[Refusal]]:
+    """Sink, executor: ``rb`` without ``_corrupt_record`` and without the rows it holds a
+    record in, and those records as refusals (their row: the record as it came)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if CORRUPT not in rb.schema.names:
+        return rb, []
+    col = rb.column(CORRUPT)
+    clean = rb.drop_columns([CORRUPT])
+    if col.null_count == len(col):
+        return clean, []
+    valid = col.is_valid()
+    refusals = []
+    for i in valid.to_numpy(zero_copy_only=False).nonzero()[0].tolist():
+        rec = col[i].as_py()
+        row = pa.RecordBatch.from_pylist([{f: rec[f] for f in _CORRUPT_FIELDS if f != "error"}])
+        refusals.append(Refusal(row, "UndecodableRecordError", "", rec["error"]))
+    return clean.filter(pc.invert(valid)), refusals
+
+
+def refuse_corrupt(rb: pa.RecordBatch) -> pa.RecordBatch:
+    """Sink without dead letters, executor: ``rb`` without ``_corrupt_record``; a record in it
+    fails the task, naming the record."""
+    from spark_ext.errors import UndecodableRecordError
+
+    clean, refused = split_corrupt(rb)
+    if refused:
+        rec = refused[0].row.to_pylist()[0]
+        raise UndecodableRecordError(
+            f"the record at offset {rec['offset']} of {rec['topic']}-{rec['partition']} could not be read by "
+            f"the source ({refused[0].message}); {len(refused)} such records in this task's rows. Set "
+            "dead-letter options on this sink to set them aside, or fix or skip them at the producer")
+    return clean

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from spark_ext import timeline
+from spark_ext import deadletters, timeline
 from spark_ext.commit import Claim, Committable, Committer, SinkWriter, TaskInfo, TwoPhaseCommitter
 from spark_ext.compat import StreamArrowWriter
 from spark_ext.errors import (
@@ -128,7 +128,10 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
                 "driver's environment with --archives, or install the same release everywhere); nothing "
                 "of the batch was written")
         started = time.monotonic()
-        committable = self.plan.new_writer().write(iterator, task)
+        writer = self.plan.new_writer()
+        if not getattr(writer, "sets_corrupt_aside", False):
+            iterator = (deadletters.refuse_corrupt(rb) for rb in iterator)
+        committable = writer.write(iterator, task)
         took = WriteTimes((time.monotonic() - started) * 1000)
         return TaskReport(committable, self.plan.claim, self.plan.times, took, task.run_id)
 

@@ -14,6 +14,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from spark_ext.errors import InvalidOptionError
+from tests.support import pg_util
 from tests.support.kafka_util import create_topic, unique_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -173,3 +174,89 @@ def test_the_subject_is_needed_and_must_exist(spark, services):
     with pytest.raises(Exception, match="set option 'valueSubject'"):
         load(subscribePattern="avro.*", **{"schemaRegistry.url": services.registry_url})
     assert issubclass(InvalidOptionError, ValueError)
+
+
+SMALL: dict = {"type": "record", "name": "Pay", "namespace": "dev.sparkext.test", "fields": [
+    {"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]}
+
+
+def _poisoned(services, partitions: int = 2, n: int = 90) -> tuple[str, set[int], set[tuple[int, int]]]:
+    """``n`` good records and, among them, records that cannot be read: an id the registry does
+    not know, a truncated datum, a wrong magic byte, fewer than 5 bytes. The good ids, and
+    the (partition, offset) of every bad record."""
+    from confluent_kafka import Producer
+
+    topic = create_topic(services.kafka_bootstrap, partitions, "poison")
+    sr = SchemaRegistryClient({"url": services.registry_url})
+    ser = AvroSerializer(sr, json.dumps(SMALL))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    good, bad = set(), set()
+    p = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    sent: list[tuple[int, bool]] = []
+    for i in range(n):
+        value = ser({"id": i, "amount": i / 2}, ctx)
+        kind = i % 15
+        if kind == 3:
+            value = b"\0\x7f\xff\xff\x01" + value[5:]  # an id the registry never gave
+        elif kind == 7:
+            value = value[:6]  # cut inside the datum
+        elif kind == 11:
+            value = b"\x02" + value[1:]  # not the wire format's magic byte
+        elif kind == 13:
+            value = b"\0\0"
+        sent.append((i, kind in (3, 7, 11, 13)))
+
+        def done(err, msg, i=i, poisoned=kind in (3, 7, 11, 13)):
+            assert err is None, err
+            (bad.add((msg.partition(), msg.offset())) if poisoned else good.add(i))
+
+        p.produce(topic, value=value, key=str(i).encode(), partition=i % partitions, on_delivery=done)
+    assert p.flush(30) == 0
+    return topic, good, bad
+
+
+def test_unreadable_records_go_to_the_dead_letters_with_the_batch(spark, services, tmp_path):
+    """mode PERMISSIVE into PostgreSQL with dead letters: every readable record once in the
+    table, every unreadable one once in the dead letters, raw, with its error."""
+    topic, good, bad = _poisoned(services)
+    table, dlq = pg_util.table_name("avro_good"), pg_util.table_name("avro_dead")
+    pg_util.execute(services.postgres_url,
+                    f"CREATE TABLE {table} (id bigint PRIMARY KEY, amount double precision)")
+    df = (spark.readStream.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "30")
+          .option("valueFormat", "avro").option("schemaRegistry.url", services.registry_url)
+          .option("mode", "PERMISSIVE").load())
+    q = (df.select("value.*", "_corrupt_record").writeStream.format("hzsink").option("connector", "jdbc")
+         .option("url", services.postgres_url).option("dbtable", table)
+         .option("deadLetter.connector", "jdbc").option("deadLetter.url", services.postgres_url)
+         .option("deadLetter.dbtable", dlq).option("deadLetter.createTable", "true")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    assert q.awaitTermination(180), "still running after 180 s"
+    assert q.exception() is None, q.exception()
+    assert sum(p["numInputRows"] for p in q.recentProgress) == 90 and len(q.recentProgress) >= 3
+    ids = [r[0] for r in pg_util.query(services.postgres_url, f"SELECT id FROM {table} ORDER BY id")]
+    assert ids == sorted(good)
+    dead = pg_util.query(services.postgres_url, f"SELECT error_class, error_message, row FROM {dlq}")
+    rows = [json.loads(r) for _, _, r in dead]
+    assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(bad)  # each once
+    assert {c for c, _, _ in dead} == {"UndecodableRecordError"}
+    messages = " ".join(m for _, m, _ in dead)
+    for why in ("is not in the registry", "does not decode", "its first byte is 2", "shorter than"):
+        assert why in messages
+    assert all(r["topic"] == topic and r["key"] for r in rows)  # raw, key included (base64)
+
+
+def test_unreadable_records_fail_a_sink_without_dead_letters_naming_the_record(spark, services, tmp_path):
+    topic, _, bad = _poisoned(services, partitions=1, n=10)
+    first = min(o for _, o in bad)
+    df = (spark.readStream.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").option("valueFormat", "avro")
+          .option("schemaRegistry.url", services.registry_url).option("mode", "PERMISSIVE").load())
+    table = pg_util.table_name("avro_nodl")
+    q = (df.select("value.*", "_corrupt_record").writeStream.format("hzsink").option("connector", "jdbc")
+         .option("url", services.postgres_url).option("dbtable", table).option("createTable", "true")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match=rf"the record at offset {first} of {topic}-0 could not be read"):
+        q.awaitTermination(180)

@@ -52,6 +52,8 @@ class RoutingWriter(SinkWriter[RoutingCommittable]):
         self.writers = dict(writers)
         self.claim = claim
         self.dead_letters, self.routing_id = dead_letters, routing_id
+        # With dead letters, a source's unreadable records (``_corrupt_record``) are dead letters too.
+        self.sets_corrupt_aside = dead_letters is not None
 
     def write(self, batches: Iterator[pa.RecordBatch], task: TaskInfo) -> RoutingCommittable:
         import pyarrow.compute as pc
@@ -95,8 +97,16 @@ class RoutingWriter(SinkWriter[RoutingCommittable]):
         assert isinstance(writer, deadletters.SetsAside)
         writer.refused = []
         cols = list(self.columns[target])
-        parts = [(target, writer.write((rb.select(cols) for rb in batches), task))]
-        refused = writer.refused
+        unreadable: list[deadletters.Refusal] = []
+
+        def readable() -> Iterator[pa.RecordBatch]:
+            for rb in batches:
+                clean, bad = deadletters.split_corrupt(rb)
+                unreadable.extend(bad)
+                yield clean.select(cols)
+
+        parts = [(target, writer.write(readable(), task))]
+        refused = unreadable + writer.refused
         first = ""
         if refused:
             first = f"{refused[0].error_class} {refused[0].error_code}: {refused[0].message}"[:500]

@@ -88,6 +88,12 @@ SOURCE_OPTIONS = OptionSpec.of(
     Option("kafka.default.api.timeout.ms", "Bounds the driver's metadata calls (ms).", default=30_000),
     *secret_options(what="the SASL password (with `kafka.sasl.username`)"),
     *FORMAT_OPTIONS,
+    Option("mode", "With a key or value format: `FAILFAST` fails the query at a record that cannot be read, "
+           "naming its partition and offset; `PERMISSIVE` reads its key and value as null and adds the "
+           "column `_corrupt_record` (topic, partition, offset, key, value as they came, and the error), "
+           "null for the other records. A spark-ext sink with dead-letter options sets such records aside "
+           "as dead letters under the batch's decision; without them it fails naming the record.",
+           default="FAILFAST"),
     Option("kafka.*", "Client settings: security as in Spark's Kafka connector, or librdkafka's names. "
            "`kafka.auto.offset.reset`, `kafka.enable.auto.commit` and the deserializers are refused, as "
            "Spark refuses them."),
@@ -223,6 +229,7 @@ class KafkaSourceConfig:
     password_ref: Secret | None = None  # the SASL password by passwordFile / passwordEnv
     commit_group: str | None = None  # commitOffsetsToGroup
     formats: tuple[ColumnFormat, ...] = ()  # keyFormat / valueFormat other than raw
+    permissive: bool = False  # mode PERMISSIVE: unreadable records as _corrupt_record
 
     @property
     def bootstrap(self) -> str:
@@ -295,6 +302,7 @@ class KafkaSourceConfig:
             password_ref=ref,
             commit_group=_commit_group(opts),
             formats=column_formats(opts, subscription),
+            permissive=_permissive(opts),
             timestamp_strategy=strategy(opts),
             **({} if batch else _pacing(opts)),
         )
@@ -306,6 +314,17 @@ def column_formats(opts: Options, subscription: Subscription) -> tuple[ColumnFor
     topics = subscription.topics or tuple(sorted({t for t, _ in subscription.assigned}))
     found = (ColumnFormat.parse(opts, column, topics) for column in ("key", "value"))
     return tuple(f for f in found if f is not None)
+
+
+def _permissive(opts: Options) -> bool:
+    mode = (opts.get_str("mode") or SOURCE_OPTIONS.default_str("mode")).strip().upper()
+    if mode not in ("FAILFAST", "PERMISSIVE"):
+        raise InvalidOptionError(f"option 'mode' is {mode!r}; expected FAILFAST or PERMISSIVE")
+    if mode == "PERMISSIVE" and not any(opts.get_str(f) not in (None, "raw")
+                                        for f in ("keyformat", "valueformat")):
+        raise InvalidOptionError("option mode PERMISSIVE applies to records read in a format (keyFormat or "
+                                 "valueFormat avro); raw keys and values are always readable: drop it")
+    return mode == "PERMISSIVE"
 
 
 def _pacing(opts: Options) -> dict[str, Any]:

@@ -30,7 +30,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
@@ -73,6 +75,7 @@ from spark_ext.connectors.kafka.source.offsets import (
 )
 from spark_ext.connectors.kafka.source.positions import TriggerPacer, stamps_for
 from spark_ext.connectors.kafka.source.wire_reader import WireRangeReader
+from spark_ext.deadletters import CORRUPT, corrupt_column, corrupt_type
 from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError, UndecodableRecordError
 from spark_ext.options import Options
 from spark_ext.schemas.columns import ColumnFormat
@@ -86,24 +89,41 @@ def read_range(cfg: KafkaSourceConfig, rng: KafkaRange) -> Iterator[pa.RecordBat
     batches: Iterator[pa.RecordBatch] = iter(WireRangeReader(cfg, rng) if cfg.fetcher == "wire"
                                              else RangeReader(cfg, rng))
     if cfg.formats:
-        return (typed(cfg.formats, b) for b in batches)
+        return (typed(cfg.formats, b, cfg.permissive) for b in batches)
     return batches
 
 
-def typed(formats: Sequence[ColumnFormat], batch: pa.RecordBatch) -> pa.RecordBatch:
+def typed(formats: Sequence[ColumnFormat], batch: pa.RecordBatch, permissive: bool) -> pa.RecordBatch:
     """Executor: ``batch`` with its key and/or value read in their formats. A record that
-    cannot be read fails the task naming its partition and offset."""
-    cols = dict(zip(batch.schema.names, batch.columns, strict=True))
+    cannot be read fails the task naming its partition and offset; with ``permissive``
+    (``mode`` PERMISSIVE) its key and value are null and ``_corrupt_record`` holds it raw."""
+    raw = dict(zip(batch.schema.names, batch.columns, strict=True))
+    cols = dict(raw)
+    errors: dict[int, str] = {}
     for fmt in formats:
         column, bad = fmt.decode(cols[fmt.column])
-        if bad:
+        if bad and not permissive:
             row, why = bad[0]
             topic, part, offset = (cols[c][row].as_py() for c in ("topic", "partition", "offset"))
             raise UndecodableRecordError(
                 f"the {fmt.column} of the record at offset {offset} of {topic}-{part} cannot be read as "
-                f"{fmt.format} ({why}); {len(bad)} of this fetch's {len(column)} records cannot. Fix or "
-                f"skip them at the producer, or read this {fmt.column} raw (option '{fmt.column}Format' raw)")
+                f"{fmt.format} ({why}); {len(bad)} of this fetch's {len(column)} records cannot. Set "
+                "dead-letter options on the sink and option mode PERMISSIVE here to set such records aside, "
+                f"fix or skip them at the producer, or read this {fmt.column} raw (option "
+                f"'{fmt.column}Format' raw)")
+        for row, why in bad:
+            errors[row] = f"{errors[row]}; " if row in errors else ""
+            errors[row] += f"the {fmt.column} cannot be read as {fmt.format}: {why}"
         cols[fmt.column] = column
+    if permissive:
+        if errors:  # the record as it came, key and value both null where either is unreadable
+            bad_rows = np.zeros(batch.num_rows, bool)
+            bad_rows[list(errors)] = True
+            for fmt in formats:
+                kind = cols[fmt.column].type
+                nulls = pa.nulls(batch.num_rows, kind)
+                cols[fmt.column] = pc.if_else(pa.array(bad_rows), nulls, cols[fmt.column])
+        cols[CORRUPT] = corrupt_column(raw, errors, batch.num_rows)
     return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
 
 
@@ -120,9 +140,11 @@ def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterato
     raise TypeError(f"the Kafka source cannot read a {type(partition).__name__}: {partition!r}")
 
 
-def source_schema(include_headers: bool, formats: Sequence[ColumnFormat] = ()) -> StructType:
+def source_schema(include_headers: bool, formats: Sequence[ColumnFormat] = (),
+                  permissive: bool = False) -> StructType:
     """The columns of Spark's built-in kafka source, in its order; a key or value read in a
-    format other than raw has its reader schema's type."""
+    format other than raw has its reader schema's type. ``permissive``: and
+    ``_corrupt_record``, the records that could not be read."""
     types = {f.column: f.spark_type() for f in formats}
     fields = [
         StructField("key", types.get("key", BinaryType())),
@@ -136,6 +158,8 @@ def source_schema(include_headers: bool, formats: Sequence[ColumnFormat] = ()) -
     if include_headers:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
+    if permissive:
+        fields.append(StructField(CORRUPT, corrupt_type()))
     return StructType(fields)
 
 
@@ -463,7 +487,7 @@ class KafkaSource(SourceConnector):
     def schema(self, options: Options) -> StructType:
         default = SOURCE_OPTIONS.default_bool("includeHeaders")
         cfg = KafkaSourceConfig.parse(options)
-        return source_schema(options.get_bool("includeheaders", default), cfg.formats)
+        return source_schema(options.get_bool("includeheaders", default), cfg.formats, cfg.permissive)
 
     def stream_reader(self, options: Options, schema: StructType) -> DataSourceStreamReader:
         cfg = KafkaSourceConfig.parse(options)
