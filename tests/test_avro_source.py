@@ -260,3 +260,42 @@ def test_unreadable_records_fail_a_sink_without_dead_letters_naming_the_record(s
          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     with pytest.raises(Exception, match=rf"the record at offset {first} of {topic}-0 could not be read"):
         q.awaitTermination(180)
+
+
+@pytest.mark.campaign
+@pytest.mark.parametrize("point", ["routing.after_decision@1", "routing.mid_commit@2"])
+def test_poison_stream_with_a_driver_killed_after_its_decision_lands_every_record_once(services, tmp_path,
+                                                                                    point):
+    """kill -9 of the driver after a batch holding unreadable records was decided (then in the
+    middle of its commit), and a restart: every readable record once in the table, every
+    unreadable one once in the dead letters, nothing prepared left in doubt."""
+    import os
+    import subprocess
+    import sys
+
+    from spark_ext.options import checkpoint_sink_id
+
+    topic, good, bad = _poisoned(services, n=150)
+    table, dlq = pg_util.table_name("avro_kill"), pg_util.table_name("avro_kill_dead")
+    url = services.postgres_url
+    pg_util.execute(url, f"CREATE TABLE {table} (id bigint PRIMARY KEY, amount double precision)")
+    ckpt = tmp_path / "ckpt"
+    log = tmp_path / "failpoints.log"
+
+    def drive(failpoint: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "tests.drivers.avro_kafka_to_jdbc", services.kafka_bootstrap, topic,
+                services.registry_url, str(ckpt), url, table, dlq, failpoint]
+        return subprocess.run(argv, start_new_session=True, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "SPARK_EXT_FAILPOINT_LOG": str(log)})
+
+    crashed = drive(point)
+    assert crashed.returncode != 0 and log.read_text().strip() == point, crashed.stderr[-3000:]
+    committed = len(pg_util.query(url, f"SELECT id FROM {table}"))
+    assert 0 < committed < len(good), "the kill must fall after a committed batch, before the end"
+    done = drive("-")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ids = [r[0] for r in pg_util.query(url, f"SELECT id FROM {table} ORDER BY id")]
+    assert ids == sorted(good)
+    dead = [json.loads(r[0]) for r in pg_util.query(url, f"SELECT row FROM {dlq}")]
+    assert sorted((r["partition"], r["offset"]) for r in dead) == sorted(bad)  # each once
+    assert pg_util.prepared(url, checkpoint_sink_id(str(ckpt))) == []

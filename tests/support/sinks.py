@@ -164,6 +164,47 @@ class KafkaCase(SinkCase):
         return sorted((int(k or b"-1"), len(v)) for _, k, v in records)
 
 
+class AvroKafkaCase(KafkaCase):
+    """The Kafka sink writing its values as Avro through the schema registry (valueFormat avro)."""
+
+    name = "kafka"  # its crash points' prefix: the Kafka sink's (SINKS names it kafka_avro)
+    select = ("CAST(id AS STRING) AS key", "named_struct('id', id, 'payload', CAST(id AS STRING)) AS value")
+
+    def options(self, target: str) -> dict[str, str]:
+        return {**super().options(target), "valueFormat": "avro",
+                "schemaRegistry.url": self.services.registry_url}
+
+    def _values(self, target: str) -> list[dict[str, Any]]:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        de = AvroDeserializer(SchemaRegistryClient({"url": self.services.registry_url}))
+        ctx = SerializationContext(target, MessageField.VALUE)
+        return [de(v, ctx) for _, _, v in kafka_sink.consume(self.services.kafka_bootstrap, target)]
+
+    def committed(self, target: str) -> list[int]:
+        return sorted(int(d["id"]) for d in self._values(target))
+
+    def schema(self) -> StructType:
+        return StructType([StructField("key", StringType()), StructField("value", StructType([
+            StructField("id", LongType()), StructField("payload", StringType())]))])
+
+    def rows(self, ids: list[int]) -> pa.RecordBatch:
+        return self.sized_rows(ids, [len(str(i)) for i in ids])
+
+    def sized_schema(self) -> StructType:
+        return self.schema()
+
+    def sized_rows(self, ids: list[int], sizes: list[int]) -> pa.RecordBatch:
+        value = pa.StructArray.from_arrays([pa.array(ids, pa.int64()), pa.array(["x" * n for n in sizes])],
+                                           names=["id", "payload"])
+        return pa.record_batch([pa.array([str(i) for i in ids]), value], names=["key", "value"])
+
+    def committed_sizes(self, target: str) -> list[tuple[int, int]]:
+        return sorted((int(d["id"]), len(d["payload"])) for d in self._values(target))
+
+
 class PostgresCase(SinkCase):
     name = "jdbc"
     connector = JdbcSink()
@@ -448,11 +489,14 @@ class DeadLettersCase(RoutedCase):
 
 
 SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "mariadb": MariaDbCase,
-                                    "jms": QueueCase, "routing": RoutingCase, "dead_letters": DeadLettersCase}
+                                    "jms": QueueCase, "routing": RoutingCase, "dead_letters": DeadLettersCase,
+                                    "kafka_avro": AvroKafkaCase}
 #: Cases whose every conformance test runs in make faults (their own tests run in make test).
 # MariaDB: the jdbc sink's protocol code is PostgreSQL's, which make test runs; what is
 # MariaDB's own (XA, the bulk load, a killed server) is in tests/test_mariadb_sink.py.
-CAMPAIGN_ONLY = frozenset({"dead_letters", "mariadb"})
+# Avro values: the Kafka sink's protocol, which make test runs, with the registry's encoding
+# (tests/test_avro_sink.py in make test).
+CAMPAIGN_ONLY = frozenset({"dead_letters", "mariadb", "kafka_avro"})
 
 
 # The queue source's ack points, each crashed after a committed batch, with the restart
