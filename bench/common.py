@@ -224,10 +224,14 @@ def spark_session() -> Any:
     return session
 
 
-def timed_parquet_stream(spark: Any, case: str, src: str, ckpt: str, sink: Any) -> tuple[int, float]:
-    """Stream the Parquet files at ``src`` through ``sink(writeStream)`` in one AvailableNow
-    run; (rows read, wall-clock seconds from ``start()`` to termination)."""
+def timed_parquet_stream(spark: Any, case: str, src: str, ckpt: str, sink: Any,
+                         shape: Any = None) -> tuple[int, float]:
+    """Stream the Parquet files at ``src`` (through ``shape(df)`` if given) into
+    ``sink(writeStream)`` in one AvailableNow run; (rows read, wall-clock seconds from
+    ``start()`` to termination)."""
     df = spark.readStream.schema(spark.read.parquet(src).schema).parquet(src)
+    if shape is not None:
+        df = shape(df)
     t0 = time.monotonic()
     q = sink(df.writeStream).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
     q.awaitTermination()
