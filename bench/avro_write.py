@@ -88,7 +88,8 @@ def run() -> Result:
 
         def ours(w: Any, topic: str) -> Any:
             return (w.format("hzsink").option("connector", "kafka")
-                    .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).option("valueFormat", "avro").option("valueSubject", subject)
+                    .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+                    .option("valueFormat", "avro").option("valueSubject", subject)
                     .option("schemaRegistry.url", registry))
 
         def spark_sink(w: Any, topic: str) -> Any:
