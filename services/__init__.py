@@ -137,8 +137,15 @@ def _ensure(name: str) -> None:
 
 def up(names: list[str]) -> None:
     LOCAL.mkdir(exist_ok=True)
+    # The registry's JVM starts first and is waited for last, while the others come up.
+    early = {}
+    if "registry" in names and not _port_open(REGISTRY_PORT) and not _read_pid("registry"):
+        early["registry"] = registry.registry_started()
     for name in names:
-        _ensure(name)
+        if name not in early:
+            _ensure(name)
+    for wait in early.values():
+        wait()
     env = write_env()
     # Print the addresses, never the passwords.
     text = env.read_text().replace(f":{POSTGRES_PASSWORD}@", ":***@")  # both PostgreSQL URLs

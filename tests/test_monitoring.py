@@ -174,6 +174,8 @@ def test_a_queue_sources_depth_and_in_flight_fall_to_0_as_it_reads(spark, servic
 
 @pytest.mark.spark
 @pytest.mark.services
+# 53 s: make test's JVM-exporter test scrapes a live query, make faults' payments demo a killed one.
+@pytest.mark.campaign
 def test_a_killed_and_restarted_kafka_to_postgresql_query_seen_through_its_exporter_and_sidecars(services,
                                                                                                   tmp_path):
     """The Kafka -> PostgreSQL ``exactly_once`` job of ``tests/drivers/kafka_to_jdbc_monitored``
