@@ -28,10 +28,11 @@ class OptionTableError(Exception):
 def spec_for(kind: str, name: str) -> OptionSpec:
     """The ``OptionSpec`` a marker names: a registered connector's, the windows' arguments, or
     the key and value formats' options (part of the Kafka source's)."""
-    if kind == "formats":
+    if kind == "formats":  # ``formats``: the source's; ``formats sink``: the Kafka sink's
         from spark_ext.schemas.columns import FORMAT_OPTIONS
+        from spark_ext.schemas.encoding import SINK_FORMAT_OPTIONS
 
-        return OptionSpec.of(*FORMAT_OPTIONS)
+        return OptionSpec.of(*(SINK_FORMAT_OPTIONS if name == "sink" else FORMAT_OPTIONS))
     if kind == "windows":
         from spark_ext.windows.api import ARGUMENTS
 
