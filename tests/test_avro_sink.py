@@ -33,22 +33,25 @@ def _expected(i: int) -> dict:
             "inner": {"f": float(i), "ok": i % 2 == 0}}
 
 
-def _deserialized(services, topic: str) -> list[dict]:
+def _deserialized(services, topic: str, field: str = MessageField.VALUE) -> list[dict]:
     de = AvroDeserializer(SchemaRegistryClient({"url": services.registry_url}))
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    return [de(m.value, ctx) for m in read_all(services.kafka_bootstrap, topic)]
+    ctx = SerializationContext(topic, field)
+    return [de(m.value if field == MessageField.VALUE else m.key, ctx)
+            for m in read_all(services.kafka_bootstrap, topic)]
 
 
 def test_rows_written_as_avro_read_back_by_confluents_deserializer_and_our_source(spark, services, tmp_path):
     topic = create_topic(services.kafka_bootstrap, 3, "avrosink")
     write_json_files(tmp_path / "src", [200, 300, 7])
     q = run(spark, tmp_path / "src", tmp_path / "ckpt", services.kafka_bootstrap, topic,
-            ("CAST(id AS STRING) AS key", VALUE), valueFormat="avro",
-            **{"schemaRegistry.url": services.registry_url})
+            ("named_struct('account', CAST(id % 7 AS STRING)) AS key", VALUE), valueFormat="avro",
+            keyFormat="avro", **{"schemaRegistry.url": services.registry_url})
     assert q.awaitTermination(180), "still running after 180 s"
     assert q.exception() is None, q.exception()
     got = sorted(_deserialized(services, topic), key=lambda d: d["id"])
     assert got == [_expected(i) for i in range(507)]  # each once, every field
+    keys = _deserialized(services, topic, MessageField.KEY)
+    assert sorted(k["account"] for k in keys) == sorted(str(i % 7) for i in range(507))
     assert open_transactions(services.kafka_bootstrap, prefix_of(tmp_path / "ckpt")) == []
 
     registered = SchemaRegistryClient({"url": services.registry_url}).get_latest_version(f"{topic}-value")
@@ -58,13 +61,14 @@ def test_rows_written_as_avro_read_back_by_confluents_deserializer_and_our_sourc
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     back = (spark.read.format("hzsource").option("connector", "kafka")
             .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
-            .option("valueFormat", "avro").option("schemaRegistry.url", services.registry_url).load()
-            .select("value.*").orderBy("id").collect())
+            .option("valueFormat", "avro").option("keyFormat", "avro")
+            .option("schemaRegistry.url", services.registry_url).load()
+            .select("key.account", "value.*").orderBy("id").collect())
     assert len(back) == 507
     for row in back[:40]:
         want = _expected(row.id)
         d = row.asDict(recursive=True)
-        assert d == {**want, "at": want["at"].replace(tzinfo=None)}
+        assert d == {"account": str(row.id % 7), **want, "at": want["at"].replace(tzinfo=None)}
 
 
 ENUM_SCHEMA = json.dumps({"type": "record", "name": "Pay", "fields": [
