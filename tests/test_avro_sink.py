@@ -33,7 +33,7 @@ def _expected(i: int) -> dict:
             "inner": {"f": float(i), "ok": i % 2 == 0}}
 
 
-def _deserialized(services, topic: str, field: str = MessageField.VALUE) -> list[dict]:
+def _deserialized(services, topic: str, field: MessageField = MessageField.VALUE) -> list[dict]:
     de = AvroDeserializer(SchemaRegistryClient({"url": services.registry_url}))
     ctx = SerializationContext(topic, field)
     return [de(m.value if field == MessageField.VALUE else m.key, ctx)
