@@ -42,6 +42,7 @@ class Pipeline:
     window_files: bool = False  # the windows' state in files (state_location), not Spark's state store
     tasks: int = 2  # tasks a batch (the repartition before the sink)
     database: str = "postgres"  # a jdbc sink's server: postgres | mariadb (XA)
+    avro: bool = False  # values in Avro through the schema registry, some unreadable (dead letters)
 
     @property
     def exactly_once(self) -> bool:
@@ -75,6 +76,12 @@ PIPELINES = {p.name: p for p in [
     # The jdbc sink on MariaDB: XA transactions, the server restarted and frozen under it.
     Pipeline("kafka_to_mariadb", "kafka", "jdbc", "exactly_once", ("kafka.read", *JDBC_SINK_POINTS),
              "jdbc.after_prepare", ("kafka", "mariadb"), resets=True, database="mariadb"),
+    # Avro values through the schema registry, every 13th unreadable: those go to the dead
+    # letters (a PostgreSQL table) under each batch's decision, the rest to the table.
+    Pipeline("avro_kafka_to_jdbc", "kafka", "jdbc", "exactly_once",
+             ("kafka.read", "routing.before_decision", "routing.after_decision", "routing.mid_commit",
+              "routing.after_done", "jdbc.after_prepare"), "jdbc.after_prepare",
+             ("kafka", "postgres"), avro=True),  # the local registry keeps schemas in memory: no restart
     # One query, three systems, one decision a batch (the routing sink).
     Pipeline("kafka_to_routing", "kafka", "routing", "exactly_once", ("kafka.read", *ROUTING_SINK_POINTS),
              "jdbc.after_prepare", ("kafka", "postgres", "artemis"), resets=True),
@@ -139,6 +146,9 @@ class PipelineRun:
             prod = KafkaProducer(bootstrap_servers=self.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all",
                                  linger_ms=5)
             for i in ids:
+                if self.p.avro:
+                    prod.send(self.input, key=i.encode(), value=self._avro(int(i)))
+                    continue
                 value = ",".join(map(str, event(int(i)))) if self.p.windows else f"v{i}"
                 prod.send(self.input, key=i.encode(), value=value.encode())
             prod.flush()
@@ -158,6 +168,24 @@ class PipelineRun:
             self.expected = self.read_before | expected_windows(self._input_ids)
         else:
             self.expected |= set(ids)
+
+    def _avro(self, i: int) -> bytes:
+        """Id ``i`` as an Avro record in the registry's wire format; every 13th cannot be read
+        (its id is one the registry never gave)."""
+        import io
+
+        import fastavro
+
+        if not hasattr(self, "_schema_id"):
+            from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+            sr = SchemaRegistryClient({"url": self.env["SCHEMA_REGISTRY_URL"]})
+            self._schema_id = sr.register_schema(f"{self.input}-value", Schema(json.dumps(AVRO_ROW), "AVRO"))
+        unknown = _unreadable(str(i))
+        buf = io.BytesIO()
+        buf.write(b"\0" + (0x7FFFFF01 if unknown else self._schema_id).to_bytes(4, "big"))
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(AVRO_ROW), {"id": i, "v": f"v{i}"})
+        return buf.getvalue()
 
     def close_input(self) -> None:
         """Windows: a far-future event on every partition, so the watermark passes every
@@ -213,6 +241,7 @@ class PipelineRun:
             "stomp_password": e["STOMP_PASSWORD"], "url": self.db_url, "out": self.out,
             "expected": len(self.expected), "idle_s": 45, "windows": self.p.windows, "tasks": self.p.tasks,
             "state_location": str(self.tmp / "window-state") if self.p.window_files else None,
+            "avro": self.p.avro, "registry": e.get("SCHEMA_REGISTRY_URL"), "dead": f"{self.out}_dead",
             "options": {"guarantee": self.p.guarantee, **self.p.options,
                         **({"createTable": "true"} if self.p.sink == "jdbc" else {}),
                         **({"sinkId": self.sink_id} if self.sink_id else {})},
@@ -287,6 +316,9 @@ class PipelineRun:
             held = {0: self._table_ids(), 1: _read_committed(self.env["KAFKA_BOOTSTRAP_SERVERS"], self.out),
                     2: drain_queue(self.env, f"/queue/{self.out}")}
             return [i for where, ids in held.items() for i in ids if int(i) % 3 == where]
+        if self.p.sink == "jdbc" and self.p.avro:  # the unreadable ids in the dead letters, the rest not
+            return ([i for i in self._table_ids() if not _unreadable(i)]
+                    + [i for i in self._dead_ids() if _unreadable(i)])
         if self.p.sink == "jdbc":
             return self._table_ids()
         if self.p.sink == "jms":
@@ -297,6 +329,16 @@ class PipelineRun:
         rows = run_sql(self.db_url, f"SELECT id, v FROM {self.out}")
         return [str(i) for i, v in rows if v == f"v{i}"]  # a wrong value counts as missing
 
+    def _dead_ids(self) -> list[str]:
+        """The ids of the dead letters that are unreadable records (their raw key)."""
+        import base64
+
+        try:
+            rows = run_sql(self.db_url, f"SELECT row FROM {self.out}_dead")
+        except Exception:  # noqa: BLE001 - the table comes with the first batch that had one
+            return []
+        return [base64.b64decode(json.loads(r)["key"]).decode() for (r,) in rows]
+
     def in_doubt(self) -> int:
         """Prepared PostgreSQL transactions, open Kafka transactions, or messages left in the
         queue sink's staging queue, of the sink and of every identity a moved checkpoint had."""
@@ -305,6 +347,10 @@ class PipelineRun:
         if self.p.sink == "routing":  # its sub-sinks' ids: <routing id>--<name>
             return sum(self._in_doubt_of(kind, f"{rid}--{name}") for rid in sinks
                        for kind, name in (("jdbc", "ledger"), ("kafka", "alerts"), ("jms", "notes")))
+        if self.p.avro:  # dead letters: the sink runs as a routing sink (target, dead)
+            rids = {s or "rt-" + checkpoint_sink_id(str(c)).removeprefix("ck-") for c, s in identities}
+            return sum(self._in_doubt_of("jdbc", f"{rid}--{name}") for rid in rids
+                       for name in ("target", "dead"))
         if self.p.sink == "kafka":
             prefixes = {kafka_sink_prefix(c) for c, _ in identities}
             return sum(self._in_doubt_of("kafka", prefix) for prefix in prefixes)
@@ -339,9 +385,17 @@ class PipelineRun:
     def cleanup(self) -> None:
         if self.p.sink == "jdbc":
             run_sql(self.db_url, f"DROP TABLE IF EXISTS {self.out}")
+            run_sql(self.db_url, f"DROP TABLE IF EXISTS {self.out}_dead")
 
 
 T0 = 1_700_000_000  # the first event's time (seconds), on a window boundary
+def _unreadable(i: str) -> bool:
+    """avro_kafka_to_jdbc: is id ``i`` written with a schema id the registry never gave?"""
+    return int(i) % 13 == 5
+
+
+AVRO_ROW = {"type": "record", "name": "Row", "namespace": "faults", "fields": [
+    {"name": "id", "type": "long"}, {"name": "v", "type": "string"}]}
 
 
 def event(i: int) -> tuple[str, float, int]:

@@ -29,6 +29,8 @@ def _source(spark: Any, spec: dict[str, Any]) -> Any:
               .option("maxOffsetsPerTrigger", str(spec["per_trigger"])).load())
         if spec.get("windows"):
             return _windows(df, spec.get("state_location"))
+        if spec.get("avro"):
+            return _avro(spark, spec)
         return (df.selectExpr("CAST(key AS STRING) AS id", "CAST(value AS STRING) AS v")
                 .repartition(spec.get("tasks", 2), "id"))
     return (spark.readStream.format("hzsource").option("connector", "jms").option("host", spec["stomp_host"])
@@ -36,6 +38,17 @@ def _source(spark: Any, spec: dict[str, Any]) -> Any:
             .option("password", spec["stomp_password"]).option("destination", spec["queue"])
             .option("maxMessagesPerTrigger", str(spec["per_trigger"])).load()
             .selectExpr("body_text AS id", "concat('v', body_text) AS v")
+            .repartition(spec.get("tasks", 2), "id"))
+
+
+def _avro(spark: Any, spec: dict[str, Any]) -> Any:
+    """Avro values (id, v) through the registry; unreadable ones kept as _corrupt_record."""
+    df = (spark.readStream.format("hzsource").option("connector", "kafka")
+          .option("kafka.bootstrap.servers", spec["bootstrap"]).option("subscribe", spec["topic"])
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(spec["per_trigger"]))
+          .option("valueFormat", "avro").option("schemaRegistry.url", spec["registry"])
+          .option("mode", "PERMISSIVE").load())
+    return (df.selectExpr("CAST(key AS STRING) AS id", "value.v AS v", "_corrupt_record")
             .repartition(spec.get("tasks", 2), "id"))
 
 
@@ -92,6 +105,9 @@ def _sink(df: Any, spec: dict[str, Any]) -> Any:
              .option("destination", f"/queue/{spec['out']}"))
     else:
         w = w.option("connector", "jdbc").option("url", spec["url"]).option("dbtable", spec["out"])
+        if spec.get("avro"):  # the unreadable records: dead letters under each batch's decision
+            w = (w.option("deadLetter.connector", "jdbc").option("deadLetter.url", spec["url"])
+                 .option("deadLetter.dbtable", spec["dead"]).option("deadLetter.createTable", "true"))
     for k, v in spec.get("options", {}).items():
         w = w.option(k, v)
     return w
