@@ -8,11 +8,12 @@ or environment variable is read by each process when its client is made.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from spark_ext.errors import ConnectorError, InvalidOptionError, MissingOptionError
+from spark_ext.errors import ConnectorError, InvalidOptionError, MissingExtraError, MissingOptionError
 from spark_ext.options import Option, Options
 from spark_ext.secrets import Secret, secret, secret_options
 
@@ -47,6 +48,7 @@ class RegistryConfig:
     @staticmethod
     def parse(opts: Options, needed_by: str) -> RegistryConfig:
         """Driver, at query start. ``needed_by`` names the option that wants a registry."""
+        _client_installed(needed_by)
         url = (opts.get_str("schemaregistry.url") or "").strip()
         if not url:
             raise MissingOptionError(f"{needed_by} reads through a schema registry: set option "
@@ -68,6 +70,17 @@ class RegistryConfig:
         if self.username is not None and self.password is not None:
             conf["basic.auth.user.info"] = f"{self.username}:{self.password.reveal()}"
         return conf
+
+
+def _client_installed(needed_by: str) -> None:
+    """The registry's client comes with the ``avro`` extra: say so at query start."""
+    try:
+        import confluent_kafka.schema_registry  # noqa: F401
+    except ImportError as e:
+        raise MissingExtraError(
+            f"{needed_by} needs the schema registry's client (Python package {e.name!r}), which is not "
+            f"installed in this Python ({sys.executable}); install the extra: pip install 'spark-ext[avro]' "
+            "(on a cluster, in the environment the executors run too)") from None
 
 
 _clients: dict[RegistryConfig, Any] = {}
