@@ -9,7 +9,7 @@ import json
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -299,3 +299,44 @@ def test_poison_stream_with_a_driver_killed_after_its_decision_lands_every_recor
     dead = [json.loads(r[0]) for r in pg_util.query(url, f"SELECT row FROM {dlq}")]
     assert sorted((r["partition"], r["offset"]) for r in dead) == sorted(bad)  # each once
     assert pg_util.prepared(url, checkpoint_sink_id(str(ckpt))) == []
+
+
+def test_an_incompatible_writer_schema_fails_naming_the_subject_the_ids_and_the_fix(spark, services):
+    """A producer wrote with a schema the reader's cannot read (registered under another
+    subject, which the subject's rule never saw): the query fails naming the subject, both ids
+    and what to do; the pinned version still reads the records written with it."""
+    import io
+
+    import fastavro
+    from confluent_kafka import Producer
+
+    topic = create_topic(services.kafka_bootstrap, 1, "avroincompat")
+    subject = f"{topic}-value"
+    id1 = _produce(services, topic, subject, SMALL, [(0, {"id": i, "amount": i / 2}) for i in range(3)])
+    changed = {**SMALL, "fields": [{"name": "id", "type": "string"}, SMALL["fields"][1]]}
+    sr = SchemaRegistryClient({"url": services.registry_url})
+    id2 = sr.register_schema(f"{topic}-other", Schema(json.dumps(changed), "AVRO"))
+    buf = io.BytesIO(b"\0" + id2.to_bytes(4, "big"))
+    buf.seek(5)
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(changed), {"id": "x", "amount": 1.0})
+    p = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    p.produce(topic, value=buf.getvalue(), partition=0)
+    assert p.flush(30) == 0
+
+    def load(**opts: str):
+        r = (spark.read.format("hzsource").option("connector", "kafka")
+             .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
+             .option("valueFormat", "avro").option("schemaRegistry.url", services.registry_url))
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r.load()
+
+    with pytest.raises(Exception) as e:
+        load(valueSchemaVersion="1").collect()
+    text = str(e.value)
+    assert (f"written with schema id {id2} cannot be read with the reader schema, subject '{subject}' "
+            f"version 1 (id {id1})") in text
+    assert "field 'id' is string in the writer's schema and long in the reader's" in text
+    assert "Fix the producer" in text
+    ended = load(valueSchemaVersion="1", endingOffsets=json.dumps({topic: {"0": 3}}))
+    assert sorted(r.value.id for r in ended.collect()) == [0, 1, 2]
