@@ -24,16 +24,20 @@ from pyspark.sql.types import DataType
 from spark_ext.errors import InvalidOptionError
 from spark_ext.options import Option, Options
 from spark_ext.schemas.avro import IncompatibleSchemaError, Reader, SchemaError
+from spark_ext.schemas.jsonschema import JsonReader
 from spark_ext.schemas.registry import REGISTRY_OPTIONS, Registered, RegistryConfig, by_id, subject_version
 
-FORMATS = ("raw", "avro")
+FORMATS = ("raw", "avro", "json-schema")
+KINDS = {"avro": "AVRO", "json-schema": "JSON"}  # the registry's schemaType of each format
 HEADER = 5  # the magic byte and the schema id
 
 FORMAT_OPTIONS = (
     Option("valueFormat", "`raw`: the value as bytes, as Spark's kafka source gives it. `avro`: the value in "
            "the schema registry's wire format, read as the typed column Spark's `from_avro` gives (a "
            "struct for a record), with the reader schema of `valueSubject`; each record's writer schema "
-           "comes from the registry by the id it carries.", default="raw"),
+           "comes from the registry by the id it carries. `json-schema`: a JSON document in that wire "
+           "format, read into the struct of the reader schema's properties (every field nullable, as "
+           "Spark's `from_json` reads).", default="raw"),
     Option("keyFormat", "The same for the key.", default="raw"),
     Option("valueSubject", "The registry subject of the reader schema.", shown="`<topic>-value` (one topic "
            "subscribed)"),
@@ -85,18 +89,19 @@ class ColumnFormat:
             subject = f"{topics[0]}-{column}"
         version = opts.get_int(f"{column}schemaversion", minimum=1)
         reader = subject_version(registry, subject, version)
-        if reader.kind != "AVRO":
+        if reader.kind != KINDS[fmt]:
             raise InvalidOptionError(f"subject {subject!r} version {reader.version} holds a {reader.kind} "
                                      f"schema, and option {option} is {fmt}")
         try:
-            Reader(reader.text)
+            JsonReader(reader.text) if fmt == "json-schema" else Reader(reader.text)
         except SchemaError as e:
             raise InvalidOptionError(f"subject {subject!r} version {reader.version} (id {reader.id}): "
                                      f"{e}") from None
         return ColumnFormat(column, fmt, registry, subject, reader)
 
     def spark_type(self) -> DataType:
-        return _reader(self).reader.spark_type
+        st = _reader(self)
+        return st.json.spark if st.json is not None else st.reader.spark_type
 
     def decode(self, values: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
         """Executor: ``values`` as the typed column, and the rows that could not be read
@@ -115,6 +120,10 @@ class ColumnFormat:
                 bad.update((int(r), prog) for r in rows)
             else:
                 progs[rows] = prog
+        if state.json is not None:  # documents name their fields: any known JSON writer reads alike
+            column, unparsed = state.json.decode(values, progs >= 0, HEADER)
+            bad.update(unparsed)
+            return column, sorted(bad.items())
         while True:
             column, row, why = state.reader.decode(values, progs, HEADER)
             if column is not None:
@@ -127,7 +136,8 @@ class _State:
     """One process's reader for a column format: its writer programs by schema id."""
 
     def __init__(self, fmt: ColumnFormat) -> None:
-        self.reader = Reader(fmt.reader.text)
+        self.json = JsonReader(fmt.reader.text) if fmt.format == "json-schema" else None
+        self.reader = Reader(fmt.reader.text) if self.json is None else Reader('"null"')
         self.programs: dict[int, int | str] = {}
         self.lock = threading.Lock()
 
@@ -140,8 +150,10 @@ class _State:
             writer = by_id(fmt.registry, schema_id)
             if writer is None:
                 got = f"schema id {schema_id} is not in the registry at {fmt.registry.url}"
-            elif writer.kind != "AVRO":
-                got = f"schema id {schema_id} is a {writer.kind} schema, not Avro"
+            elif writer.kind != KINDS[fmt.format]:
+                got = f"schema id {schema_id} is a {writer.kind} schema, not {KINDS[fmt.format]}"
+            elif self.json is not None:
+                got = 0  # a JSON document is read by its field names, whatever its writer schema
             else:
                 try:
                     got = self.reader.add_writer(writer.text)
