@@ -33,15 +33,15 @@ enum { O_NULL, O_BOOL, O_FIXED, O_BIN, O_STRUCT, O_LIST, O_MAP };
 enum {
     OP_NULL,    /* out */
     OP_BOOL,    /* out */
-    OP_INT,     /* out conv */
-    OP_LONG,    /* out conv mult */
+    OP_INT,     /* out conv mult */
+    OP_LONG,    /* out conv mult (mult: 1000 for milliseconds into a microsecond column) */
     OP_FLOAT,   /* out conv */
     OP_DOUBLE,  /* out */
-    OP_BYTES,   /* out conv */
-    OP_FIXED,   /* out conv size */
+    OP_BYTES,   /* out conv precision (a decimal's; else 0) */
+    OP_FIXED,   /* out conv size precision */
     OP_ENUM,    /* out nsym msg sym... (a symbol's string index, -1: not in the reader) */
     OP_RECORD,  /* out nfields field_pc... ndefaults (child const)... */
-    OP_ARRAY,   /* out item_pc */
+    OP_ARRAY,   /* out item_pc empty_items (1: an item may take no bytes, as an empty record) */
     OP_MAP,     /* out key_out value_pc */
     OP_UNION,   /* nbranches branch_pc... */
     OP_MEMBER,  /* out index inner_pc: union member `index` of a struct-shaped union */
@@ -95,7 +95,7 @@ typedef struct {
 } Ctx;
 
 static int valid_put(Out *o, int ok) {
-    if (o->n % 8 == 0) {
+    while (o->valid.len <= (size_t)(o->n / 8)) { /* grown for item n (a null-kind output has none) */
         char zero = 0;
         if (buf_put(&o->valid, &zero, 1)) return -1;
     }
@@ -124,6 +124,11 @@ static int put_off(Ctx *c, Out *o) {
 /* Append a null to output `i` (children too: a struct's children keep its length). */
 static int put_null(Ctx *c, int i) {
     if (i < 0) return 0;
+    if (i >= c->nouts) {
+        PyErr_SetString(PyExc_ValueError, "the Avro program names an output that is not there");
+        c->msg = NULL;
+        return -1;
+    }
     Out *o = &c->outs[i];
     if (o->kind == O_NULL) {
         o->n++;
@@ -151,6 +156,10 @@ static int put_null(Ctx *c, int i) {
 }
 
 static int put_value(Out *o, const void *p, size_t n) {
+    if (!(o->kind == O_FIXED && (size_t)o->width == n) && !(o->kind == O_BOOL && n == 1)) {
+        PyErr_SetString(PyExc_ValueError, "the Avro program writes a value into an output of another kind");
+        return -1;
+    }
     if (valid_put(o, 1)) return -1;
     return buf_put(&o->data, p, n);
 }
@@ -216,8 +225,10 @@ static int put_num(Ctx *c, Out *o, int conv, int64_t v, double d, int is_float) 
     return -1;
 }
 
-/* Big-endian two's complement (Avro's decimal) to Arrow's little-endian 128-bit integer. */
-static int put_decimal(Ctx *c, Out *o, const unsigned char *p, int64_t n) {
+/* Big-endian two's complement (Avro's decimal) to Arrow's little-endian 128-bit integer;
+ * an unscaled value of more than `precision` digits fails the row (Arrow's and Spark's
+ * decimal of that precision cannot hold it). */
+static int put_decimal(Ctx *c, Out *o, const unsigned char *p, int64_t n, int32_t precision) {
     unsigned char le[16];
     if (n > 16) {
         /* Longer encodings are legal when the extra leading bytes are sign only. */
@@ -231,13 +242,23 @@ static int put_decimal(Ctx *c, Out *o, const unsigned char *p, int64_t n) {
     }
     unsigned char fill = (n > 0 && (p[0] & 0x80)) ? 0xFF : 0x00;
     for (int k = 0; k < 16; k++) le[k] = k < n ? p[n - 1 - k] : fill;
+    if (precision > 0 && precision <= 38) {
+        __int128 v;
+        memcpy(&v, le, 16);
+        __int128 limit = 1;
+        for (int d = 0; d < precision; d++) limit *= 10;
+        if (v >= limit || v <= -limit) {
+            c->msg = "a decimal with more digits than its precision";
+            return -1;
+        }
+    }
     return put_value(o, le, 16);
 }
 
 static int run(Ctx *c, Rd *r, Py_ssize_t pc);
 
 static int pc_ok(Ctx *c, Py_ssize_t pc, Py_ssize_t need) {
-    if (pc < 0 || pc + need > c->ncode) {
+    if (pc < 0 || need < 0 || need > c->ncode || pc > c->ncode - need) {
         PyErr_SetString(PyExc_ValueError, "the Avro program is cut short");
         c->msg = NULL;
         return 0;
@@ -278,7 +299,7 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
     }
     case OP_INT:
     case OP_LONG:
-        if (!pc_ok(c, pc, k[0] == OP_LONG ? 4 : 3)) return -1;
+        if (!pc_ok(c, pc, 4)) return -1;
         if (rd_long(c, r, &v)) {
             rc = -1;
             break;
@@ -288,7 +309,11 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
             rc = -1;
             break;
         }
-        if (k[0] == OP_LONG && k[3] != 1) v *= k[3];
+        if (k[3] != 1 && __builtin_mul_overflow(v, (int64_t)k[3], &v)) {
+            c->msg = "a timestamp in milliseconds beyond what microseconds hold";
+            rc = -1;
+            break;
+        }
         rc = put_num(c, out_at(c, k[1]), k[2], v, 0, 0);
         break;
     case OP_FLOAT: {
@@ -315,7 +340,7 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
     }
     case OP_BYTES:
     case OP_FIXED: {
-        if (!pc_ok(c, pc, k[0] == OP_FIXED ? 4 : 3)) return -1;
+        if (!pc_ok(c, pc, k[0] == OP_FIXED ? 5 : 4)) return -1;
         if (k[0] == OP_FIXED)
             v = k[3];
         else if (rd_long(c, r, &v)) {
@@ -327,11 +352,12 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
             break;
         }
         Out *o = out_at(c, k[1]);
-        if (o) rc = k[2] == C_DEC ? put_decimal(c, o, p, v) : put_bin(c, o, (const char *)p, v);
+        if (o) rc = k[2] == C_DEC ? put_decimal(c, o, p, v, k[0] == OP_FIXED ? k[4] : k[3])
+                                  : put_bin(c, o, (const char *)p, v);
         break;
     }
     case OP_ENUM: {
-        if (!pc_ok(c, pc, 4) || !pc_ok(c, pc, 4 + k[2])) return -1;
+        if (!pc_ok(c, pc, 4) || !pc_ok(c, pc, 4 + (Py_ssize_t)k[2])) return -1;
         if (rd_long(c, r, &v)) {
             rc = -1;
             break;
@@ -361,12 +387,13 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
         break;
     }
     case OP_RECORD: {
-        if (!pc_ok(c, pc, 3) || !pc_ok(c, pc, 3 + k[2])) return -1;
+        if (!pc_ok(c, pc, 3) || !pc_ok(c, pc, 3 + (Py_ssize_t)k[2])) return -1;
         int32_t nf = k[2];
         for (int32_t f = 0; f < nf && !rc; f++) rc = run(c, r, k[3 + f]);
         if (rc) break;
         const int32_t *d = k + 3 + nf;
-        if (!pc_ok(c, pc, 4 + nf) || !pc_ok(c, pc, 4 + nf + 2 * d[0])) return -1;
+        if (!pc_ok(c, pc, 4 + (Py_ssize_t)nf) || !pc_ok(c, pc, 4 + (Py_ssize_t)nf + 2 * (Py_ssize_t)d[0]))
+            return -1;
         for (int32_t j = 0; j < d[0] && !rc; j++) {
             Out *o = out_at(c, d[1 + 2 * j]);
             PyObject *val = PyList_GetItem(c->consts, d[2 + 2 * j]);
@@ -391,7 +418,7 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
     case OP_ARRAY:
     case OP_MAP: {
         int map = k[0] == OP_MAP;
-        if (!pc_ok(c, pc, map ? 4 : 3)) return -1;
+        if (!pc_ok(c, pc, 4)) return -1;
         for (;;) {
             int64_t n;
             if (rd_long(c, r, &n)) {
@@ -413,14 +440,10 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
                 rc = -1;
                 break;
             }
-            if (n > r->end - r->p) { /* every item takes a byte at least, a null none: */
-                Py_ssize_t item = map ? k[3] : k[2];
-                if (!pc_ok(c, item, 1)) return -1;
-                if (c->code[item] != OP_NULL) {
-                    c->msg = "a block count larger than the datum";
-                    rc = -1;
-                    break;
-                }
+            if (n > r->end - r->p && (map || !k[3])) { /* items of a byte at least, unless flagged */
+                c->msg = "a block count larger than the datum";
+                rc = -1;
+                break;
             }
             for (int64_t j = 0; j < n && !rc; j++) {
                 if (map) {
@@ -443,7 +466,7 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
         break;
     }
     case OP_UNION: {
-        if (!pc_ok(c, pc, 2) || !pc_ok(c, pc, 2 + k[1])) return -1;
+        if (!pc_ok(c, pc, 2) || !pc_ok(c, pc, 2 + (Py_ssize_t)k[1])) return -1;
         if (rd_long(c, r, &v)) {
             rc = -1;
             break;

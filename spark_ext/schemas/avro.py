@@ -310,13 +310,10 @@ class Reader:
 
     def _same(self, w: Any, r: Shape, where: str) -> int:
         wk, rk = w["type"], r.schema["type"]
-        if rk == "union":  # [null, T] read as T, or [int, long] / [float, double] read as the wider
-            rest = _non_null(r.schema["branches"])
-            rk = "long" if {b["type"] for b in rest} == {"int", "long"} else \
-                "double" if {b["type"] for b in rest} == {"float", "double"} else rest[0]["type"]
-            rschema = rest[0] if len(rest) == 1 else {"type": rk}
-        else:
-            rschema = r.schema
+        if rk == "union":  # only a union of nothing but null keeps its union here: it reads no value
+            raise IncompatibleSchemaError(f"{where} is {_describe(w)} in the writer's schema and always null "
+                                          "in the reader's")
+        rschema = r.schema
         rl = rschema.get("logicalType")
         out = r.out
         if not _matches(w, rschema, exact=False):
@@ -328,30 +325,34 @@ class Reader:
                                                                         int(rschema.get("scale", 0))):
                 raise IncompatibleSchemaError(f"{where} is {_describe(w)} in the writer's schema and "
                                               f"{_describe(rschema)} in the reader's")
-            return self._emit(OP_FIXED, out, C_DEC, int(w["size"])) if wk == "fixed" else \
-                self._emit(OP_BYTES, out, C_DEC)
+            precision = int(rschema["precision"])
+            return self._emit(OP_FIXED, out, C_DEC, int(w["size"]), precision) if wk == "fixed" else \
+                self._emit(OP_BYTES, out, C_DEC, precision)
         if wk == "boolean":
             return self._emit(OP_BOOL, out)
         conv = {"int": C_I32, "long": C_I64, "float": C_F32, "double": C_F64}.get(rk, C_BIN)
+        # Resolution reads the writer's number as the reader's type says: a reader's timestamp in
+        # milliseconds becomes Spark's microseconds, whatever the writer's logical type was.
+        mult = _MICROS.get(rl or "", 1) if conv == C_I64 else 1
         if wk == "int":
-            return self._emit(OP_INT, out, conv)
+            return self._emit(OP_INT, out, conv, mult)
         if wk == "long":
-            mult = _MICROS.get(w.get("logicalType") or "", 0) or _MICROS.get(rl or "", 1)
-            return self._emit(OP_LONG, out, conv, mult if conv == C_I64 else 1)
+            return self._emit(OP_LONG, out, conv, mult)
         if wk == "float":
             return self._emit(OP_FLOAT, out, conv)
         if wk == "double":
             return self._emit(OP_DOUBLE, out)
         if wk in ("bytes", "string"):
-            return self._emit(OP_BYTES, out, C_BIN)
+            return self._emit(OP_BYTES, out, C_BIN, 0)
         if wk == "fixed":
-            return self._emit(OP_FIXED, out, C_BIN, int(w["size"]))
+            return self._emit(OP_FIXED, out, C_BIN, int(w["size"]), 0)
         if wk == "enum":
             return self._enum(w, rschema, out, where)
         if wk == "record":
             return self._record(w, r, where)
         if wk == "array":
-            return self._emit(OP_ARRAY, out, self._resolve(w["items"], r.children[0], f"{where}'s items"))
+            items = self._resolve(w["items"], r.children[0], f"{where}'s items")
+            return self._emit(OP_ARRAY, out, items, int(_may_take_no_bytes(w["items"])))
         if wk == "map":
             value = self._resolve(w["values"], r.children[1], f"{where}'s values")
             return self._emit(OP_MAP, out, r.children[0].out, value)
@@ -372,16 +373,19 @@ class Reader:
     def _record(self, w: Any, r: Shape, where: str) -> int:
         rfields = r.schema["fields"] if r.schema["type"] == "record" else \
             _non_null(r.schema["branches"])[0]["fields"]
-        by_name: dict[str, int] = {}
+        # A writer field is the reader's field of its name, else of its alias where the writer has
+        # no field of the reader field's own name; each reader field reads one writer field.
+        written = {f["name"] for f in w["fields"]}
+        by_name = {f["name"]: i for i, f in enumerate(rfields)}
         for i, f in enumerate(rfields):
-            by_name[f["name"]] = i
-            for alias in f.get("aliases", ()):
-                by_name.setdefault(alias, i)
+            if f["name"] not in written:
+                for alias in f.get("aliases", ()):
+                    by_name.setdefault(alias, i)
         seen: set[int] = set()
         ops = []
         for f in w["fields"]:
             at = by_name.get(f["name"])
-            if at is None:
+            if at is None or at in seen:
                 ops.append(self._skip(f["type"]))
             else:
                 seen.add(at)
@@ -393,7 +397,7 @@ class Reader:
             if "default" not in f:
                 raise IncompatibleSchemaError(
                     f"the reader's field {f['name']!r} is not in the writer's schema and has no default")
-            self._consts.append(_default(f["type"], f["default"], f["name"]))
+            self._consts.append(_default(f["type"], r.children[i], f["default"], f["name"]))
             defaults += [r.children[i].out, len(self._consts) - 1]
         return self._emit(OP_RECORD, r.out, len(ops), *ops, len(defaults) // 2, *defaults)
 
@@ -413,9 +417,9 @@ class Reader:
         if k == "double":
             return self._emit(OP_DOUBLE, -1)
         if k in ("bytes", "string"):
-            return self._emit(OP_BYTES, -1, C_BIN)
+            return self._emit(OP_BYTES, -1, C_BIN, 0)
         if k == "fixed":
-            return self._emit(OP_FIXED, -1, C_BIN, int(w["size"]))
+            return self._emit(OP_FIXED, -1, C_BIN, int(w["size"]), 0)
         if k == "enum":
             n = len(w["symbols"])
             return self._emit(OP_ENUM, -1, n, 0, *([0] * n))
@@ -423,7 +427,7 @@ class Reader:
             ops = [self._skip(f["type"]) for f in w["fields"]]
             return self._emit(OP_RECORD, -1, len(ops), *ops, 0)
         if k == "array":
-            return self._emit(OP_ARRAY, -1, self._skip(w["items"]))
+            return self._emit(OP_ARRAY, -1, self._skip(w["items"]), int(_may_take_no_bytes(w["items"])))
         if k == "map":
             return self._emit(OP_MAP, -1, -1, self._skip(w["values"]))
         raise SchemaError(f"the writer's schema holds {k!r}, not an Avro type")
@@ -483,33 +487,51 @@ def _describe(s: Any) -> str:
     return f"{logical} ({k})" if logical else k
 
 
-def _default(s: Any, value: Any, name: str) -> bytes | None:
-    """A reader field's default in its output's Arrow layout (None: null)."""
+def _may_take_no_bytes(s: Any) -> bool:
+    """Can a value of ``s`` be written in no bytes (null, an empty record, fixed of size 0)?
+    An array of such items may count more items than it has bytes left."""
     k = s["type"]
-    if k == "union":  # Avro: the default is of the union's first branch
+    if k == "null":
+        return True
+    if k == "fixed":
+        return int(s["size"]) == 0
+    if k == "record":
+        return all(_may_take_no_bytes(f["type"]) for f in s["fields"])
+    return False
+
+
+def _default(s: Any, shape: Shape, value: Any, name: str) -> bytes | None:
+    """A reader field's default (of the union's first branch, for a union), in the Arrow
+    layout of the field's output ``shape`` (None: null)."""
+    if s["type"] == "union":  # Avro: the default is of the union's first branch
         s = s["branches"][0]
-        k = s["type"]
-    if value is None or k == "null":
+    if value is None or s["type"] == "null":
+        if not shape.nullable:
+            raise IncompatibleSchemaError(f"the reader's field {name!r} takes a null default where it holds "
+                                          "no null")
         return None
-    logical = s.get("logicalType")
-    if k == "boolean":
+    if shape.union == "struct":
+        raise IncompatibleSchemaError(f"the reader's field {name!r} is a union of several types with a "
+                                      f"default {json.dumps(value)[:80]}, which is not supported: give it a "
+                                      "null default (null first in the union) or register the field in the "
+                                      "writer's schema")
+    kind, logical = shape.arrow, s.get("logicalType")
+    if pa.types.is_boolean(kind):
         return b"\x01" if value else b"\x00"
-    if k == "int":
-        return struct.pack("<i", int(value))
-    if k == "long":
-        return struct.pack("<q", int(value) * _MICROS.get(logical or "", 1))
-    if k == "float":
-        return struct.pack("<f", float(value))
-    if k == "double":
-        return struct.pack("<d", float(value))
-    if k in ("bytes", "fixed") and logical == "decimal":
+    if pa.types.is_decimal(kind):
         raw = str(value).encode("latin-1")
         return int.from_bytes(raw, "big", signed=True).to_bytes(16, "little", signed=True)
-    if k in ("bytes", "fixed"):
+    if pa.types.is_timestamp(kind):
+        return struct.pack("<q", int(value) * _MICROS.get(logical or "", 1))
+    packs = {pa.int32(): "<i", pa.date32(): "<i", pa.int64(): "<q", pa.float32(): "<f", pa.float64(): "<d"}
+    if kind in packs:
+        number = float(value) if pa.types.is_floating(kind) else int(value)
+        return struct.pack(packs[kind], number)
+    if pa.types.is_binary(kind):
         return str(value).encode("latin-1")  # Avro's JSON form of bytes: one char per byte
-    if k in ("string", "enum"):
+    if pa.types.is_string(kind):
         return str(value).encode()
-    if k in ("array", "map") and not value:
+    if (pa.types.is_list(kind) or pa.types.is_map(kind)) and not value:
         return b""
     raise IncompatibleSchemaError(f"the reader's field {name!r} takes its default {json.dumps(value)[:80]}, "
                                   "and defaults of records, non-empty arrays and maps are not supported: "
