@@ -28,6 +28,7 @@ from bench.common import (
     BenchError,
     Result,
     Rounds,
+    committed_records,
     round_count,
     services_env,
     spark_session,
@@ -53,12 +54,6 @@ def _stage(spark: Any, rows: int, path: str) -> None:
             (id_ / 7).alias("score"),
         ).alias("value"),
     ).repartition(2).write.mode("overwrite").parquet(path))
-
-
-def _read(spark: Any, bootstrap: str, topic: str) -> Any:
-    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
-            .option("startingOffsets", "earliest").load().selectExpr("key", "value"))
 
 
 def run() -> Result:
@@ -109,7 +104,7 @@ def run() -> Result:
                     raise BenchError(f"avro_write {name}: read {n} rows, expected {rows}")
                 timed.add(name, i, n, dt)
                 last[name] = topic
-    a, b = _read(spark, bootstrap, last["ours"]), _read(spark, bootstrap, last["spark"])
+    a, b = (committed_records(spark, bootstrap, last[name]) for name in ("ours", "spark"))
     equal = (a.count() == rows and a.select("value").distinct().count() == rows
              and a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0)
     for f in admin.delete_topics(made).values():

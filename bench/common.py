@@ -241,6 +241,13 @@ def timed_parquet_stream(spark: Any, case: str, src: str, ckpt: str, sink: Any,
     return sum(p["numInputRows"] for p in q.recentProgress), dt
 
 
+def committed_records(spark: Any, bootstrap: str, topic: str) -> Any:
+    """``topic``'s (key, value) rows as Spark's kafka source reads them, read_committed."""
+    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
+            .option("startingOffsets", "earliest").load().selectExpr("key", "value"))
+
+
 def read_to_end(consumer: Any, topic: str, timeout_s: float = 120) -> list[Any]:
     """Every record of ``topic`` up to its end offsets (the last stable offsets when
     ``consumer`` reads ``read_committed``), read until each position reaches its end: never

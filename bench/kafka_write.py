@@ -36,6 +36,7 @@ from bench.common import (
     BenchError,
     Result,
     Rounds,
+    committed_records,
     round_count,
     run_sql,
     services_env,
@@ -87,12 +88,6 @@ def _monitored(spark: Any) -> Iterator[None]:
         exporter.stop()
 
 
-def _read(spark: Any, bootstrap: str, topic: str) -> Any:
-    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
-            .option("startingOffsets", "earliest").load().selectExpr("key", "value"))
-
-
 def run() -> Result:
     rows = int(os.environ.get("BENCH_KAFKA_WRITE_ROWS", "1000000"))
     timed = Rounds("kafka_write", round_count())
@@ -136,7 +131,7 @@ def run() -> Result:
                     raise BenchError(f"kafka_write {name}: read {n} rows, expected {rows}")
                 timed.add(name, i, n, dt)
                 last[name] = topic
-    ours_df, base_df = _read(spark, bootstrap, last["eo"]), _read(spark, bootstrap, last["spark"])
+    ours_df, base_df = (committed_records(spark, bootstrap, last[name]) for name in ("eo", "spark"))
     equal = (ours_df.count() == rows and ours_df.select("value").distinct().count() == rows
              and ours_df.exceptAll(base_df).count() == 0 and base_df.exceptAll(ours_df).count() == 0)
     rates = {name: timed.rate(name) for name, _sink in sinks}  # warm medians
