@@ -123,7 +123,8 @@ class SinkConnector(ABC, Generic[ConfigT]):
         """
         started_ms, t0 = timeline.now_ms(), time.monotonic()
         # A source's unreadable records are never written: writers set them aside or fail.
-        schema = StructType([f for f in schema.fields if f.name != deadletters.CORRUPT])
+        if deadletters.is_corrupt_column(schema):
+            schema = StructType([f for f in schema.fields if f.name != deadletters.CORRUPT])
         config = self.configure(options, schema, guarantee)
         t1 = t2 = t3 = time.monotonic()
         claim: Claim[Any] | None = None

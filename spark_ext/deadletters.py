@@ -190,6 +190,24 @@ def corrupt_type() -> Any:
     return StructType([StructField(f, types.get(f, StringType())) for f in _CORRUPT_FIELDS])
 
 
+def is_corrupt_column(schema: Any) -> bool:
+    """Does ``schema`` (Spark's or Arrow's) hold a source's ``_corrupt_record``? Only the
+    struct of the record as it came: Spark's own readers' string column of that name is
+    data, written as any other."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    if CORRUPT not in schema.names:
+        return False
+    if isinstance(schema, pa.Schema):
+        kind = schema.field(CORRUPT).type
+        names = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
+    else:
+        spark = schema[CORRUPT].dataType
+        names = [f.name for f in spark.fields] if isinstance(spark, StructType) else []
+    return tuple(names) == _CORRUPT_FIELDS
+
+
 def corrupt_column(raw: dict[str, Any], errors: dict[int, str], n: int) -> Any:
     """Source, executor: ``_corrupt_record`` for ``n`` records whose columns as they came are
     ``raw``; rows in ``errors`` hold their record and error, the others are null."""
@@ -218,7 +236,7 @@ def split_corrupt(rb: pa.RecordBatch) -> tuple[pa.RecordBatch, list[Refusal]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if CORRUPT not in rb.schema.names:
+    if not is_corrupt_column(rb.schema):
         return rb, []
     col = rb.column(CORRUPT)
     clean = rb.drop_columns([CORRUPT])

@@ -58,3 +58,18 @@ def test_a_document_of_the_wrong_shape_is_reported_by_row_and_the_rest_read():
 def test_schemas_without_a_spark_column_type_are_refused_naming_why(schema, why):
     with pytest.raises(SchemaError, match=why):
         JsonReader(json.dumps(schema))
+
+
+@pytest.mark.parametrize(("docs", "want_bad"), [
+    ([b"null", b'{"id": 1}'], {0: "not a JSON object"}),  # Arrow's reader crashed on a first null
+    ([b'{"id": 1}', b"", b'{"id": 3}{"id": 4}', b'{"id": 5}'], {1: "not a JSON object", 2: "several"}),
+    ([b'{"id": 1}', b"   ", b'{"id": 3}'], {1: "not a JSON object"}),
+    ([b'{"id": 1}', b"null", b"x"], {1: "not a JSON object", 2: "not a JSON object"}),
+    ([], {}),
+])
+def test_values_that_are_not_one_object_are_unreadable_rows_and_the_others_stay_in_place(docs, want_bad):
+    r = JsonReader(json.dumps(SCHEMA))
+    col, bad = r.decode(pa.array([HEAD + d for d in docs], pa.binary()), np.ones(len(docs), bool), 5)
+    assert sorted(bad) == sorted(want_bad) and all(want_bad[i] in bad[i] for i in bad)
+    ids = [None if v is None else v["id"] for v in col.to_pylist()]
+    assert ids == [None if i in bad else json.loads(d)["id"] for i, d in enumerate(docs)]

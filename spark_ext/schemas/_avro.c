@@ -708,22 +708,26 @@ static int is_valid(const Node *nd, int64_t i) {
     return !nd->valid || (nd->valid[p / 8] >> (p % 8) & 1);
 }
 
-/* Big-endian two's complement of a little-endian 128-bit integer, `width` bytes, or the
- * fewest that hold it (width 0). */
-static int dec_bytes(const unsigned char *le, int width, unsigned char *be, int *len) {
-    int neg = le[15] & 0x80;
+/* Big-endian two's complement of a little-endian 128-bit integer into `b`: `width` bytes
+ * (a fixed type's size, which may pass 16: sign bytes first), or the fewest that hold it
+ * (width 0, a bytes decimal, written after its length). -1: it does not fit `width`. */
+static int dec_put(Buf *b, const unsigned char *le, int64_t width) {
+    unsigned char be[16];
+    unsigned char sign = (le[15] & 0x80) ? 0xFF : 0x00;
     int n = 16;
     if (!width) {
-        while (n > 1 && le[n - 1] == (neg ? 0xFF : 0x00) && ((le[n - 2] & 0x80) == (neg ? 0x80 : 0))) n--;
-        width = n;
-    } else {
+        while (n > 1 && le[n - 1] == sign && ((le[n - 2] & 0x80) == (sign & 0x80))) n--;
+        if (put_long(b, n)) return -2;
+    } else if (width < 16) {
         for (int k = 15; k >= width; k--)
-            if (le[k] != (neg ? 0xFF : 0x00)) return -1;
-        if (width < 16 && ((le[width - 1] & 0x80) != (neg ? 0x80 : 0))) return -1;
+            if (le[k] != sign) return -1;
+        if ((le[width - 1] & 0x80) != (sign & 0x80)) return -1;
+        n = (int)width;
     }
-    for (int k = 0; k < width; k++) be[k] = k < width - 16 ? (neg ? 0xFF : 0) : le[width - 1 - k];
-    *len = width;
-    return 0;
+    for (int64_t k = 16; k < width; k++)
+        if (buf_put(b, &sign, 1)) return -2;
+    for (int k = 0; k < n; k++) be[k] = le[n - 1 - k];
+    return buf_put(b, be, (size_t)n) ? -2 : 0;
 }
 
 /* Row `i` of node `at`; `branch`: write the node's union branch before a value (a member of
@@ -795,13 +799,9 @@ static int enc(Enc *e, int at, int64_t i, int branch) {
     }
     case E_DEC_BYTES:
     case E_DEC_FIXED: {
-        unsigned char be[16];
-        int len;
-        if (dec_bytes((const unsigned char *)nd->data + 16 * p, nd->kind == E_DEC_FIXED ? (int)nd->param : 0, be,
-                      &len))
-            return refuse(e, nd, "does not fit the fixed type's size");
-        if (nd->kind == E_DEC_BYTES && put_long(b, len)) return oom(e);
-        return buf_put(b, be, (size_t)len) ? oom(e) : 0;
+        int rc = dec_put(b, (const unsigned char *)nd->data + 16 * p, nd->kind == E_DEC_FIXED ? nd->param : 0);
+        if (rc == -1) return refuse(e, nd, "does not fit the fixed type's size");
+        return rc ? oom(e) : 0;
     }
     case E_RECORD:
         for (int k = 0; k < nd->nchild; k++)

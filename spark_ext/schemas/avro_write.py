@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -50,7 +51,8 @@ def schema_of(spark: DataType, name: str = "topLevelRecord", namespace: str = ""
         fields = []
         for f in spark.fields:
             t = schema_of(f.dataType, f.name, f"{namespace}.{name}" if namespace else name)
-            fields.append({"name": f.name, "type": ["null", t], "default": None} if f.nullable
+            nullable = f.nullable and t != "null"  # a union may not hold null twice
+            fields.append({"name": f.name, "type": ["null", t], "default": None} if nullable
                           else {"name": f.name, "type": t})
         out: dict[str, Any] = {"type": "record", "name": name, "fields": fields}
         if namespace:
@@ -58,13 +60,15 @@ def schema_of(spark: DataType, name: str = "topLevelRecord", namespace: str = ""
         return out
     if isinstance(spark, ArrayType):
         items = schema_of(spark.elementType, name, namespace)
-        return {"type": "array", "items": ["null", items] if spark.containsNull else items}
+        nullable = spark.containsNull and items != "null"
+        return {"type": "array", "items": ["null", items] if nullable else items}
     if isinstance(spark, MapType):
         if not isinstance(spark.keyType, StringType):
             raise SchemaError(f"{name}: Avro maps have string keys, and this map's keys are "
                               f"{spark.keyType.simpleString()}; cast them to string")
         values = schema_of(spark.valueType, name, namespace)
-        return {"type": "map", "values": ["null", values] if spark.valueContainsNull else values}
+        nullable = spark.valueContainsNull and values != "null"
+        return {"type": "map", "values": ["null", values] if nullable else values}
     simple: list[tuple[Any, Any]] = [
         (BooleanType, "boolean"), ((ByteType, ShortType, IntegerType), "int"), (LongType, "long"),
         (FloatType, "float"), (DoubleType, "double"), (StringType, "string"), (BinaryType, "bytes"),
@@ -103,9 +107,20 @@ class Writer:
 
     def encode(self, column: pa.Array, header: bytes, name: str = "value") -> Encoded:
         """Executor: every row of ``column`` (called ``name`` in messages) as ``header`` +
-        its Avro datum."""
+        its Avro datum. A null row is a null key or value (a tombstone), as the registry's
+        serializers send it, unless the schema itself takes null."""
         if _small(column.type) != column.type:
             column = column.cast(_small(column.type))
+        if column.null_count and not _nullable(self.schema):
+            present = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
+            done = self._encode(column.take(pa.array(present)), header, name)
+            where = np.full(len(column), -1, np.int64)
+            where[present] = np.arange(len(present))
+            values = done.values.take(pa.array(where, mask=where < 0))
+            return Encoded(values, [(int(present[r]), why) for r, why in done.refused])
+        return self._encode(column, header, name)
+
+    def _encode(self, column: pa.Array, header: bytes, name: str) -> Encoded:
         pieces: list[pa.Array] = []
         refused: list[tuple[int, str]] = []
         start = 0
@@ -122,7 +137,7 @@ class Writer:
                 break
             row, why = int(got[0]), str(got[1])
             if row:
-                pieces.append(self.encode(column.slice(start, row), header, name).values)
+                pieces.append(self._encode(column.slice(start, row), header, name).values)
             pieces.append(pa.nulls(1, pa.binary()))
             refused.append((start + row, why))
             start += row + 1
@@ -169,7 +184,7 @@ class _Builder:
             if len(rest) == 1:
                 return self.node(arr, rest[0][1], name, nb, rest[0][0])
             if not rest:
-                return self._add(E_NULL, 0, nb, nb, name, arr, valid=_none_valid(len(arr)))
+                return self._add(E_NULL, 0, nb, nb, name, arr, valid=_none_valid(arr.offset + len(arr)))
             if pa.types.is_struct(t) and [f.name for f in t] == [f"member{k}" for k in range(len(rest))]:
                 at = self._add(E_MEMBERS, 0, nb, -1, name, arr)
                 kids = [self.node(arr.field(k), b, f"{name}.member{k}", -1, i)
@@ -247,7 +262,7 @@ class _Builder:
 
     def _absent(self, arr: pa.Array, s: Any, name: str) -> int:
         nb = next(i for i, b in enumerate(s["branches"]) if b["type"] == "null")
-        return self._add(E_NULL, 0, nb, nb, name, arr, valid=_none_valid(len(arr)))
+        return self._add(E_NULL, 0, nb, nb, name, arr, valid=_none_valid(arr.offset + len(arr)))
 
 
 def _none_valid(n: int) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +18,7 @@ from pyspark.sql.types import DataType
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.options import Option, Options
-from spark_ext.schemas.avro import SchemaError
+from spark_ext.schemas.avro import PRIMITIVES, SchemaError
 from spark_ext.schemas.avro_write import Encoded, Writer, header, schema_of
 from spark_ext.schemas.registry import REGISTRY_OPTIONS, RegistryConfig, RegistryError, client
 
@@ -46,13 +46,24 @@ SINK_FORMAT_OPTIONS = (
 
 @dataclass(frozen=True)
 class SinkFormat:
-    """How a sink writes one column: the writer schema and its registered id."""
+    """How a sink writes one column: the writer schema and, once ``registered`` at query
+    start, its id (-1 before: the commit step, which plans without preparing, never asks
+    the registry)."""
 
     column: str
     format: str
     subject: str
     schema: str
-    schema_id: int
+    registry: RegistryConfig
+    auto_register: bool
+    schema_id: int = -1
+
+    def registered(self) -> SinkFormat:
+        """Driver, preparing a batch: the schema registered (or found) under the subject."""
+        if self.schema_id >= 0:
+            return self
+        schema_id = _registered(self.registry, self.subject, self.schema, self.auto_register)
+        return replace(self, schema_id=schema_id)
 
     @staticmethod
     def parse(opts: Options, column: str, spark: DataType | None, topic: str | None) -> SinkFormat | None:
@@ -65,25 +76,25 @@ class SinkFormat:
             return None
         if spark is None:
             raise InvalidOptionError(f"option {option}=avro, and the DataFrame has no {column!r} column")
+        registry = RegistryConfig.parse(opts, f"option {option}={fmt}")
         given = opts.get_str(f"{column}schema")
         try:
-            schema: Any = json.loads(given) if given is not None else schema_of(spark)
+            schema: Any = schema_of(spark) if given is None else \
+                given.strip() if given.strip() in PRIMITIVES else json.loads(given)
+            text = json.dumps(schema)
+            writer = Writer(text)
+            writer.check(spark, column)
         except json.JSONDecodeError as e:
             raise InvalidOptionError(f"option '{column}Schema' is not JSON: {e}") from None
-        text = json.dumps(schema)
-        writer = Writer(text)
-        try:
-            writer.check(spark, column)
         except SchemaError as e:
             raise InvalidOptionError(f"option {option}=avro: {e}") from None
         subject = _subject(opts, column, writer.schema, topic)
-        registry = RegistryConfig.parse(opts, f"option {option}={fmt}")
         auto = opts.get_bool("autoregisterschemas", True)
-        schema_id = _registered(registry, subject, text, auto)
-        return SinkFormat(column, fmt, subject, text, schema_id)
+        return SinkFormat(column, fmt, subject, text, registry, auto)
 
     def encode(self, col: pa.Array) -> Encoded:
         """Executor: the column as the wire format's values; refused rows come out null."""
+        assert self.schema_id >= 0, "encoding before the schema was registered"
         return _writer(self.schema).encode(col, header(self.schema_id), self.column)
 
 

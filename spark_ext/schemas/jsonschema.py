@@ -123,18 +123,24 @@ class JsonReader:
         """``values`` whose ``rows`` mask is set, each a JSON document after ``skip`` bytes;
         other rows null. Returns the column and the rows whose document does not parse."""
         n = len(values)
-        bad: dict[int, str] = {}
+        if n == 0:
+            return pa.nulls(0, self.arrow), {}
+        # Only objects: a document that is not one (null, a number, nothing) reads as no row or
+        # several, and Arrow's reader is not to be given a bare null.
+        rows = rows.copy()
+        bad = {i: "the document is not a JSON object" for i in _not_objects(values, rows, skip)}
+        rows[list(bad)] = False
         table = self._parse(_lines(values, rows, skip))
-        if table is None:  # find the documents that do not parse, one by one, and leave them out
+        if table is None or table.num_rows != n:  # the documents that do not read as one row each
             for i in np.flatnonzero(rows).tolist():
-                if self._parse(_lines(values.slice(i, 1), rows[i:i + 1], skip)) is None:
-                    bad[i] = self._why(_lines(values.slice(i, 1), rows[i:i + 1], skip))
-            rows = rows.copy()
+                one = _lines(values.slice(i, 1), rows[i:i + 1], skip)
+                got = self._parse(one)
+                if got is None or got.num_rows != 1:
+                    bad[i] = self._why(one) if got is None else "the value holds several JSON documents"
             rows[list(bad)] = False
             table = self._parse(_lines(values, rows, skip))
-            assert table is not None
-        if table.num_rows != n:
-            raise SchemaError(f"{n} documents read as {table.num_rows} rows")
+            if table is None or table.num_rows != n:
+                raise SchemaError(f"{n} documents read as {table.num_rows if table else 'no'} rows")
         fields = [table.column(f.name).combine_chunks() for f in self.arrow]
         mask = pa.array(~rows)
         return pa.StructArray.from_arrays(fields, fields=list(self.arrow), mask=mask), bad
@@ -158,6 +164,21 @@ class JsonReader:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             return f"the document does not fit the reader schema: {str(e).splitlines()[0][:300]}"
         return "the document does not parse"
+
+
+def _not_objects(values: pa.Array, rows: np.ndarray, skip: int) -> list[int]:
+    """The rows set in ``rows`` whose document's first byte other than whitespace is not ``{``."""
+    if values.type != pa.binary():
+        values = values.cast(pa.binary())
+    buf = values.buffers()
+    offs = np.frombuffer(buf[1], np.int32)[values.offset:values.offset + len(values) + 1]
+    data = buf[2].to_pybytes() if buf[2] is not None else b""
+    out = []
+    for i in np.flatnonzero(rows).tolist():
+        doc = data[offs[i] + skip:offs[i + 1]].lstrip(b" \t\r\n")
+        if not doc.startswith(b"{"):
+            out.append(i)
+    return out
 
 
 def _lines(values: pa.Array, rows: np.ndarray, skip: int) -> bytes:

@@ -52,8 +52,11 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         return dataclasses.replace(cfg, formats=formats) if formats else cfg
 
     def validate(self, config: KafkaSinkConfig, schema: StructType) -> KafkaSinkConfig:
-        """Step 1: the topics exist and, for exactly-once, the broker accepts the timeout."""
+        """Step 1: the writer schemas registered, the topics exist and, for exactly-once, the
+        broker accepts the timeout."""
         exactly = config.guarantee.transactional
+        if config.formats:  # the writer schemas registered (or found) now, before any task encodes
+            config = dataclasses.replace(config, formats=tuple(f.registered() for f in config.formats))
         _check_topics(config, exactly)
         config = _check_settings(config, exactly)
         if not exactly and config.txn_prefix:

@@ -168,7 +168,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
             return out
         if self.refused is None:
             row, why = min(refused.items())
-            raise UnwritableRowError(f"a row cannot be written as {self.cfg.formats[0].format}: {why} "
+            raise UnwritableRowError(f"a row cannot be written in its registry format: {why} "
                                      f"({len(refused)} such rows of {batch.num_rows} in this task's batch). "
                                      "Fix "
                                      "the rows, or set dead-letter options to set such rows aside")
