@@ -24,6 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "hypothesis>=6.100", "pyyaml>=6"]
+# What test modules import as references beside the wheel's own extras (the registry formats'
+# serializers): installed with every wheel, so an environment cached before they were
+# needed gets them too (pip leaves what is there).
+REFERENCES = ["confluent-kafka[avro,json]>=2.6"]
 STAGED = ("tests", "services", "bench", "setup.cfg")
 
 
@@ -87,7 +91,7 @@ def install_wheel(py: Path, pyspark: str, work: Path) -> None:
     env = _clean_env()
     _run([py, "-m", "pip", "uninstall", "-q", "-y", "spark-ext"], "removing the last wheel", env=env)
     # Naming the release too makes pip fail, not replace it, if the wheel does not admit it.
-    _run([py, "-m", "pip", "install", "-q", f"{wheel}[all]", f"pyspark=={pyspark}"],
+    _run([py, "-m", "pip", "install", "-q", f"{wheel}[all]", f"pyspark=={pyspark}", *REFERENCES],
          f"installing {wheel.name} beside PySpark {pyspark}", env=env, timeout=1800)
     have = _run([py, "-c", "import pyspark; print(pyspark.__version__)"], "reading PySpark's version",
                 env=env, cwd=work).strip()
