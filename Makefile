@@ -41,7 +41,7 @@ help:
 	@echo "make test | test-compat [PYSPARK=4.0.5 PYTHON=3.11] | demo | cluster-demo | services | services-down | lint | unit | jvm | docs | bench | faults | soak [MINUTES=60] | clean"
 
 # The editable install builds the C modules (the Kafka record codec, the Avro decoder) in place, so their sources are prerequisites.
-$(STAMP): pyproject.toml spark_ext/connectors/kafka/_records.c spark_ext/schemas/_avro.c
+$(STAMP): pyproject.toml spark_ext/connectors/kafka/_records.c $(wildcard spark_ext/schemas/*.c spark_ext/schemas/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)

@@ -27,7 +27,7 @@ TOOLS = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "hypothesis>=6
 # What test modules import as references beside the wheel's own extras (the registry formats'
 # serializers): installed with every wheel, so an environment cached before they were
 # needed gets them too (pip leaves what is there).
-REFERENCES = ["confluent-kafka[avro,json]>=2.6"]
+REFERENCES = ["confluent-kafka[avro,json,protobuf]>=2.6"]
 STAGED = ("tests", "services", "bench", "setup.cfg")
 
 

@@ -1131,6 +1131,6 @@ def test_a_malformed_program_is_refused_not_run(code: list[int], outs: list[Any]
     from spark_ext.schemas import _avro
 
     offs = np.cumsum([0, *map(len, datums)]).astype(np.int32)
-    with pytest.raises(ValueError, match="the Avro program"):
+    with pytest.raises(ValueError, match="program"):
         _avro.decode(np.array(code, np.int32).tobytes(), [0], outs, [b"x"], [],
                      (None, offs.tobytes(), b"".join(datums)), np.array(progs, np.int32).tobytes(), 0)

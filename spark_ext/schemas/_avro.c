@@ -28,7 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { O_NULL, O_BOOL, O_FIXED, O_BIN, O_STRUCT, O_LIST, O_MAP };
+#include "_outs_types.h"
 
 enum {
     OP_NULL,    /* out */
@@ -52,39 +52,6 @@ enum {
 enum { C_I32, C_I64, C_F32, C_F64, C_BIN, C_DEC };
 
 typedef struct {
-    char *p;
-    size_t len, cap;
-} Buf;
-
-static int buf_reserve(Buf *b, size_t more) {
-    if (b->len + more <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_put(Buf *b, const void *src, size_t n) {
-    if (buf_reserve(b, n)) return -1;
-    if (n) memcpy(b->p + b->len, src, n);
-    b->len += n;
-    return 0;
-}
-
-typedef struct {
-    int kind, width, nchild;
-    int child[64];
-    Buf valid, offs, data;
-    int64_t n, nulls;
-} Out;
-
-typedef struct {
     const int32_t *code;
     Py_ssize_t ncode;
     Out *outs;
@@ -94,80 +61,7 @@ typedef struct {
     int depth;
 } Ctx;
 
-static int valid_put(Out *o, int ok) {
-    while (o->valid.len <= (size_t)(o->n / 8)) { /* grown for item n (a null-kind output has none) */
-        char zero = 0;
-        if (buf_put(&o->valid, &zero, 1)) return -1;
-    }
-    if (ok)
-        o->valid.p[o->n / 8] |= (char)(1 << (o->n % 8));
-    else
-        o->nulls++;
-    o->n++;
-    return 0;
-}
-
-static int put_off(Ctx *c, Out *o) {
-    int64_t v;
-    if (o->kind == O_BIN)
-        v = (int64_t)o->data.len;
-    else
-        v = c->outs[o->child[0]].n;
-    if (v > INT32_MAX) {
-        c->msg = "more than 2 GiB (or 2^31 items) in one column";
-        return -1;
-    }
-    int32_t w = (int32_t)v;
-    return buf_put(&o->offs, &w, 4);
-}
-
-/* Append a null to output `i` (children too: a struct's children keep its length). */
-static int put_null(Ctx *c, int i) {
-    if (i < 0) return 0;
-    if (i >= c->nouts) {
-        PyErr_SetString(PyExc_ValueError, "the Avro program names an output that is not there");
-        c->msg = NULL;
-        return -1;
-    }
-    Out *o = &c->outs[i];
-    if (o->kind == O_NULL) {
-        o->n++;
-        o->nulls++;
-        return 0;
-    }
-    if (valid_put(o, 0)) return -1;
-    switch (o->kind) {
-    case O_BOOL:
-        return buf_put(&o->data, "\0", 1);
-    case O_FIXED: {
-        static const char zero[16] = {0};
-        return buf_put(&o->data, zero, (size_t)o->width);
-    }
-    case O_BIN:
-    case O_LIST:
-    case O_MAP:
-        return put_off(c, o);
-    case O_STRUCT:
-        for (int k = 0; k < o->nchild; k++)
-            if (put_null(c, o->child[k])) return -1;
-        return 0;
-    }
-    return 0;
-}
-
-static int put_value(Out *o, const void *p, size_t n) {
-    if (!(o->kind == O_FIXED && (size_t)o->width == n) && !(o->kind == O_BOOL && n == 1)) {
-        PyErr_SetString(PyExc_ValueError, "the Avro program writes a value into an output of another kind");
-        return -1;
-    }
-    if (valid_put(o, 1)) return -1;
-    return buf_put(&o->data, p, n);
-}
-
-static int put_bin(Ctx *c, Out *o, const char *p, int64_t n) {
-    if (valid_put(o, 1) || buf_put(&o->data, p, (size_t)n)) return -1;
-    return put_off(c, o);
-}
+#include "_outs.h"
 
 /* ---- reading ---- */
 
@@ -509,19 +403,6 @@ static int run(Ctx *c, Rd *r, Py_ssize_t pc) {
     return rc;
 }
 
-static void outs_free(Out *outs, int n) {
-    for (int i = 0; i < n; i++) {
-        free(outs[i].valid.p);
-        free(outs[i].offs.p);
-        free(outs[i].data.p);
-    }
-    free(outs);
-}
-
-static PyObject *bytes_of(Buf *b) {
-    return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len);
-}
-
 static PyObject *decode(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *code_o, *entries, *outs_o, *strings, *consts, *values, *progs_o;
@@ -553,39 +434,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the values' buffers do not hold the rows, or no outputs");
         goto done;
     }
-    outs = calloc((size_t)nouts, sizeof(Out));
-    if (!outs) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (int i = 0; i < nouts; i++) {
-        PyObject *children;
-        if (!PyArg_ParseTuple(PyList_GetItem(outs_o, i), "iiO!", &outs[i].kind, &outs[i].width, &PyTuple_Type,
-                              &children))
-            goto done;
-        Py_ssize_t nc = PyTuple_Size(children);
-        if (nc > 64 || outs[i].width < 0 || outs[i].width > 16) {
-            PyErr_SetString(PyExc_ValueError, "an output with more than 64 children or a bad width");
-            goto done;
-        }
-        outs[i].nchild = (int)nc;
-        for (Py_ssize_t j = 0; j < nc; j++) {
-            long ch = PyLong_AsLong(PyTuple_GetItem(children, j));
-            if (ch <= i || ch >= nouts) { /* children come after their parent: no cycles */
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an output's child is out of order");
-                goto done;
-            }
-            outs[i].child[j] = (int)ch;
-        }
-        if ((outs[i].kind == O_LIST && nc != 1) || (outs[i].kind == O_MAP && nc != 2)) {
-            PyErr_SetString(PyExc_ValueError, "a list needs one child, a map two");
-            goto done;
-        }
-        if (outs[i].kind == O_BIN || outs[i].kind == O_LIST || outs[i].kind == O_MAP) {
-            int32_t zero = 0;
-            if (buf_put(&outs[i].offs, &zero, 4)) goto done;
-        }
-    }
+    outs = outs_parse(outs_o, nouts);
+    if (!outs) goto done;
     Ctx c = {code.buf, code.len / 4, outs, nouts, strings, consts, NULL, 0};
     Py_ssize_t nentries = PyList_Size(entries);
     for (int64_t i = 0; i < rows; i++) {
@@ -619,21 +469,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        PyObject *bufs = PyList_New(nouts);
+        PyObject *bufs = outs_result(outs, nouts);
         if (!bufs) goto done;
-        for (int i = 0; i < nouts; i++) {
-            Out *o = &outs[i];
-            int has_offs = o->kind == O_BIN || o->kind == O_LIST || o->kind == O_MAP;
-            int has_data = o->kind == O_BOOL || o->kind == O_FIXED || o->kind == O_BIN;
-            PyObject *t = Py_BuildValue("(LLNNN)", (long long)o->n, (long long)o->nulls, bytes_of(&o->valid),
-                                        has_offs ? bytes_of(&o->offs) : Py_NewRef(Py_None),
-                                        has_data ? bytes_of(&o->data) : Py_NewRef(Py_None));
-            if (!t) {
-                Py_DECREF(bufs);
-                goto done;
-            }
-            PyList_SetItem(bufs, i, t);
-        }
         result = Py_BuildValue("(ON)", Py_None, bufs);
     }
 done:

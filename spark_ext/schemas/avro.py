@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,9 +41,9 @@ from pyspark.sql.types import (
 
 from spark_ext.errors import SparkExtError
 from spark_ext.schemas import _avro
+from spark_ext.schemas.outputs import O_BIN, O_BOOL, O_FIXED, O_LIST, O_MAP, O_NULL, O_STRUCT, Shape, build
 
-# Outputs (``_avro.c``: O_*), ops (OP_*) and conversions (C_*), in the C file's order.
-O_NULL, O_BOOL, O_FIXED, O_BIN, O_STRUCT, O_LIST, O_MAP = range(7)
+# Ops (``_avro.c``: OP_*) and conversions (C_*), in the C file's order.
 (OP_NULL, OP_BOOL, OP_INT, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_BYTES, OP_FIXED, OP_ENUM, OP_RECORD, OP_ARRAY,
  OP_MAP, OP_UNION, OP_MEMBER, OP_FAIL) = range(15)
 C_I32, C_I64, C_F32, C_F64, C_BIN, C_DEC = range(6)
@@ -126,19 +124,6 @@ def _expand(s: Any, names: dict[str, Any], ns: str, stack: tuple[str, ...]) -> A
 
 
 # --------------------------------------------------------------------------- the reader's shape
-
-
-@dataclass
-class Shape:
-    """One output of the reader schema: where it goes (``out``), what Spark and Arrow call it."""
-
-    out: int
-    schema: Any
-    spark: DataType
-    arrow: pa.DataType
-    nullable: bool
-    children: list[Shape] = field(default_factory=list)
-    union: str = ""  # "struct": a union kept as a struct of members; "" otherwise
 
 
 def _non_null(branches: list[Any]) -> list[Any]:
@@ -451,7 +436,7 @@ class Reader:
         if bad is not None:
             return None, int(bad), str(result)
         assert not isinstance(result, str)
-        return _build(self.root, result), -1, ""
+        return build(self.root, result), -1, ""
 
     def _code_bytes(self) -> bytes:
         return np.asarray(self._code, dtype=np.int32).tobytes()
@@ -536,34 +521,3 @@ def _default(s: Any, shape: Shape, value: Any, name: str) -> bytes | None:
     raise IncompatibleSchemaError(f"the reader's field {name!r} takes its default {json.dumps(value)[:80]}, "
                                   "and defaults of records, non-empty arrays and maps are not supported: "
                                   "give the field a null default or register it in the writer's schema")
-
-
-def _build(shape: Shape, bufs: Sequence[tuple[int, int, bytes, bytes | None, bytes | None]]) -> pa.Array:
-    n, nulls, valid, offs, data = bufs[shape.out]
-    kind = shape.arrow
-    vbuf = pa.py_buffer(valid) if nulls else None
-    if pa.types.is_null(kind):
-        return pa.nulls(n)
-    if pa.types.is_boolean(kind):
-        assert data is not None
-        bits = np.packbits(np.frombuffer(data, np.uint8), bitorder="little")
-        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(bits)], null_count=nulls)
-    if pa.types.is_struct(kind):
-        kids = [_build(k, bufs) for k in shape.children]
-        return pa.Array.from_buffers(kind, n, [vbuf], null_count=nulls, children=kids)
-    if pa.types.is_map(kind):
-        assert offs is not None
-        keys, items = (_build(k, bufs) for k in shape.children)
-        entries = pa.StructArray.from_arrays([keys, items], fields=[kind.key_field, kind.item_field])
-        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs)], null_count=nulls,
-                                     children=[entries])
-    if pa.types.is_list(kind):
-        assert offs is not None
-        item = _build(shape.children[0], bufs)
-        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs)], null_count=nulls, children=[item])
-    if offs is not None:
-        assert data is not None
-        return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(offs), pa.py_buffer(data)],
-                                     null_count=nulls)
-    assert data is not None
-    return pa.Array.from_buffers(kind, n, [vbuf, pa.py_buffer(data)], null_count=nulls)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,19 +24,24 @@ from pyspark.sql.types import DataType
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.options import Option, Options
+from spark_ext.schemas import protobuf
 from spark_ext.schemas.avro import IncompatibleSchemaError, Reader, SchemaError
 from spark_ext.schemas.jsonschema import JsonReader
+from spark_ext.schemas.protobuf import message_paths
 from spark_ext.schemas.registry import REGISTRY_OPTIONS, Registered, RegistryConfig, by_id, subject_version
 
-FORMATS = ("raw", "avro", "json-schema")
-KINDS = {"avro": "AVRO", "json-schema": "JSON"}  # the registry's schemaType of each format
+FORMATS = ("raw", "avro", "protobuf", "json-schema")
+# the registry's schemaType of each format
+KINDS = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 HEADER = 5  # the magic byte and the schema id
 
 FORMAT_OPTIONS = (
     Option("valueFormat", "`raw`: the value as bytes, as Spark's kafka source gives it. `avro`: the value in "
            "the schema registry's wire format, read as the typed column Spark's `from_avro` gives (a "
            "struct for a record), with the reader schema of `valueSubject`; each record's writer schema "
-           "comes from the registry by the id it carries. `json-schema`: a JSON document in that wire "
+           "comes from the registry by the id it carries. `protobuf`: a protobuf message in that wire "
+           "format, read as the column Spark's `from_protobuf` gives for the reader's message "
+           "(`valueMessage`). `json-schema`: a JSON document in that wire "
            "format, read into the struct of the reader schema's properties (every field nullable, as "
            "Spark's `from_json` reads).", default="raw"),
     Option("keyFormat", "The same for the key.", default="raw"),
@@ -45,6 +51,9 @@ FORMAT_OPTIONS = (
     Option("valueSchemaVersion", "The subject's version to read with, fixed for the query's run.",
            shown="the latest at query start"),
     Option("keySchemaVersion", "The same for the key.", shown="the latest at query start"),
+    Option("valueMessage", "With valueFormat protobuf: the reader's message, by full name "
+           "(`package.Message`).", shown="the schema's one top-level message"),
+    Option("keyMessage", "The same for the key.", shown="the schema's one top-level message"),
     *REGISTRY_OPTIONS,
 )
 
@@ -63,6 +72,7 @@ class ColumnFormat:
     registry: RegistryConfig
     subject: str
     reader: Registered
+    message: str = ""  # protobuf: the reader's message, by full name
 
     @staticmethod
     def parse(opts: Options, column: str, topics: tuple[str, ...]) -> ColumnFormat | None:
@@ -72,12 +82,15 @@ class ColumnFormat:
         if fmt not in FORMATS:
             raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected one of {', '.join(FORMATS)}")
         if fmt == "raw":
-            for name in (f"{column}Subject", f"{column}SchemaVersion"):
+            for name in (f"{column}Subject", f"{column}SchemaVersion", f"{column}Message"):
                 if opts.get_str(name.lower()) is not None:
-                    raise InvalidOptionError(f"option {name!r} applies to option {option!r} avro; set "
-                                             f"{option}=avro or drop it")
+                    raise InvalidOptionError(f"option {name!r} applies to a registry format of option "
+                                             f"{option!r}; set {option}=avro (or protobuf, json-schema) or "
+                                             "drop it")
             return None
         registry = RegistryConfig.parse(opts, f"option {option}={fmt}")
+        if fmt == "protobuf":
+            protobuf.installed(f"option {option}=protobuf")
         subject = opts.get_str(f"{column}subject")
         if subject is None:
             if len(topics) != 1:
@@ -92,15 +105,25 @@ class ColumnFormat:
         if reader.kind != KINDS[fmt]:
             raise InvalidOptionError(f"subject {subject!r} version {reader.version} holds a {reader.kind} "
                                      f"schema, and option {option} is {fmt}")
+        message = opts.get_str(f"{column}message")
+        if message is not None and fmt != "protobuf":
+            raise InvalidOptionError(f"option '{column}Message' applies to {option}=protobuf; drop it")
         try:
-            JsonReader(reader.text) if fmt == "json-schema" else Reader(reader.text)
+            if fmt == "json-schema":
+                JsonReader(reader.text)
+            elif fmt == "protobuf":
+                message = _reader_message(registry, reader, message, f"{column}Message")
+            else:
+                Reader(reader.text)
         except SchemaError as e:
             raise InvalidOptionError(f"subject {subject!r} version {reader.version} (id {reader.id}): "
                                      f"{e}") from None
-        return ColumnFormat(column, fmt, registry, subject, reader)
+        return ColumnFormat(column, fmt, registry, subject, reader, message or "")
 
     def spark_type(self) -> DataType:
         st = _reader(self)
+        if st.proto is not None:
+            return st.proto.spark_type
         return st.json.spark if st.json is not None else st.reader.spark_type
 
     def decode(self, values: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
@@ -112,6 +135,8 @@ class ColumnFormat:
         bad: dict[int, str] = {}
         ids, header_bad = _wire_ids(values)
         bad.update(header_bad)
+        if state.proto is not None:
+            return self._decode_protobuf(state, values, ids, bad)
         present = ids >= 0
         for sid in np.unique(ids[present]).tolist():
             rows = np.flatnonzero(ids == sid)
@@ -132,14 +157,101 @@ class ColumnFormat:
             progs[row] = -1
 
 
+    def _decode_protobuf(self, state: _State, values: pa.Array, ids: np.ndarray,
+                         bad: dict[int, str]) -> tuple[pa.Array, list[tuple[int, str]]]:
+        assert state.proto is not None
+        starts, which, paths = message_paths(values, ids, HEADER, bad)
+        keyed = np.where(which >= 0, ids * len(paths) + which, -1)
+        for key in np.unique(keyed[keyed >= 0]).tolist():
+            sid, at = divmod(int(key), len(paths))
+            why = state.proto_writer(self, sid, paths[at])
+            if why is not None:
+                rows = np.flatnonzero(keyed == key)
+                bad.update((int(r), why) for r in rows)
+                starts[rows] = -1
+        while True:
+            column, row, why = state.proto.decode(values, starts)
+            if column is not None:
+                return column, sorted(bad.items())
+            bad[row] = f"the message does not decode with writer schema id {int(ids[row])}: {why}"
+            starts[row] = -1
+
+
+def _files(registry: RegistryConfig, schema: Registered, seen: frozenset[str] = frozenset()) -> list[Any]:
+    """A protobuf schema's file and the files its references name, dependencies first."""
+    out: list[Any] = []
+    for name, subject, version in schema.references:
+        if name in seen:
+            continue
+        out += _files(registry, subject_version(registry, subject, version), seen | {name})
+    return [*out, protobuf.file_descriptor(schema.text, schema.subject or f"schema-{schema.id}.proto")]
+
+
+def _reader_message(registry: RegistryConfig, reader: Registered, message: str | None, option: str) -> str:
+    """Driver: the reader's message, checked to load into Spark's types."""
+    files = _files(registry, reader)
+    names = protobuf.message_names(files[-1])
+    if message is None:
+        if len(names) != 1:
+            raise SchemaError(f"the schema holds messages {', '.join(names)}: set option '{option}' to the "
+                              "one to read with")
+        message = names[0]
+    pool = protobuf.pool_of(files)
+    try:
+        desc = pool.FindMessageTypeByName(message)
+    except KeyError:
+        raise SchemaError(f"option '{option}' is {message!r}, which the schema does not hold; it holds "
+                          f"{', '.join(names)} (full names, with the package)") from None
+    protobuf.ProtoReader(desc)
+    return message
+
+
 class _State:
     """One process's reader for a column format: its writer programs by schema id."""
 
     def __init__(self, fmt: ColumnFormat) -> None:
         self.json = JsonReader(fmt.reader.text) if fmt.format == "json-schema" else None
-        self.reader = Reader(fmt.reader.text) if self.json is None else Reader('"null"')
+        self.proto: protobuf.ProtoReader | None = None
+        if fmt.format == "protobuf":
+            pool = protobuf.pool_of(_files(fmt.registry, fmt.reader))
+            self.proto = protobuf.ProtoReader(pool.FindMessageTypeByName(fmt.message))
+        self.reader = Reader(fmt.reader.text) if fmt.format == "avro" else Reader('"null"')
         self.programs: dict[int, int | str] = {}
+        self.writers: dict[tuple[int, tuple[int, ...]], str | None] = {}
         self.lock = threading.Lock()
+
+    def proto_writer(self, fmt: ColumnFormat, schema_id: int, path: tuple[int, ...]) -> str | None:
+        """Check writer ``schema_id``'s message at ``path`` against the reader's, once per process;
+        a string says why records of it are unreadable."""
+        assert self.proto is not None
+        with self.lock:
+            key = (schema_id, path)
+            if key in self.writers:
+                return self.writers[key]
+            writer = by_id(fmt.registry, schema_id)
+            got: str | None = None
+            if writer is None:
+                got = f"schema id {schema_id} is not in the registry at {fmt.registry.url}"
+            elif writer.kind != "PROTOBUF":
+                got = f"schema id {schema_id} is a {writer.kind} schema, not PROTOBUF"
+            else:
+                try:
+                    files = _files(fmt.registry, writer)
+                    desc = protobuf.by_path(protobuf.pool_of(files), files[-1], path)
+                    self.proto.check_writer(desc)
+                except SchemaError as e:
+                    got = f"schema id {schema_id}: {e}"
+                except IncompatibleSchemaError as e:
+                    raise IncompatibleWriterError(
+                        f"the {fmt.column}s written with schema id {schema_id} (message indexes "
+                        f"{list(path)}) cannot be read with the reader's message {fmt.message!r}, "
+                        f"subject {fmt.subject!r} version {fmt.reader.version} (id {fmt.reader.id}): "
+                        f"{e}. A producer registered a schema the subject's compatibility rule should "
+                        f"have refused. Fix the producer, or read with a schema that reads both: "
+                        f"register it in subject {fmt.subject!r} and restart the query (or pin it with "
+                        f"option '{fmt.column}SchemaVersion')") from None
+            self.writers[key] = got
+            return got
 
     def program(self, fmt: ColumnFormat, schema_id: int) -> int | str:
         """The program for writer ``schema_id``; a string says why a record with it is unreadable."""

@@ -120,6 +120,7 @@ class Registered:
     text: str
     subject: str | None = None
     version: int | None = None
+    references: tuple[tuple[str, str, int], ...] = ()  # (name, subject, version): a protobuf schema's imports
 
 
 def subject_version(cfg: RegistryConfig, subject: str, version: int | None) -> Registered:
@@ -128,7 +129,7 @@ def subject_version(cfg: RegistryConfig, subject: str, version: int | None) -> R
     what = f"subject {subject!r} version {version if version is not None else 'latest'}"
     got = _call(cfg, what, c.get_version, subject, version if version is not None else "latest")
     return Registered(got.schema_id, got.schema.schema_type or "AVRO", got.schema.schema_str, subject,
-                      got.version)
+                      got.version, _references(got.schema))
 
 
 def by_id(cfg: RegistryConfig, schema_id: int) -> Registered | None:
@@ -145,4 +146,8 @@ def by_id(cfg: RegistryConfig, schema_id: int) -> Registered | None:
     except Exception as e:  # noqa: BLE001 - connection errors come as httpx's
         raise RegistryError(f"the schema registry at {cfg.url} did not answer for schema id {schema_id}: "
                             f"{type(e).__name__}: {e}") from None
-    return Registered(schema_id, got.schema_type or "AVRO", got.schema_str)
+    return Registered(schema_id, got.schema_type or "AVRO", got.schema_str, references=_references(got))
+
+
+def _references(schema: Any) -> tuple[tuple[str, str, int], ...]:
+    return tuple((r.name, r.subject, int(r.version)) for r in (getattr(schema, "references", None) or ()))
