@@ -546,8 +546,358 @@ done:
     return result;
 }
 
+/* ---- encoding: Arrow columns to protobuf messages ----
+ *
+ * encode(nodes, n, header) where nodes[i] = (kind, number, flags, name, valid|None, offset,
+ * offsets|None, data|None, children, enum|None) describes one Arrow array of the input tree
+ * (node 0: the column, a struct, `n` rows), as a field `number` of its parent message.
+ * `offset` is the array's own offset; a struct's children are indexed as their parent, a
+ * list's and a map's by its offsets. Flags: W_IMPLICIT (no presence: a default value is
+ * not written, as protobuf's serializers leave it out), W_PACKED (a repeated scalar, packed),
+ * W_DURATION (a W_TIME that is a Duration: its nanos take the seconds' sign).
+ * A message's children come in field-number order, so the bytes are protobuf's own.
+ * Returns (None, offsets, data) of a binary column whose every value starts with `header`,
+ * or (row, message) for the first row the schema refuses.
+ */
+enum { W_VARINT32, W_UVARINT32, W_VARINT64, W_SINT32, W_SINT64, W_FIXED32, W_FIXED64, W_FLOAT, W_DOUBLE, W_BOOL,
+       W_BYTES, W_ENUM, W_MESSAGE, W_TIME, W_LIST, W_MAP };
+enum { W_IMPLICIT = 1, W_PACKED = 2, W_DURATION = 4 };
+
+typedef struct {
+    int kind, number, flags, nchild;
+    int64_t offset;
+    const unsigned char *valid;
+    const int32_t *offs;
+    const char *data;
+    int child[64];
+    const char *name;
+    PyObject *en; /* borrowed: (numbers int32 bytes, [symbol bytes]) sorted by symbol, for lookups */
+} WNode;
+
+typedef struct {
+    WNode *nodes;
+    int n;
+    Buf out;
+    char msg[512];
+    int py_error;
+} Enc;
+
+static int w_varint(Buf *b, uint64_t v) {
+    unsigned char tmp[10];
+    int k = 0;
+    do {
+        tmp[k] = v & 0x7F;
+        v >>= 7;
+        if (v) tmp[k] |= 0x80;
+        k++;
+    } while (v);
+    return buf_put(b, tmp, (size_t)k);
+}
+
+static int w_refuse(Enc *e, const WNode *nd, const char *what) {
+    snprintf(e->msg, sizeof e->msg, "%s %s", nd->name, what);
+    return -1;
+}
+
+static int w_oom(Enc *e) {
+    e->py_error = 1;
+    return -1;
+}
+
+static int w_valid(const WNode *nd, int64_t i) {
+    int64_t p = i + nd->offset;
+    return !nd->valid || (nd->valid[p / 8] >> (p % 8) & 1);
+}
+
+static int w_wire(int kind) {
+    switch (kind) {
+    case W_FIXED64: case W_DOUBLE: return 1;
+    case W_FIXED32: case W_FLOAT: return 5;
+    case W_BYTES: case W_MESSAGE: case W_TIME: case W_LIST: case W_MAP: return 2;
+    default: return 0;
+    }
+}
+
+static int w_tag(Buf *b, int number, int wire) { return w_varint(b, ((uint64_t)number << 3) | (uint64_t)wire); }
+
+/* Close a length-delimited run opened at `start` (5 bytes were reserved there for its length). */
+static int w_close(Buf *b, size_t start) {
+    size_t body = b->len - start - 5;
+    unsigned char tmp[10];
+    int k = 0;
+    uint64_t v = body;
+    do {
+        tmp[k] = v & 0x7F;
+        v >>= 7;
+        if (v) tmp[k] |= 0x80;
+        k++;
+    } while (v);
+    memcpy(b->p + start, tmp, (size_t)k);
+    memmove(b->p + start + k, b->p + start + 5, body);
+    b->len = start + (size_t)k + body;
+    return 0;
+}
+
+static int w_open(Buf *b, size_t *start) {
+    *start = b->len;
+    if (buf_reserve(b, 5)) return -1;
+    b->len += 5;
+    return 0;
+}
+
+static int w_message(Enc *e, int at, int64_t i);
+
+/* The scalar of node `nd` at row `p` (its own index), without its tag. *is_default: it is
+ * its type's zero. */
+static int w_scalar(Enc *e, const WNode *nd, int64_t p, Buf *b, int check_default, int *is_default) {
+    *is_default = 0;
+    switch (nd->kind) {
+    case W_VARINT32: case W_UVARINT32: case W_SINT32: case W_FIXED32: case W_FLOAT: {
+        int32_t v;
+        memcpy(&v, nd->data + 4 * p, 4);
+        if (check_default && v == 0) {
+            *is_default = 1;
+            return 0;
+        }
+        if (nd->kind == W_VARINT32) return w_varint(b, (uint64_t)(int64_t)v) ? w_oom(e) : 0;
+        if (nd->kind == W_UVARINT32) return w_varint(b, (uint32_t)v) ? w_oom(e) : 0;
+        if (nd->kind == W_SINT32) return w_varint(b, (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31))) ? w_oom(e) : 0;
+        return buf_put(b, &v, 4) ? w_oom(e) : 0;
+    }
+    case W_VARINT64: case W_SINT64: case W_FIXED64: case W_DOUBLE: {
+        int64_t v;
+        memcpy(&v, nd->data + 8 * p, 8);
+        if (check_default && v == 0) {
+            *is_default = 1;
+            return 0;
+        }
+        if (nd->kind == W_VARINT64) return w_varint(b, (uint64_t)v) ? w_oom(e) : 0;
+        if (nd->kind == W_SINT64) return w_varint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63)) ? w_oom(e) : 0;
+        return buf_put(b, &v, 8) ? w_oom(e) : 0;
+    }
+    case W_BOOL: {
+        int v = (nd->data[p / 8] >> (p % 8)) & 1;
+        if (check_default && !v) {
+            *is_default = 1;
+            return 0;
+        }
+        return w_varint(b, (uint64_t)v) ? w_oom(e) : 0;
+    }
+    case W_ENUM: {
+        int32_t a = nd->offs[p], z = nd->offs[p + 1];
+        PyObject *numbers_o = PyTuple_GetItem(nd->en, 0), *symbols = PyTuple_GetItem(nd->en, 1);
+        char *nums;
+        Py_ssize_t nlen;
+        if (!numbers_o || !symbols || PyBytes_AsStringAndSize(numbers_o, &nums, &nlen)) return w_oom(e);
+        Py_ssize_t lo = 0, hi = PyList_Size(symbols) - 1;
+        while (lo <= hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            PyObject *sym = PyList_GetItem(symbols, mid);
+            Py_ssize_t sl = PyBytes_Size(sym);
+            int64_t len = (int64_t)z - a;
+            size_t m = (size_t)(sl < len ? sl : len);
+            int c = memcmp(PyBytes_AsString(sym), nd->data + a, m);
+            if (!c) c = sl < len ? -1 : sl > len ? 1 : 0;
+            if (!c) {
+                int32_t v;
+                memcpy(&v, nums + 4 * mid, 4);
+                if (check_default && v == 0) {
+                    *is_default = 1;
+                    return 0;
+                }
+                return w_varint(b, (uint64_t)(int64_t)v) ? w_oom(e) : 0;
+            }
+            if (c < 0) lo = mid + 1;
+            else hi = mid - 1;
+        }
+        return w_refuse(e, nd, "is not a name of the enum's values");
+    }
+    }
+    PyErr_SetString(PyExc_ValueError, "an encoder node that is not a scalar");
+    return w_oom(e);
+}
+
+/* Field `nd` of row `i` of its parent (p: the node's own index), with its tag. */
+static int w_field(Enc *e, int at, int64_t p) {
+    const WNode *nd = &e->nodes[at];
+    Buf *b = &e->out;
+    size_t start;
+    switch (nd->kind) {
+    case W_MESSAGE:
+        if (w_tag(b, nd->number, 2) || w_open(b, &start)) return w_oom(e);
+        if (w_message(e, at, p)) return -1;
+        return w_close(b, start);
+    case W_TIME: { /* Spark's microseconds as a Timestamp or Duration: seconds and nanos */
+        int64_t us;
+        memcpy(&us, nd->data + 8 * p, 8);
+        int64_t sec = us / 1000000, rem = us % 1000000;
+        if (rem < 0 && !(nd->flags & W_DURATION)) { /* a Timestamp's nanos are never negative; a Duration's take its sign */
+            sec -= 1;
+            rem += 1000000;
+        }
+        if (w_tag(b, nd->number, 2) || w_open(b, &start)) return w_oom(e);
+        if (sec && (w_tag(b, 1, 0) || w_varint(b, (uint64_t)sec))) return w_oom(e);
+        if (rem && (w_tag(b, 2, 0) || w_varint(b, (uint64_t)(int64_t)(int32_t)(rem * 1000)))) return w_oom(e);
+        return w_close(b, start);
+    }
+    case W_LIST: {
+        const WNode *el = &e->nodes[nd->child[0]];
+        int32_t a = nd->offs[p], z = nd->offs[p + 1];
+        if (a == z) return 0;
+        for (int32_t k = a; k < z; k++)
+            if (!w_valid(el, k)) return w_refuse(e, el, "holds a null, and a repeated protobuf field cannot");
+        if (nd->flags & W_PACKED) {
+            int dflt;
+            if (w_tag(b, nd->number, 2) || w_open(b, &start)) return w_oom(e);
+            for (int32_t k = a; k < z; k++)
+                if (w_scalar(e, el, k + el->offset, b, 0, &dflt)) return -1;
+            return w_close(b, start);
+        }
+        for (int32_t k = a; k < z; k++)
+            if (w_field(e, nd->child[0], k + el->offset)) return -1;
+        return 0;
+    }
+    case W_MAP: {
+        const WNode *key = &e->nodes[nd->child[0]], *value = &e->nodes[nd->child[1]];
+        int32_t a = nd->offs[p], z = nd->offs[p + 1];
+        for (int32_t k = a; k < z; k++) {
+            if (!w_valid(value, k)) return w_refuse(e, value, "is null, and a protobuf map holds no nulls");
+            if (w_tag(b, nd->number, 2) || w_open(b, &start)) return w_oom(e);
+            if (w_field(e, nd->child[0], k + key->offset) || w_field(e, nd->child[1], k + value->offset)) return -1;
+            if (w_close(b, start)) return -1;
+        }
+        return 0;
+    }
+    default: {
+        /* a scalar: written after its tag, or not at all when it has no presence and is its default */
+        size_t mark = b->len;
+        int dflt;
+        if (w_tag(b, nd->number, w_wire(nd->kind))) return w_oom(e);
+        if (nd->kind == W_BYTES) {
+            int32_t a = nd->offs[p], z = nd->offs[p + 1];
+            if ((nd->flags & W_IMPLICIT) && a == z) {
+                b->len = mark;
+                return 0;
+            }
+            if (w_varint(b, (uint64_t)((int64_t)z - a)) || buf_put(b, nd->data + a, (size_t)((int64_t)z - a)))
+                return w_oom(e);
+            return 0;
+        }
+        if (w_scalar(e, nd, p, b, nd->flags & W_IMPLICIT, &dflt)) return -1;
+        if (dflt) b->len = mark;
+        return 0;
+    }
+    }
+}
+
+/* The fields of message node `at` at its row `p` (its own index). */
+static int w_message(Enc *e, int at, int64_t p) {
+    const WNode *nd = &e->nodes[at];
+    for (int k = 0; k < nd->nchild; k++) {
+        const WNode *f = &e->nodes[nd->child[k]];
+        int64_t fp = p - nd->offset + f->offset; /* a struct's children are indexed as it is */
+        if (!w_valid(f, fp - f->offset)) continue; /* null: absent */
+        if (w_field(e, nd->child[k], fp)) return -1;
+    }
+    return 0;
+}
+
+static PyObject *encode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *nodes_o;
+    Py_ssize_t n;
+    Py_buffer header;
+    if (!PyArg_ParseTuple(args, "O!ny*", &PyList_Type, &nodes_o, &n, &header)) return NULL;
+    PyObject *result = NULL;
+    int count = (int)PyList_Size(nodes_o);
+    Py_buffer *views = calloc((size_t)(count ? count : 1) * 3, sizeof(Py_buffer));
+    Enc e;
+    memset(&e, 0, sizeof e);
+    e.n = count;
+    e.nodes = calloc((size_t)(count ? count : 1), sizeof(WNode));
+    Buf offs = {0};
+    if (!views || !e.nodes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < count; i++) {
+        WNode *nd = &e.nodes[i];
+        PyObject *valid, *offsets, *data, *children, *en;
+        const char *name;
+        if (!PyArg_ParseTuple(PyList_GetItem(nodes_o, i), "iiisOLOOO!O", &nd->kind, &nd->number, &nd->flags, &name,
+                              &valid, &nd->offset, &offsets, &data, &PyTuple_Type, &children, &en))
+            goto done;
+        nd->name = name;
+        PyObject *bufs[3] = {valid, offsets, data};
+        for (int k = 0; k < 3; k++) {
+            if (bufs[k] == Py_None) continue;
+            if (PyObject_GetBuffer(bufs[k], &views[3 * i + k], PyBUF_SIMPLE)) goto done;
+        }
+        nd->valid = valid == Py_None ? NULL : views[3 * i].buf;
+        nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
+        nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
+        nd->en = en == Py_None ? NULL : en;
+        Py_ssize_t nc = PyTuple_Size(children);
+        if (nc > 64) {
+            PyErr_SetString(PyExc_ValueError, "a node with more than 64 children");
+            goto done;
+        }
+        nd->nchild = (int)nc;
+        for (Py_ssize_t k = 0; k < nc; k++) {
+            long c = PyLong_AsLong(PyTuple_GetItem(children, k));
+            if (c <= i || c >= count) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a node's child is out of order");
+                goto done;
+            }
+            nd->child[k] = (int)c;
+        }
+        int k = nd->kind;
+        int needs_offs = k == W_BYTES || k == W_ENUM || k == W_LIST || k == W_MAP;
+        int needs_data = k != W_MESSAGE && k != W_LIST && k != W_MAP;
+        if (k < W_VARINT32 || k > W_MAP || (needs_offs && !nd->offs) || (needs_data && !nd->data) ||
+            (k == W_ENUM && !(nd->en && PyTuple_Check(nd->en) && PyTuple_Size(nd->en) == 2)) ||
+            (k == W_LIST && nc != 1) || (k == W_MAP && nc != 2) || nd->number < 1) {
+            PyErr_Format(PyExc_ValueError, "node %d (%s) is malformed or lacks a buffer its kind needs", i, name);
+            goto done;
+        }
+    }
+    if (!count || e.nodes[0].kind != W_MESSAGE) {
+        PyErr_SetString(PyExc_ValueError, "no message node");
+        goto done;
+    }
+    int32_t zero = 0;
+    if (buf_put(&offs, &zero, 4)) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (buf_put(&e.out, header.buf, (size_t)header.len)) goto done;
+        if (w_message(&e, 0, i + e.nodes[0].offset)) {
+            if (e.py_error) goto done;
+            result = Py_BuildValue("(ns)", i, e.msg);
+            goto done;
+        }
+        if (e.out.len > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "more than 2 GiB of protobuf values in one batch");
+            goto done;
+        }
+        int32_t end = (int32_t)e.out.len;
+        if (buf_put(&offs, &end, 4)) goto done;
+    }
+    result = Py_BuildValue("(ONN)", Py_None, bytes_of(&offs), bytes_of(&e.out));
+done:
+    if (views) {
+        for (int i = 0; i < 3 * count; i++)
+            if (views[i].obj) PyBuffer_Release(&views[i]);
+        free(views);
+    }
+    free(e.nodes);
+    free(e.out.p);
+    free(offs.p);
+    PyBuffer_Release(&header);
+    return result;
+}
+
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, "Decode a column of protobuf messages into Arrow buffers."},
+    {"decode", decode, METH_VARARGS, "A column of protobuf messages to Arrow buffers (see _proto.c)."},
+    {"encode", encode, METH_VARARGS, "An Arrow column to protobuf messages with a header each (see _proto.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -102,15 +102,15 @@ class Writer:
     def check(self, spark: DataType, what: str) -> None:
         """Driver: can a column of ``spark`` type be written with this schema? Raises
         ``SchemaError`` naming the first field that cannot."""
-        empty = pa.nulls(0, _small(_arrow(spark)))
+        empty = pa.nulls(0, small_type(arrow_type(spark)))
         _Builder(0).node(empty, self.schema, what)
 
     def encode(self, column: pa.Array, header: bytes, name: str = "value") -> Encoded:
         """Executor: every row of ``column`` (called ``name`` in messages) as ``header`` +
         its Avro datum. A null row is a null key or value (a tombstone), as the registry's
         serializers send it, unless the schema itself takes null."""
-        if _small(column.type) != column.type:
-            column = column.cast(_small(column.type))
+        if small_type(column.type) != column.type:
+            column = column.cast(small_type(column.type))
         if column.null_count and not _nullable(self.schema):
             present = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
             done = self._encode(column.take(pa.array(present)), header, name)
@@ -145,7 +145,7 @@ class Writer:
         return Encoded(out if len(pieces) else pa.array([], pa.binary()), refused)
 
 
-def _arrow(spark: DataType) -> pa.DataType:
+def arrow_type(spark: DataType) -> pa.DataType:
     """The Arrow type Spark hands a Python data source for ``spark``."""
     from pyspark.sql.types import StructField
 
@@ -326,7 +326,7 @@ def header(schema_id: int) -> bytes:
     return b"\0" + int(schema_id).to_bytes(4, "big")
 
 
-def _small(t: pa.DataType) -> pa.DataType:
+def small_type(t: pa.DataType) -> pa.DataType:
     """``t`` with Spark's large Arrow types (64-bit offsets) as their 32-bit forms, which
     the encoder reads."""
     if pa.types.is_large_string(t):
@@ -335,9 +335,10 @@ def _small(t: pa.DataType) -> pa.DataType:
         return pa.binary()
     if pa.types.is_large_list(t) or pa.types.is_list(t):
         f = t.value_field
-        return pa.list_(f.with_type(_small(f.type)))
+        return pa.list_(f.with_type(small_type(f.type)))
     if pa.types.is_map(t):
-        return pa.map_(t.key_field.with_type(_small(t.key_type)), t.item_field.with_type(_small(t.item_type)))
+        return pa.map_(t.key_field.with_type(small_type(t.key_type)),
+                       t.item_field.with_type(small_type(t.item_type)))
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_small(f.type)) for f in t])
+        return pa.struct([f.with_type(small_type(f.type)) for f in t])
     return t

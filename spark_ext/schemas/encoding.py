@@ -18,8 +18,10 @@ from pyspark.sql.types import DataType
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.options import Option, Options
+from spark_ext.schemas import protobuf, protobuf_write
 from spark_ext.schemas.avro import PRIMITIVES, SchemaError
 from spark_ext.schemas.avro_write import Encoded, Writer, header, schema_of
+from spark_ext.schemas.protobuf_write import message_header
 from spark_ext.schemas.registry import REGISTRY_OPTIONS, RegistryConfig, RegistryError, client
 
 STRATEGIES = ("topic", "record", "topic_record")
@@ -27,11 +29,16 @@ STRATEGIES = ("topic", "record", "topic_record")
 SINK_FORMAT_OPTIONS = (
     Option("valueFormat", "`raw`: the `value` column is string or binary, sent as it is. `avro`: any "
            "column type, encoded with the writer schema in the schema registry's wire format; a row the "
-           "schema refuses is a row error (dead letters where configured).", default="raw"),
+           "schema refuses is a row error (dead letters where configured). `protobuf`: a struct column, "
+           "encoded as the writer's message in that wire format.", default="raw"),
     Option("keyFormat", "The same for the `key` column.", default="raw"),
-    Option("valueSchema", "The writer schema (Avro JSON).", shown="derived from the column's type: records "
-           "for structs, `[\"null\", T]` with a null default for nullable fields"),
+    Option("valueSchema", "The writer schema: Avro JSON, or `.proto` text for protobuf.",
+           shown="derived from the column's type: for Avro records for structs, `[\"null\", T]` with a null "
+           "default for nullable fields; for protobuf one proto3 message, fields numbered in column order"),
     Option("keySchema", "The same for the key.", shown="derived from the column's type"),
+    Option("valueMessage", "With valueFormat protobuf: the writer's message, by full name (needed when "
+           "`valueSchema` holds several); the derived schema's message name.", shown="`topLevelRecord`"),
+    Option("keyMessage", "The same for the key.", shown="`topLevelRecord`"),
     Option("subjectNameStrategy", "The subject a schema is registered under: `topic` (`<topic>-value`, "
            "`<topic>-key`), `record` (the record's full name) or `topic_record` (`<topic>-<record name>`); "
            "`topic` and `topic_record` need option `topic`.", default="topic"),
@@ -57,12 +64,15 @@ class SinkFormat:
     registry: RegistryConfig
     auto_register: bool
     schema_id: int = -1
+    message: str = ""  # protobuf: the writer's message, by full name
+    descriptor: bytes = b""  # protobuf: the compiled file (executors need no protoc)
 
     def registered(self) -> SinkFormat:
         """Driver, preparing a batch: the schema registered (or found) under the subject."""
         if self.schema_id >= 0:
             return self
-        schema_id = _registered(self.registry, self.subject, self.schema, self.auto_register)
+        kind = "PROTOBUF" if self.format == "protobuf" else "AVRO"
+        schema_id = _registered(self.registry, self.subject, self.schema, kind, self.auto_register)
         return replace(self, schema_id=schema_id)
 
     @staticmethod
@@ -70,14 +80,18 @@ class SinkFormat:
         """Driver, at query start: None for ``raw``; else the schema, registered or found."""
         option = f"{column}Format"
         fmt = (opts.get_str(option.lower()) or "raw").strip().lower()
-        if fmt not in ("raw", "avro"):
-            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected raw or avro")
+        if fmt not in ("raw", "avro", "protobuf"):
+            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected raw, avro or protobuf")
         if fmt == "raw":
             return None
         if spark is None:
-            raise InvalidOptionError(f"option {option}=avro, and the DataFrame has no {column!r} column")
+            raise InvalidOptionError(f"option {option}={fmt}, and the DataFrame has no {column!r} column")
         registry = RegistryConfig.parse(opts, f"option {option}={fmt}")
         given = opts.get_str(f"{column}schema")
+        if fmt == "protobuf":
+            return _protobuf(opts, column, spark, topic, registry, given)
+        if opts.get_str(f"{column}message") is not None:
+            raise InvalidOptionError(f"option '{column}Message' applies to {option}=protobuf; drop it")
         try:
             schema: Any = schema_of(spark) if given is None else \
                 given.strip() if given.strip() in PRIMITIVES else json.loads(given)
@@ -95,7 +109,41 @@ class SinkFormat:
     def encode(self, col: pa.Array) -> Encoded:
         """Executor: the column as the wire format's values; refused rows come out null."""
         assert self.schema_id >= 0, "encoding before the schema was registered"
+        if self.format == "protobuf":
+            writer, path = _proto_writer(self.descriptor, self.message)
+            return writer.encode(col, message_header(self.schema_id, path), self.column)
         return _writer(self.schema).encode(col, header(self.schema_id), self.column)
+
+
+def _protobuf(opts: Options, column: str, spark: DataType, topic: str | None, registry: RegistryConfig,
+              given: str | None) -> SinkFormat:
+    option = f"{column}Format"
+    protobuf.installed(f"option {option}=protobuf")
+    message = opts.get_str(f"{column}message")
+    try:
+        text = protobuf_write.schema_of(spark, message or "topLevelRecord") if given is None else given
+        fdp = protobuf.file_descriptor(text, f"{column}.proto")
+        names = protobuf.message_names(fdp)
+        if message is None:
+            if len(names) != 1:
+                raise SchemaError(f"option '{column}Schema' holds messages {', '.join(names)}: set option "
+                                  f"'{column}Message' to the one to write")
+            message = names[0]
+        elif given is None:
+            message = names[0]
+        pool = protobuf.pool_of([fdp])
+        try:
+            desc = pool.FindMessageTypeByName(message)
+        except KeyError:
+            raise SchemaError(f"option '{column}Message' is {message!r}, which the schema does not hold; it "
+                              f"holds {', '.join(names)} (full names, with the package)") from None
+        protobuf_write.ProtoWriter(desc).check(spark, column)
+    except SchemaError as e:
+        raise InvalidOptionError(f"option {option}=protobuf: {e}") from None
+    subject = _subject(opts, column, {"type": "record", "name": message}, topic)
+    auto = opts.get_bool("autoregisterschemas", True)
+    return SinkFormat(column, "protobuf", subject, text, registry, auto, message=message,
+                      descriptor=fdp.SerializeToString())
 
 
 def _subject(opts: Options, column: str, schema: Any, topic: str | None) -> str:
@@ -121,15 +169,15 @@ def _subject(opts: Options, column: str, schema: Any, topic: str | None) -> str:
     return f"{topic}-{column}" if strategy == "topic" else f"{topic}-{name}"
 
 
-def _registered(registry: RegistryConfig, subject: str, text: str, auto: bool) -> int:
+def _registered(registry: RegistryConfig, subject: str, text: str, kind: str, auto: bool) -> int:
     from confluent_kafka.schema_registry import Schema
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     c = client(registry)
     try:
         if auto:
-            return int(c.register_schema(subject, Schema(text, "AVRO")))
-        return int(c.lookup_schema(subject, Schema(text, "AVRO")).schema_id)
+            return int(c.register_schema(subject, Schema(text, kind)))
+        return int(c.lookup_schema(subject, Schema(text, kind)).schema_id)
     except SchemaRegistryError as e:
         if e.http_status_code == 409:
             raise InvalidOptionError(
@@ -151,7 +199,22 @@ def _registered(registry: RegistryConfig, subject: str, text: str, auto: bool) -
 
 
 _writers: dict[str, Writer] = {}
+_proto_writers: dict[tuple[bytes, str], tuple[protobuf_write.ProtoWriter, tuple[int, ...]]] = {}
 _lock = threading.Lock()
+
+
+def _proto_writer(descriptor: bytes, message: str) -> tuple[protobuf_write.ProtoWriter, tuple[int, ...]]:
+    """This process's writer of ``message`` and the message's indexes in its file."""
+    from google.protobuf import descriptor_pb2
+
+    with _lock:
+        got = _proto_writers.get((descriptor, message))
+        if got is None:
+            fdp = descriptor_pb2.FileDescriptorProto.FromString(descriptor)
+            desc = protobuf.pool_of([fdp]).FindMessageTypeByName(message)
+            got = _proto_writers[(descriptor, message)] = (protobuf_write.ProtoWriter(desc),
+                                                            protobuf_write.path_of(desc))
+        return got
 
 
 def _writer(schema: str) -> Writer:

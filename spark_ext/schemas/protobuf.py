@@ -50,15 +50,15 @@ F_REPEATED, F_IMPLICIT, F_MAP = 1, 2, 4
 # descriptor.proto's field types
 (T_DOUBLE, T_FLOAT, T_INT64, T_UINT64, T_INT32, T_FIXED64, T_FIXED32, T_BOOL, T_STRING, T_GROUP, T_MESSAGE,
  T_BYTES, T_UINT32, T_ENUM, T_SFIXED32, T_SFIXED64, T_SINT32, T_SINT64) = range(1, 19)
-_INT32 = (T_INT32, T_UINT32, T_SINT32, T_FIXED32, T_SFIXED32)
-_INT64 = (T_INT64, T_UINT64, T_SINT64, T_FIXED64, T_SFIXED64)
+INT32_TYPES = (T_INT32, T_UINT32, T_SINT32, T_FIXED32, T_SFIXED32)
+INT64_TYPES = (T_INT64, T_UINT64, T_SINT64, T_FIXED64, T_SFIXED64)
 # Types a writer may change a field between without changing what the bytes mean to a reader.
 _WIRE_FAMILY = {T_INT32: "varint", T_INT64: "varint", T_UINT32: "varint", T_UINT64: "varint",
                 T_BOOL: "varint", T_ENUM: "varint", T_SINT32: "zigzag", T_SINT64: "zigzag",
                 T_FIXED32: "fixed32", T_SFIXED32: "fixed32", T_FIXED64: "fixed64", T_SFIXED64: "fixed64",
                 T_FLOAT: "float", T_DOUBLE: "double", T_STRING: "bytes", T_BYTES: "bytes",
                 T_MESSAGE: "message"}
-_TIME = {"google.protobuf.Timestamp": (TimestampType(), pa.timestamp("us", tz="UTC")),
+TIME_TYPES = {"google.protobuf.Timestamp": (TimestampType(), pa.timestamp("us", tz="UTC")),
          "google.protobuf.Duration": (DayTimeIntervalType(), pa.duration("us"))}
 
 
@@ -201,7 +201,7 @@ class ProtoReader:
         for f in desc.fields:
             shape, sub = self._field(f, stack)
             flags = 0
-            if _repeated(f):
+            if repeated(f):
                 flags |= F_REPEATED | (F_MAP if isinstance(shape.spark, MapType) else 0)
             elif not f.has_presence:
                 flags |= F_IMPLICIT
@@ -222,7 +222,7 @@ class ProtoReader:
         if f.type == T_GROUP:
             raise SchemaError(f"field {f.full_name!r} is a proto2 group, which Spark's from_protobuf does "
                               "not read")
-        if _repeated(f) and f.type == T_MESSAGE and f.message_type.GetOptions().map_entry:
+        if repeated(f) and f.type == T_MESSAGE and f.message_type.GetOptions().map_entry:
             entry = f.message_type
             kf, vf = entry.fields_by_number[1], entry.fields_by_number[2]
             out = self._new(O_MAP)
@@ -236,7 +236,7 @@ class ProtoReader:
             spark = MapType(key.spark, value.spark, True)
             arrow = pa.map_(key.arrow, pa.field("value", value.arrow, True))
             return Shape(out, f.full_name, spark, arrow, True, [key, value]), len(self.msgs) - 1
-        if _repeated(f):
+        if repeated(f):
             out = self._new(O_LIST)
             item, sub = self._value(f, stack)
             self.outs[out] = (O_LIST, 0, (item.out,))
@@ -249,8 +249,8 @@ class ProtoReader:
         t = f.type
         if t == T_MESSAGE:
             name = f.message_type.full_name
-            if name in _TIME:
-                spark, arrow = _TIME[name]
+            if name in TIME_TYPES:
+                spark, arrow = TIME_TYPES[name]
                 self.msgs.append((M_TIME, ()))
                 return Shape(self._new(O_FIXED, 8), name, spark, arrow, True), len(self.msgs) - 1
             if name in stack:
@@ -261,9 +261,9 @@ class ProtoReader:
             m = len(self.msgs) - 1
             st, arrow, kids = self._message(f.message_type, m, out, (*stack, name))
             return Shape(out, name, st, arrow, True, kids), m
-        if t in _INT32:
+        if t in INT32_TYPES:
             return Shape(self._new(O_FIXED, 4), t, IntegerType(), pa.int32(), True), -1
-        if t in _INT64:
+        if t in INT64_TYPES:
             return Shape(self._new(O_FIXED, 8), t, LongType(), pa.int64(), True), -1
         if t == T_FLOAT:
             return Shape(self._new(O_FIXED, 4), t, FloatType(), pa.float32(), True), -1
@@ -326,17 +326,17 @@ def _compatible(w: Any, r: Any, seen: set[tuple[str, str]], where: str) -> None:
         if wk != rk:
             raise IncompatibleSchemaError(f"field {at} is {_type_name(wf)} in the writer's schema and "
                                           f"{_type_name(rf)} in the reader's")
-        if _repeated(wf) != _repeated(rf) and rk in ("message", "bytes"):
+        if repeated(wf) != repeated(rf) and rk in ("message", "bytes"):
             raise IncompatibleSchemaError(f"field {at} is repeated in one schema and singular in the other")
         if rk == "message":
             wt, rt = wf.message_type.full_name, rf.message_type.full_name
-            if (wt in _TIME or rt in _TIME) and wt != rt:
+            if (wt in TIME_TYPES or rt in TIME_TYPES) and wt != rt:
                 raise IncompatibleSchemaError(f"field {at} is {wt} in the writer's schema and {rt} in the "
                                               "reader's")
             _compatible(wf.message_type, rf.message_type, seen, at)
 
 
-def _repeated(f: Any) -> bool:
+def repeated(f: Any) -> bool:
     got = getattr(f, "is_repeated", None)  # protobuf 6.30+; older ones have only the label
     return bool(got) if got is not None else f.label == 3
 
