@@ -18,23 +18,28 @@ from pyspark.sql.types import DataType
 
 from spark_ext.errors import InvalidOptionError
 from spark_ext.options import Option, Options
-from spark_ext.schemas import protobuf, protobuf_write
+from spark_ext.schemas import jsonschema_write, protobuf, protobuf_write
 from spark_ext.schemas.avro import PRIMITIVES, SchemaError
 from spark_ext.schemas.avro_write import Encoded, Writer, header, schema_of
 from spark_ext.schemas.protobuf_write import message_header
 from spark_ext.schemas.registry import REGISTRY_OPTIONS, RegistryConfig, RegistryError, client
 
 STRATEGIES = ("topic", "record", "topic_record")
+FORMATS = ("raw", "avro", "protobuf", "json-schema")
+KINDS = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}  # the registry's schemaType
 
 SINK_FORMAT_OPTIONS = (
     Option("valueFormat", "`raw`: the `value` column is string or binary, sent as it is. `avro`: any "
            "column type, encoded with the writer schema in the schema registry's wire format; a row the "
            "schema refuses is a row error (dead letters where configured). `protobuf`: a struct column, "
-           "encoded as the writer's message in that wire format.", default="raw"),
+           "encoded as the writer's message in that wire format. `json-schema`: a struct column, written "
+           "as a JSON document (as Spark's `to_json` writes it) in that wire format.", default="raw"),
     Option("keyFormat", "The same for the `key` column.", default="raw"),
-    Option("valueSchema", "The writer schema: Avro JSON, or `.proto` text for protobuf.",
+    Option("valueSchema", "The writer schema: Avro JSON, `.proto` text for protobuf, a JSON Schema for "
+           "json-schema.",
            shown="derived from the column's type: for Avro records for structs, `[\"null\", T]` with a null "
-           "default for nullable fields; for protobuf one proto3 message, fields numbered in column order"),
+           "default for nullable fields; for protobuf one proto3 message, fields numbered in column order; "
+           "for json-schema an object of the fields, nullable ones `oneOf` null and their type"),
     Option("keySchema", "The same for the key.", shown="derived from the column's type"),
     Option("valueMessage", "With valueFormat protobuf: the writer's message, by full name (needed when "
            "`valueSchema` holds several); the derived schema's message name.", shown="`topLevelRecord`"),
@@ -71,7 +76,7 @@ class SinkFormat:
         """Driver, preparing a batch: the schema registered (or found) under the subject."""
         if self.schema_id >= 0:
             return self
-        kind = "PROTOBUF" if self.format == "protobuf" else "AVRO"
+        kind = KINDS[self.format]
         schema_id = _registered(self.registry, self.subject, self.schema, kind, self.auto_register)
         return replace(self, schema_id=schema_id)
 
@@ -80,8 +85,8 @@ class SinkFormat:
         """Driver, at query start: None for ``raw``; else the schema, registered or found."""
         option = f"{column}Format"
         fmt = (opts.get_str(option.lower()) or "raw").strip().lower()
-        if fmt not in ("raw", "avro", "protobuf"):
-            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected raw, avro or protobuf")
+        if fmt not in FORMATS:
+            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected one of {', '.join(FORMATS)}")
         if fmt == "raw":
             return None
         if spark is None:
@@ -90,6 +95,8 @@ class SinkFormat:
         given = opts.get_str(f"{column}schema")
         if fmt == "protobuf":
             return _protobuf(opts, column, spark, topic, registry, given)
+        if fmt == "json-schema":
+            return _json_schema(opts, column, spark, topic, registry, given)
         if opts.get_str(f"{column}message") is not None:
             raise InvalidOptionError(f"option '{column}Message' applies to {option}=protobuf; drop it")
         try:
@@ -112,7 +119,25 @@ class SinkFormat:
         if self.format == "protobuf":
             writer, path = _proto_writer(self.descriptor, self.message)
             return writer.encode(col, message_header(self.schema_id, path), self.column)
-        return _writer(self.schema).encode(col, header(self.schema_id), self.column)
+        return _writer(self.format, self.schema).encode(col, header(self.schema_id), self.column)
+
+
+def _json_schema(opts: Options, column: str, spark: DataType, topic: str | None, registry: RegistryConfig,
+                 given: str | None) -> SinkFormat:
+    option = f"{column}Format"
+    if opts.get_str(f"{column}message") is not None:
+        raise InvalidOptionError(f"option '{column}Message' applies to {option}=protobuf; drop it")
+    try:
+        schema = jsonschema_write.schema_of(spark) if given is None else json.loads(given)
+        jsonschema_write.JsonWriter(schema).check(spark, column)
+    except json.JSONDecodeError as e:
+        raise InvalidOptionError(f"option '{column}Schema' is not JSON: {e}") from None
+    except SchemaError as e:
+        raise InvalidOptionError(f"option {option}=json-schema: {e}") from None
+    title = schema.get("title")
+    subject = _subject(opts, column, {"type": "record" if title else "object", "name": title}, topic)
+    auto = opts.get_bool("autoregisterschemas", True)
+    return SinkFormat(column, "json-schema", subject, json.dumps(schema), registry, auto)
 
 
 def _protobuf(opts: Options, column: str, spark: DataType, topic: str | None, registry: RegistryConfig,
@@ -198,7 +223,7 @@ def _registered(registry: RegistryConfig, subject: str, text: str, kind: str, au
                             f"{type(e).__name__}: {e}") from None
 
 
-_writers: dict[str, Writer] = {}
+_writers: dict[tuple[str, str], Writer | jsonschema_write.JsonWriter] = {}
 _proto_writers: dict[tuple[bytes, str], tuple[protobuf_write.ProtoWriter, tuple[int, ...]]] = {}
 _lock = threading.Lock()
 
@@ -217,9 +242,10 @@ def _proto_writer(descriptor: bytes, message: str) -> tuple[protobuf_write.Proto
         return got
 
 
-def _writer(schema: str) -> Writer:
+def _writer(fmt: str, schema: str) -> Writer | jsonschema_write.JsonWriter:
     with _lock:
-        w = _writers.get(schema)
+        w = _writers.get((fmt, schema))
         if w is None:
-            w = _writers[schema] = Writer(schema)
+            w = _writers[(fmt, schema)] = jsonschema_write.JsonWriter(schema) if fmt == "json-schema" else \
+                Writer(schema)
         return w

@@ -44,7 +44,7 @@ def spark_type(schema: str | Any) -> DataType:
     return _type(doc, doc, "the schema", ())
 
 
-def _resolve(s: Any, root: Any, where: str) -> Any:
+def resolve(s: Any, root: Any, where: str) -> Any:
     ref = s.get("$ref") if isinstance(s, dict) else None
     if ref is None:
         return s
@@ -63,12 +63,12 @@ def _type(s: Any, root: Any, where: str, seen: tuple[str, ...]) -> DataType:
         if s["$ref"] in seen:
             raise SchemaError(f"{where}: $ref {s['$ref']!r} contains itself; Spark's columns cannot hold a "
                               "recursive type")
-        return _type(_resolve(s, root, where), root, where, (*seen, s["$ref"]))
+        return _type(resolve(s, root, where), root, where, (*seen, s["$ref"]))
     if not isinstance(s, dict):
         raise SchemaError(f"{where}: {s!r} is not a JSON Schema")
     for key in ("oneOf", "anyOf"):
         if key in s:
-            rest = [b for b in s[key] if _resolve(b, root, where).get("type") != "null"]
+            rest = [b for b in s[key] if resolve(b, root, where).get("type") != "null"]
             if len(rest) != 1:
                 raise SchemaError(f"{where}: {key} of several types has no Spark column type; give the "
                                   "property one type (or null and one type)")
