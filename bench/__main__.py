@@ -34,6 +34,7 @@ CASES: dict[str, str] = {
     "kafka_read": "bench.kafka_read:run",
     "avro_read": "bench.avro_read:run",
     "avro_write": "bench.avro_write:run",
+    "protobuf_read": "bench.protobuf_read:run",
     "kafka_read_sasl_ssl": "bench.kafka_read:run_sasl_ssl",
     "jdbc_write": "bench.jdbc_write:run",
     "mariadb_write": "bench.mariadb_write:run",
