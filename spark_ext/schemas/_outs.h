@@ -73,6 +73,11 @@ static int put_value(Out *o, const void *p, size_t n) {
 }
 
 static int put_bin(Ctx *c, Out *o, const char *p, int64_t n) {
+    if (o->kind != O_BIN) {
+        PyErr_SetString(PyExc_ValueError, "the program writes bytes into an output of another kind");
+        c->msg = NULL;
+        return -1;
+    }
     if (valid_put(o, 1) || buf_put(&o->data, p, (size_t)n)) return -1;
     return put_off(c, o);
 }

@@ -9,7 +9,10 @@
  * What each field becomes is Spark's from_protobuf: a singular field absent from the bytes
  * is null (for a field without presence, its default value is too: writers leave it out);
  * repeated fields and maps are never null; inside a map entry an absent key or value is its
- * default. A singular field seen twice keeps the last (a message too: not merged).
+ * default. A singular field seen twice keeps the last (a message too: not merged), though
+ * every copy is checked as protobuf's parsers check it. In a proto2 (closed) enum, a number
+ * the enum lacks is an unknown field, as protobuf-java reads it; in proto3 it is named
+ * UNKNOWN_ENUM_VALUE_<Enum>_<number>.
  *
  * decode(msgs, enums, outs, values, starts)
  *   msgs    [(kind, ((number, type, out, flags, sub, enum, oneof), ...))], message 0 the root;
@@ -42,7 +45,7 @@ enum {
     T_MESSAGE, T_BYTES, T_UINT32, T_ENUM, T_SFIXED32, T_SFIXED64, T_SINT32, T_SINT64
 };
 
-enum { F_REPEATED = 1, F_IMPLICIT = 2, F_MAP = 4 };
+enum { F_REPEATED = 1, F_IMPLICIT = 2, F_MAP = 4, F_CLOSED = 8 };
 
 typedef struct {
     int32_t number, type, out, flags, sub, en, oneof;
@@ -57,7 +60,7 @@ typedef struct {
 } Msg;
 
 typedef struct {
-    char name[128];
+    const char *name;
     int32_t n;
     const int32_t *numbers;
     PyObject *numbers_obj, *symbols; /* borrowed from the arguments */
@@ -216,12 +219,22 @@ static int put_enum(Ctx *c, Out *o, const Field *f, int32_t number) {
         else hi = mid - 1;
     }
     /* as protobuf-java names a number its enum does not hold, which Spark's from_protobuf shows */
-    char buf[200];
-    int n = snprintf(buf, sizeof buf, "UNKNOWN_ENUM_VALUE_%s_%d", e->name, (int)number);
-    return put_bin(c, o, buf, n < (int)sizeof buf ? n : (int)sizeof buf - 1);
+    size_t cap = strlen(e->name) + 40;
+    char *buf = malloc(cap);
+    if (!buf) {
+        PyErr_NoMemory();
+        c->msg = NULL;
+        return -1;
+    }
+    int n = snprintf(buf, cap, "UNKNOWN_ENUM_VALUE_%s_%d", e->name, (int)number);
+    int rc = put_bin(c, o, buf, n);
+    free(buf);
+    return rc;
 }
 
 static int dec_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *end, int32_t out);
+static int check_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *end);
+static int enum_has(Ctx *c, const Field *f, int32_t number);
 
 /* Seconds and nanos (a Timestamp or a Duration) as microseconds, toward zero as Spark does. */
 static int put_time(Ctx *c, Out *o, const unsigned char *p, const unsigned char *end) {
@@ -230,6 +243,7 @@ static int put_time(Ctx *c, Out *o, const unsigned char *p, const unsigned char 
     while (r.p < r.end) {
         uint64_t tag, v;
         if (rd_varint(c, &r, &tag)) return -1;
+        if ((tag >> 3) == 0) return fail(c, "a field numbered 0%s", "", 0);
         if ((tag >> 3) == 1 && (tag & 7) == 0) {
             if (rd_varint(c, &r, &v)) return -1;
             seconds = (int64_t)v;
@@ -240,10 +254,11 @@ static int put_time(Ctx *c, Out *o, const unsigned char *p, const unsigned char 
             return -1;
         }
     }
-    if (seconds > INT64_MAX / 1000000 - 1 || seconds < INT64_MIN / 1000000 + 1)
+    int64_t us;
+    if (__builtin_mul_overflow(seconds, (int64_t)1000000, &us) ||
+        __builtin_add_overflow(us, nanos / 1000, &us))
         return fail(c, "a timestamp or duration of %s%lld seconds is beyond Spark's microseconds", "",
                     (long long)seconds);
-    int64_t us = seconds * 1000000 + nanos / 1000;
     return put_value(o, &us, 8);
 }
 
@@ -324,6 +339,79 @@ static int put_item(Ctx *c, const Field *f, uint64_t v, const unsigned char *p, 
     return put_field(c, f, o, el, v, p, n);
 }
 
+/* Does a closed (proto2) enum hold `number`? Its numbers are sorted. */
+static int enum_has(Ctx *c, const Field *f, int32_t number) {
+    if (f->en < 0 || f->en >= c->nenums) return 1;
+    Enum *e = &c->enums[f->en];
+    int32_t lo = 0, hi = e->n - 1;
+    while (lo <= hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (e->numbers[mid] == number) return 1;
+        if (e->numbers[mid] < number) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return 0;
+}
+
+/* What dec_msg checks of a value it will not keep (a singular field written again later):
+ * strings' UTF-8, messages' wire format. */
+static int check_value(Ctx *c, const Field *f, const unsigned char *q, int64_t n) {
+    if (f->type == T_STRING && !utf8_ok(q, n))
+        return fail(c, "field '%s' is not valid UTF-8 (%lld bytes)", f->name, (long long)n);
+    if (f->type == T_MESSAGE && f->sub >= 0 && f->sub < c->nmsgs) {
+        if (c->msgs[f->sub].kind == M_TIME) {
+            Rd r = {q, q + n};
+            while (r.p < r.end) {
+                uint64_t tag;
+                if (rd_varint(c, &r, &tag)) return -1;
+                if ((tag >> 3) == 0) return fail(c, "a field numbered 0%s", "", 0);
+                if (skip_field(c, &r, (int)(tag & 7))) return -1;
+            }
+            return 0;
+        }
+        return check_msg(c, f->sub, q, q + n);
+    }
+    return 0;
+}
+
+/* Check message `m`'s bytes as dec_msg reads them, writing nothing. */
+static int check_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *end) {
+    Msg *M = &c->msgs[m];
+    if (++c->depth > MAX_DEPTH) return fail(c, "messages nested deeper than %s%lld", "", MAX_DEPTH);
+    Rd r = {p, end};
+    while (r.p < r.end) {
+        uint64_t tag, v;
+        if (rd_varint(c, &r, &tag)) return -1;
+        int wt = (int)(tag & 7);
+        if ((tag >> 3) == 0) return fail(c, "a field numbered 0%s", "", 0);
+        int fi = field_of(M, tag >> 3);
+        if (fi < 0) {
+            if (skip_field(c, &r, wt)) return -1;
+            continue;
+        }
+        const Field *f = &M->fields[fi];
+        int want = wire_of(f->type);
+        const unsigned char *q;
+        int64_t n;
+        if ((f->flags & F_REPEATED) && want != 2 && wt == 2) {
+            if (rd_len(c, &r, &q, &n)) return -1;
+            Rd pk = {q, q + n};
+            while (pk.p < pk.end)
+                if (want == 0 ? rd_varint(c, &pk, &v) : rd_fixed(c, &pk, want == 1 ? 8 : 4, &v)) return -1;
+            continue;
+        }
+        if (wt != want)
+            return fail(c, "field '%s' is written with wire type %lld, not its type's", f->name, (long long)wt);
+        if (want == 2) {
+            if (rd_len(c, &r, &q, &n) || check_value(c, f, q, n)) return -1;
+        } else if (want == 0 ? rd_varint(c, &r, &v) : rd_fixed(c, &r, want == 1 ? 8 : 4, &v)) {
+            return -1;
+        }
+    }
+    c->depth--;
+    return 0;
+}
+
 /* Decode message `m` from [p, end) into struct output `out` (-1: a map entry, whose fields
  * write straight into the map's key and value outputs). */
 static int dec_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *end, int32_t out) {
@@ -352,6 +440,7 @@ static int dec_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *e
             Rd pk = {q, q + n};
             while (pk.p < pk.end) {
                 if (want == 0 ? rd_varint(c, &pk, &v) : rd_fixed(c, &pk, want == 1 ? 8 : 4, &v)) return -1;
+                if ((f->flags & F_CLOSED) && !enum_has(c, f, (int32_t)v)) continue;
                 if (put_item(c, f, v, NULL, 0)) return -1;
             }
             continue;
@@ -362,10 +451,19 @@ static int dec_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *e
         if (want == 2 ? rd_len(c, &r, &q, &n) : want == 0 ? rd_varint(c, &r, &v)
                                                           : rd_fixed(c, &r, want == 1 ? 8 : 4, &v))
             return -1;
+        if ((f->flags & F_CLOSED) && !enum_has(c, f, (int32_t)v)) continue; /* an unknown field */
         if (f->flags & F_REPEATED) {
             if (put_item(c, f, v, q, n)) return -1;
             continue;
         }
+        /* the value this one replaces is still checked, as protobuf's parsers check every copy */
+        if (slots[fi].present && slots[fi].p && check_value(c, &M->fields[fi], slots[fi].p, slots[fi].len))
+            return -1;
+        if (f->oneof >= 0)
+            for (int j = 0; j < M->nfields; j++)
+                if (j != fi && M->fields[j].oneof == f->oneof && slots[j].present && slots[j].p &&
+                    check_value(c, &M->fields[j], slots[j].p, slots[j].len))
+                    return -1;
         if (f->oneof >= 0)
             for (int j = 0; j < M->nfields; j++)
                 if (M->fields[j].oneof == f->oneof) slots[j].present = 0;
@@ -389,7 +487,9 @@ static int dec_msg(Ctx *c, int m, const unsigned char *p, const unsigned char *e
             continue;
         }
         Slot *s = &slots[i];
-        int is_default = s->present && !s->len && !s->v;
+        /* a 32-bit field reads the varint's low 32 bits only, as protobuf does */
+        int narrow = f->type == T_INT32 || f->type == T_UINT32 || f->type == T_SINT32 || f->type == T_ENUM;
+        int is_default = s->present && !s->len && !(narrow ? (uint32_t)s->v : s->v);
         if (s->present && !((f->flags & F_IMPLICIT) && is_default)) {
             if (put_field(c, f, o, f->out, s->v, s->p, s->len)) return -1;
         } else if (M->kind == M_ENTRY) {
@@ -458,7 +558,7 @@ static int tables_parse(Ctx *c, PyObject *msgs_o, PyObject *enums_o) {
         if (!PyArg_ParseTuple(PyList_GetItem(enums_o, e), "sOO!", &name, &E->numbers_obj, &PyList_Type,
                               &E->symbols))
             return -1;
-        snprintf(E->name, sizeof E->name, "%s", name);
+        E->name = name;
         if (PyObject_GetBuffer(E->numbers_obj, &nb, PyBUF_SIMPLE)) return -1;
         E->numbers = nb.buf; /* the bytes object keeps it alive for the call */
         E->n = (int32_t)(nb.len / 4);

@@ -1,10 +1,12 @@
 """A Kafka key or value column in the schema registry's wire format, read as typed columns.
 
 The wire format: a zero byte, the writer schema's id (4 bytes, big-endian), then the
-datum. The reader schema is fixed on the driver when the query starts: the subject's
-latest version, or the one pinned by ``valueSchemaVersion``; its Spark type is the
-column's. Executors fetch each writer schema by id once per process and read every
-value of a column in one C call (``avro.Reader``).
+datum (for protobuf, the message's indexes in its file first). The reader schema is fixed
+on the driver when the query starts: the subject's latest version, or the one pinned by
+``valueSchemaVersion``; its Spark type is the column's. Executors fetch each writer schema
+by id once per process and read every value of a column in one call: C for Avro
+(``avro.Reader``) and protobuf (``protobuf.ProtoReader``), Arrow's JSON reader for JSON
+Schema.
 
 A value that cannot be read (no wire-format header, an id the registry does not know,
 bytes that do not decode) is reported with its row; the source decides what becomes of

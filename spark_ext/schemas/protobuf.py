@@ -45,7 +45,7 @@ from spark_ext.schemas.outputs import O_BIN, O_BOOL, O_FIXED, O_LIST, O_MAP, O_S
 
 # Message kinds (``_proto.c``: M_*) and field flags (F_*).
 M_PLAIN, M_ENTRY, M_TIME = range(3)
-F_REPEATED, F_IMPLICIT, F_MAP = 1, 2, 4
+F_REPEATED, F_IMPLICIT, F_MAP, F_CLOSED = 1, 2, 4, 8
 
 # descriptor.proto's field types
 (T_DOUBLE, T_FLOAT, T_INT64, T_UINT64, T_INT32, T_FIXED64, T_FIXED32, T_BOOL, T_STRING, T_GROUP, T_MESSAGE,
@@ -207,6 +207,8 @@ class ProtoReader:
                 flags |= F_IMPLICIT
             oneof = oneofs[f.containing_oneof.full_name] if f.containing_oneof is not None else -1
             en = self._enum(f.enum_type) if f.type == T_ENUM else -1
+            if f.type == T_ENUM and getattr(f.enum_type, "is_closed", False):
+                flags |= F_CLOSED  # proto2: a number the enum lacks is an unknown field
             rows.append((f.number, f.type, shape.out, flags, sub, en, oneof, f.name))
             kids.append(shape)
         self.outs[out] = (O_STRUCT, 0, tuple(k.out for k in kids))
