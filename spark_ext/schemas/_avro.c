@@ -504,7 +504,7 @@ typedef struct {
     const unsigned char *valid;
     const int32_t *offs;
     const char *data;
-    int child[64];
+    int *child;
     const char *name;
     PyObject *symbols; /* borrowed: a list of bytes */
 } Node;
@@ -695,20 +695,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
         nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
         nd->symbols = symbols == Py_None ? NULL : symbols;
-        Py_ssize_t nc = PyTuple_Size(children);
-        if (nc > 64) {
-            PyErr_SetString(PyExc_ValueError, "a node with more than 64 children");
-            goto done;
-        }
-        nd->nchild = (int)nc;
-        for (Py_ssize_t k = 0; k < nc; k++) {
-            long c = PyLong_AsLong(PyTuple_GetItem(children, k));
-            if (c <= i || c >= count) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a node's child is out of order");
-                goto done;
-            }
-            nd->child[k] = (int)c;
-        }
+        if (!(nd->child = children_of(children, i, count, &nd->nchild))) goto done;
         int needs_offs = nd->kind == E_BYTES || nd->kind == E_FIXED || nd->kind == E_ENUM || nd->kind == E_ARRAY ||
                          nd->kind == E_MAP;
         int needs_data = nd->kind != E_NULL && nd->kind != E_RECORD && nd->kind != E_ARRAY && nd->kind != E_MAP &&
@@ -745,6 +732,8 @@ done:
             if (views[i].obj) PyBuffer_Release(&views[i]);
         free(views);
     }
+    if (e.nodes)
+        for (int i = 0; i < count; i++) free(e.nodes[i].child);
     free(e.nodes);
     free(e.out.p);
     free(offs.p);

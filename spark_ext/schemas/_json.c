@@ -6,7 +6,7 @@
  * 0: the column, an object, `n` rows). `key` is the property's name already as JSON text with
  * its colon (b'"id":'), `label` names the field in errors, `offset` is the array's own offset;
  * a struct's children are indexed as their parent, a list's and a map's by its offsets.
- * `param` is a decimal's scale. A null property is left out (as Spark's to_json leaves it),
+ * `param` is a decimal's scale, or 1 for a timestamp without time zone (written without Z). A null property is left out (as Spark's to_json leaves it),
  * unless it is J_REQUIRED, which refuses the row; array items and map values write null.
  * Returns (None, offsets, data) of a binary column whose every value starts with `header`,
  * or (row, message) for the first row refused.
@@ -35,7 +35,7 @@ typedef struct {
     const unsigned char *valid;
     const int32_t *offs;
     const char *data;
-    int child[64];
+    int *child;
     const char *key, *label;
     Py_ssize_t keylen;
 } Node;
@@ -136,19 +136,24 @@ static int put_date(Buf *b, int64_t days) {
     return buf_put(b, tmp, (size_t)k);
 }
 
-/* Microseconds since the epoch, UTC, as RFC 3339 (fraction only when there is one). */
-static int put_timestamp(Buf *b, int64_t us) {
-    int64_t days = us >= 0 ? us / 86400000000LL : -((-us - 1) / 86400000000LL) - 1;
-    int64_t rest = us - days * 86400000000LL;
+/* Microseconds since the epoch as RFC 3339 (fraction only when there is one), with a Z for UTC
+ * (`local`: a timestamp without time zone, no offset, as Spark writes it). */
+static int put_timestamp(Buf *b, int64_t us, int local) {
+    int64_t days = us / 86400000000LL, rest = us % 86400000000LL;
+    if (rest < 0) { /* floor, without overflowing at INT64_MIN */
+        rest += 86400000000LL;
+        days -= 1;
+    }
     int64_t y;
     int m, d;
     civil(days, &y, &m, &d);
     int sec = (int)(rest / 1000000), frac = (int)(rest % 1000000);
     char tmp[64];
-    int k = snprintf(tmp, sizeof tmp, y >= 0 && y <= 9999 ? "\"%04lld-%02d-%02dT%02d:%02d:%02d" : "\"%+05lld-%02d-%02dT%02d:%02d:%02d",
+    int k = snprintf(tmp, sizeof tmp, y >= 0 && y <= 9999 ? "\"%04lld-%02d-%02dT%02d:%02d:%02d"
+                                                          : "\"%+05lld-%02d-%02dT%02d:%02d:%02d",
                      (long long)y, m, d, sec / 3600, sec / 60 % 60, sec % 60);
     if (frac) k += snprintf(tmp + k, sizeof tmp - (size_t)k, ".%06d", frac);
-    k += snprintf(tmp + k, sizeof tmp - (size_t)k, "Z\"");
+    k += snprintf(tmp + k, sizeof tmp - (size_t)k, local ? "\"" : "Z\"");
     return buf_put(b, tmp, (size_t)k);
 }
 
@@ -164,7 +169,7 @@ static int put_decimal(Buf *b, const unsigned char *le, int scale) {
     }
     char digits[48];
     int n = 0;
-    while (hi || lo || n <= scale) { /* divide the 128-bit magnitude by 10 */
+    while (n == 0 || hi || lo || n <= scale) { /* divide the 128-bit magnitude by 10 */
         uint64_t rem = 0, q_hi, q_lo;
         q_hi = hi / 10;
         rem = hi % 10;
@@ -181,31 +186,61 @@ static int put_decimal(Buf *b, const unsigned char *le, int scale) {
         lo = q_lo;
         if (n >= 46) break;
     }
-    char tmp[52];
+    char tmp[96];
     int k = 0;
     if (neg) tmp[k++] = '-';
     for (int i = n - 1; i >= 0; i--) {
         if (i == scale - 1 && scale > 0) tmp[k++] = '.';
         tmp[k++] = digits[i];
     }
+    for (int z = 0; z < -scale && !(n == 1 && digits[0] == '0'); z++) tmp[k++] = '0'; /* a negative scale */
     return buf_put(b, tmp, (size_t)k);
+}
+
+/* The fewest significant digits that read back as float `f` (for a power of two the nearest
+ * such text may round away from it, so the last digit's neighbours are tried too), as the
+ * double those digits name; 0 if none up to 9 digits (then the float's own value is used). */
+static int float_digits(float f, double *out) {
+    for (int prec = 1; prec <= 9; prec++) {
+        char tmp[48];
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, (double)f);
+        char *ep = strchr(tmp, 'e');
+        if (!ep) return 0;
+        int exp = atoi(ep + 1);
+        long long mant = 0;
+        for (char *q = tmp; q < ep; q++)
+            if (*q >= '0' && *q <= '9') mant = mant * 10 + (*q - '0');
+        int neg = tmp[0] == '-';
+        double best = 0;
+        int found = 0;
+        for (int delta = 0; delta <= 2; delta++) { /* m, then m - 1, then m + 1 */
+            long long m = delta == 0 ? mant : delta == 1 ? mant - 1 : mant + 1;
+            if (m <= 0) continue;
+            char cand[48];
+            snprintf(cand, sizeof cand, "%s%llde%d", neg ? "-" : "", m, exp - (prec - 1));
+            double d = strtod(cand, NULL);
+            if ((float)d == f && (!found || fabs(d - (double)f) < fabs(best - (double)f))) {
+                best = d;
+                found = 1;
+            }
+        }
+        if (found) {
+            *out = best;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static int put_double(Enc *e, const Node *nd, double v, int single) {
     if (!isfinite(v)) return refuse(e, nd, "is NaN or infinite, which JSON has no number for");
-    char *s = NULL;
-    if (single) { /* the shortest text that reads back as the same float */
-        for (int prec = 1; prec <= 9; prec++) {
-            s = PyOS_double_to_string(v, 'g', prec, Py_DTSF_ADD_DOT_0, NULL);
-            if (!s) return oom(e);
-            if ((float)strtod(s, NULL) == (float)v) break;
-            PyMem_Free(s);
-            s = NULL;
-        }
-        if (!s && !(s = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL))) return oom(e);
-    } else if (!(s = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL))) {
-        return oom(e);
+    double shown = v;
+    if (single && v != 0) {
+        double d;
+        if (float_digits((float)v, &d)) shown = d;
     }
+    char *s = PyOS_double_to_string(shown, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!s) return oom(e);
     int rc = put_str(&e->out, s);
     PyMem_Free(s);
     return rc ? oom(e) : 0;
@@ -271,7 +306,7 @@ static int enc(Enc *e, int at, int64_t p) {
     case J_TIMESTAMP: {
         int64_t v;
         memcpy(&v, nd->data + 8 * p, 8);
-        return put_timestamp(b, v) ? oom(e) : 0;
+        return put_timestamp(b, v, (int)nd->param) ? oom(e) : 0;
     }
     case J_DATE: {
         int32_t v;
@@ -289,9 +324,13 @@ static int enc(Enc *e, int at, int64_t p) {
         const Node *item = &e->nodes[nd->child[nd->kind == J_ARRAY ? 0 : 1]];
         for (int32_t k = a; k < z; k++) {
             if (k > a && buf_put(b, ",", 1)) return oom(e);
-            if (nd->kind == J_MAP) {
+            if (nd->kind == J_MAP) { /* a key is a string, as Spark casts it: numbers and booleans quoted */
                 const Node *key = &e->nodes[nd->child[0]];
-                if (enc(e, nd->child[0], k + key->offset) || buf_put(b, ":", 1)) return e->py_error ? -1 : oom(e);
+                int quote = key->kind != J_STRING && key->kind != J_BASE64 && key->kind != J_TIMESTAMP &&
+                            key->kind != J_DATE;
+                if (quote && buf_put(b, "\"", 1)) return oom(e);
+                if (enc(e, nd->child[0], k + key->offset)) return -1;
+                if ((quote && buf_put(b, "\"", 1)) || buf_put(b, ":", 1)) return oom(e);
             }
             if (!is_valid(item, k + item->offset)) {
                 if (item->flags & J_REQUIRED) return refuse(e, item, "is null, and the schema takes no null there");
@@ -340,25 +379,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         nd->valid = valid == Py_None ? NULL : views[3 * i].buf;
         nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
         nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
-        Py_ssize_t nc = PyTuple_Size(children);
-        if (nc > 64) {
-            PyErr_SetString(PyExc_ValueError, "a node with more than 64 children");
-            goto done;
-        }
-        nd->nchild = (int)nc;
-        for (Py_ssize_t k = 0; k < nc; k++) {
-            long c = PyLong_AsLong(PyTuple_GetItem(children, k));
-            if (c <= i || c >= count) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a node's child is out of order");
-                goto done;
-            }
-            nd->child[k] = (int)c;
-        }
+        if (!(nd->child = children_of(children, i, count, &nd->nchild))) goto done;
+        int nc = nd->nchild;
         int k = nd->kind;
         int needs_offs = k == J_STRING || k == J_BASE64 || k == J_ARRAY || k == J_MAP;
         int needs_data = k != J_OBJECT && k != J_ARRAY && k != J_MAP;
         if (k < J_BOOL || k > J_MAP || (needs_offs && !nd->offs) || (needs_data && !nd->data) ||
-            (k == J_ARRAY && nc != 1) || (k == J_MAP && nc != 2) || nd->param < 0 || nd->param > 38) {
+            (k == J_ARRAY && nc != 1) || (k == J_MAP && nc != 2) || nd->param < -38 || nd->param > 38) {
             PyErr_Format(PyExc_ValueError, "node %d (%s) is malformed or lacks a buffer its kind needs", i,
                          nd->label);
             goto done;
@@ -392,6 +419,8 @@ done:
             if (views[i].obj) PyBuffer_Release(&views[i]);
         free(views);
     }
+    if (e.nodes)
+        for (int i = 0; i < count; i++) free(e.nodes[i].child);
     free(e.nodes);
     free(e.out.p);
     free(offs.p);

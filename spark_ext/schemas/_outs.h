@@ -87,6 +87,7 @@ static void outs_free(Out *outs, int n) {
         free(outs[i].valid.p);
         free(outs[i].offs.p);
         free(outs[i].data.p);
+        free(outs[i].child);
     }
     free(outs);
 }
@@ -107,20 +108,12 @@ static Out *outs_parse(PyObject *outs_o, int nouts) {
         if (!PyArg_ParseTuple(PyList_GetItem(outs_o, i), "iiO!", &outs[i].kind, &outs[i].width, &PyTuple_Type,
                               &children))
             goto bad;
-        Py_ssize_t nc = PyTuple_Size(children);
-        if (nc > 64 || outs[i].width < 0 || outs[i].width > 16) {
-            PyErr_SetString(PyExc_ValueError, "an output with more than 64 children or a bad width");
+        if (outs[i].width < 0 || outs[i].width > 16) {
+            PyErr_SetString(PyExc_ValueError, "an output with a bad width");
             goto bad;
         }
-        outs[i].nchild = (int)nc;
-        for (Py_ssize_t j = 0; j < nc; j++) {
-            long ch = PyLong_AsLong(PyTuple_GetItem(children, j));
-            if (ch <= i || ch >= nouts) { /* children come after their parent: no cycles */
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an output's child is out of order");
-                goto bad;
-            }
-            outs[i].child[j] = (int)ch;
-        }
+        if (!(outs[i].child = children_of(children, i, nouts, &outs[i].nchild))) goto bad;
+        int nc = outs[i].nchild;
         if ((outs[i].kind == O_LIST && nc != 1) || (outs[i].kind == O_MAP && nc != 2)) {
             PyErr_SetString(PyExc_ValueError, "a list needs one child, a map two");
             goto bad;

@@ -35,9 +35,37 @@ static int buf_put(Buf *b, const void *src, size_t n) {
 
 typedef struct {
     int kind, width, nchild;
-    int child[64];
+    int *child; /* nchild output indexes, each after this one's */
     Buf valid, offs, data;
     int64_t n, nulls;
 } Out;
+
+/* A node's or output's children: a tuple of indexes, each after `self` and before `count`
+ * (children come after their parent: no cycles). A malloc'd array (NULL with a Python error
+ * set if bad; a valid empty result is non-NULL). */
+static int *children_of(PyObject *children, int self, int count, int *nchild) {
+    Py_ssize_t nc = PyTuple_Size(children);
+    if (nc < 0) return NULL;
+    if (nc > count) {
+        PyErr_SetString(PyExc_ValueError, "more children than nodes");
+        return NULL;
+    }
+    int *out = malloc(sizeof(int) * (size_t)(nc ? nc : 1));
+    if (!out) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < nc; j++) {
+        long ch = PyLong_AsLong(PyTuple_GetItem(children, j));
+        if (ch <= self || ch >= count) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a child is out of order");
+            free(out);
+            return NULL;
+        }
+        out[j] = (int)ch;
+    }
+    *nchild = (int)nc;
+    return out;
+}
 
 #endif

@@ -649,27 +649,29 @@ done:
 /* ---- encoding: Arrow columns to protobuf messages ----
  *
  * encode(nodes, n, header) where nodes[i] = (kind, number, flags, name, valid|None, offset,
- * offsets|None, data|None, children, enum|None) describes one Arrow array of the input tree
+ * offsets|None, data|None, children, enum|None, oneof) describes one Arrow array of the input tree
  * (node 0: the column, a struct, `n` rows), as a field `number` of its parent message.
  * `offset` is the array's own offset; a struct's children are indexed as their parent, a
  * list's and a map's by its offsets. Flags: W_IMPLICIT (no presence: a default value is
  * not written, as protobuf's serializers leave it out), W_PACKED (a repeated scalar, packed),
- * W_DURATION (a W_TIME that is a Duration: its nanos take the seconds' sign).
+ * W_DURATION (a W_TIME that is a Duration: its nanos take the seconds' sign), W_REQUIRED (a
+ * proto2 required field: a null refuses the row). `oneof` groups a message's children: two
+ * members of one group set in a row refuse it (a reader would keep only the last).
  * A message's children come in field-number order, so the bytes are protobuf's own.
  * Returns (None, offsets, data) of a binary column whose every value starts with `header`,
  * or (row, message) for the first row the schema refuses.
  */
 enum { W_VARINT32, W_UVARINT32, W_VARINT64, W_SINT32, W_SINT64, W_FIXED32, W_FIXED64, W_FLOAT, W_DOUBLE, W_BOOL,
        W_BYTES, W_ENUM, W_MESSAGE, W_TIME, W_LIST, W_MAP };
-enum { W_IMPLICIT = 1, W_PACKED = 2, W_DURATION = 4 };
+enum { W_IMPLICIT = 1, W_PACKED = 2, W_DURATION = 4, W_REQUIRED = 8 };
 
 typedef struct {
-    int kind, number, flags, nchild;
+    int kind, number, flags, nchild, oneof;
     int64_t offset;
     const unsigned char *valid;
     const int32_t *offs;
     const char *data;
-    int child[64];
+    int *child;
     const char *name;
     PyObject *en; /* borrowed: (numbers int32 bytes, [symbol bytes]) sorted by symbol, for lookups */
 } WNode;
@@ -896,10 +898,30 @@ static int w_message(Enc *e, int at, int64_t p) {
     for (int k = 0; k < nd->nchild; k++) {
         const WNode *f = &e->nodes[nd->child[k]];
         int64_t fp = p - nd->offset + f->offset; /* a struct's children are indexed as it is */
-        if (!w_valid(f, fp - f->offset)) continue; /* null: absent */
+        if (!w_valid(f, fp - f->offset)) { /* null: absent */
+            if (f->flags & W_REQUIRED) return w_refuse(e, f, "is null, and the message requires it");
+            continue;
+        }
+        if (f->oneof >= 0)
+            for (int j = 0; j < k; j++) {
+                const WNode *g = &e->nodes[nd->child[j]];
+                if (g->oneof == f->oneof && w_valid(g, p - nd->offset))
+                    return w_refuse(e, f, "is set with another member of its oneof; set one of them");
+            }
         if (w_field(e, nd->child[k], fp)) return -1;
     }
     return 0;
+}
+
+/* (numbers: int32 bytes, [symbol bytes]) of as many numbers as symbols. */
+static int enum_table_ok(PyObject *en) {
+    if (!en || !PyTuple_Check(en) || PyTuple_Size(en) != 2) return 0;
+    PyObject *numbers = PyTuple_GetItem(en, 0), *symbols = PyTuple_GetItem(en, 1);
+    if (!PyBytes_Check(numbers) || !PyList_Check(symbols) || PyBytes_Size(numbers) != 4 * PyList_Size(symbols))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyList_Size(symbols); i++)
+        if (!PyBytes_Check(PyList_GetItem(symbols, i))) return 0;
+    return 1;
 }
 
 static PyObject *encode(PyObject *self, PyObject *args) {
@@ -924,8 +946,8 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         WNode *nd = &e.nodes[i];
         PyObject *valid, *offsets, *data, *children, *en;
         const char *name;
-        if (!PyArg_ParseTuple(PyList_GetItem(nodes_o, i), "iiisOLOOO!O", &nd->kind, &nd->number, &nd->flags, &name,
-                              &valid, &nd->offset, &offsets, &data, &PyTuple_Type, &children, &en))
+        if (!PyArg_ParseTuple(PyList_GetItem(nodes_o, i), "iiisOLOOO!Oi", &nd->kind, &nd->number, &nd->flags, &name,
+                              &valid, &nd->offset, &offsets, &data, &PyTuple_Type, &children, &en, &nd->oneof))
             goto done;
         nd->name = name;
         PyObject *bufs[3] = {valid, offsets, data};
@@ -937,25 +959,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
         nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
         nd->en = en == Py_None ? NULL : en;
-        Py_ssize_t nc = PyTuple_Size(children);
-        if (nc > 64) {
-            PyErr_SetString(PyExc_ValueError, "a node with more than 64 children");
-            goto done;
-        }
-        nd->nchild = (int)nc;
-        for (Py_ssize_t k = 0; k < nc; k++) {
-            long c = PyLong_AsLong(PyTuple_GetItem(children, k));
-            if (c <= i || c >= count) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a node's child is out of order");
-                goto done;
-            }
-            nd->child[k] = (int)c;
-        }
+        if (!(nd->child = children_of(children, i, count, &nd->nchild))) goto done;
+        int nc = nd->nchild;
         int k = nd->kind;
         int needs_offs = k == W_BYTES || k == W_ENUM || k == W_LIST || k == W_MAP;
         int needs_data = k != W_MESSAGE && k != W_LIST && k != W_MAP;
         if (k < W_VARINT32 || k > W_MAP || (needs_offs && !nd->offs) || (needs_data && !nd->data) ||
-            (k == W_ENUM && !(nd->en && PyTuple_Check(nd->en) && PyTuple_Size(nd->en) == 2)) ||
+            (k == W_ENUM && !enum_table_ok(nd->en)) ||
             (k == W_LIST && nc != 1) || (k == W_MAP && nc != 2) || nd->number < 1) {
             PyErr_Format(PyExc_ValueError, "node %d (%s) is malformed or lacks a buffer its kind needs", i, name);
             goto done;
@@ -988,6 +998,8 @@ done:
             if (views[i].obj) PyBuffer_Release(&views[i]);
         free(views);
     }
+    if (e.nodes)
+        for (int i = 0; i < count; i++) free(e.nodes[i].child);
     free(e.nodes);
     free(e.out.p);
     free(offs.p);

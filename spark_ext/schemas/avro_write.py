@@ -12,10 +12,8 @@ fixed size) is reported with its row, never half-written.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -40,6 +38,7 @@ from pyspark.sql.types import (
 
 from spark_ext.schemas import _avro
 from spark_ext.schemas.avro import SchemaError, parse
+from spark_ext.schemas.encoded import Encoded, encode_column
 
 (E_NULL, E_BOOL, E_INT, E_LONG, E_FLOAT, E_DOUBLE, E_BYTES, E_FIXED, E_ENUM, E_DEC_BYTES, E_DEC_FIXED,
  E_RECORD, E_ARRAY, E_MAP, E_MEMBERS) = range(15)
@@ -84,14 +83,6 @@ def schema_of(spark: DataType, name: str = "topLevelRecord", namespace: str = ""
     raise SchemaError(f"{name}: Spark's {spark.simpleString()} has no Avro type; cast it")
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """A column encoded: the values (null where a row was refused) and the refused rows."""
-
-    values: pa.Array
-    refused: list[tuple[int, str]]
-
-
 class Writer:
     """Encodes columns with one writer schema."""
 
@@ -111,38 +102,13 @@ class Writer:
         serializers send it, unless the schema itself takes null."""
         if small_type(column.type) != column.type:
             column = column.cast(small_type(column.type))
-        if column.null_count and not _nullable(self.schema):
-            present = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
-            done = self._encode(column.take(pa.array(present)), header, name)
-            where = np.full(len(column), -1, np.int64)
-            where[present] = np.arange(len(present))
-            values = done.values.take(pa.array(where, mask=where < 0))
-            return Encoded(values, [(int(present[r]), why) for r, why in done.refused])
-        return self._encode(column, header, name)
 
-    def _encode(self, column: pa.Array, header: bytes, name: str) -> Encoded:
-        pieces: list[pa.Array] = []
-        refused: list[tuple[int, str]] = []
-        start = 0
-        n = len(column)
-        while start < n:
-            part = column.slice(start)
+        def run(part: pa.Array) -> tuple[Any, ...]:
             b = _Builder(len(part))
             b.node(part, self.schema, name)
-            got = _avro.encode(b.nodes, len(part), header)
-            if got[0] is None:
-                _, offsets, data = got
-                pieces.append(pa.Array.from_buffers(pa.binary(), len(part), [None, pa.py_buffer(offsets),
-                                                                              pa.py_buffer(data)]))
-                break
-            row, why = int(got[0]), str(got[1])
-            if row:
-                pieces.append(self._encode(column.slice(start, row), header, name).values)
-            pieces.append(pa.nulls(1, pa.binary()))
-            refused.append((start + row, why))
-            start += row + 1
-        out = pa.concat_arrays(pieces) if len(pieces) != 1 else pieces[0]
-        return Encoded(out if len(pieces) else pa.array([], pa.binary()), refused)
+            return _avro.encode(b.nodes, len(part), header)
+
+        return encode_column(column, run, tombstones=not _nullable(self.schema))
 
 
 def arrow_type(spark: DataType) -> pa.DataType:

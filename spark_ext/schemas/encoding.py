@@ -20,7 +20,8 @@ from spark_ext.errors import InvalidOptionError
 from spark_ext.options import Option, Options
 from spark_ext.schemas import jsonschema_write, protobuf, protobuf_write
 from spark_ext.schemas.avro import PRIMITIVES, SchemaError
-from spark_ext.schemas.avro_write import Encoded, Writer, header, schema_of
+from spark_ext.schemas.avro_write import Writer, header, schema_of
+from spark_ext.schemas.encoded import Encoded
 from spark_ext.schemas.protobuf_write import message_header
 from spark_ext.schemas.registry import REGISTRY_OPTIONS, RegistryConfig, RegistryError, client
 

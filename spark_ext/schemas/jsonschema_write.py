@@ -2,8 +2,10 @@
 written with when no schema is given.
 
 Documents are what Spark's ``to_json`` writes for the column: a null property left out,
-timestamps as RFC 3339 in UTC, dates as ``YYYY-MM-DD``, binary as base64, decimals as exact
-numbers, maps as objects. With a given schema, columns are matched to its properties by
+timestamps as RFC 3339 in UTC (``TIMESTAMP_NTZ`` without an offset), dates as
+``YYYY-MM-DD``, binary as base64, decimals as exact numbers, floats in the fewest digits
+that read back as the same float, maps as objects whose keys are cast to strings as Spark
+casts them. With a given schema, columns are matched to its properties by
 name and their types checked at query start; per row the sink checks ``required``
 properties (a null there is a row error) and numbers JSON cannot hold (NaN, infinities).
 Other keywords (patterns, bounds, enums) are not checked: the registry's readers validate
@@ -15,7 +17,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -39,7 +40,8 @@ from pyspark.sql.types import (
 
 from spark_ext.schemas import _json
 from spark_ext.schemas.avro import SchemaError
-from spark_ext.schemas.avro_write import Encoded, arrow_type, small_type
+from spark_ext.schemas.avro_write import arrow_type, small_type
+from spark_ext.schemas.encoded import Encoded, encode_column
 from spark_ext.schemas.jsonschema import resolve
 
 # Encoder node kinds (``_json.c``: J_*) and flags.
@@ -88,8 +90,10 @@ def _type(t: DataType, name: str) -> dict[str, Any]:
         return {"type": "string"}
     if isinstance(t, BinaryType):
         return {"type": "string", "contentEncoding": "base64"}
-    if isinstance(t, TimestampType | TimestampNTZType):
+    if isinstance(t, TimestampType):
         return {"type": "string", "format": "date-time"}
+    if isinstance(t, TimestampNTZType):
+        return {"type": "string"}  # RFC 3339's date-time needs an offset, which a local time has not
     if isinstance(t, DateType):
         return {"type": "string", "format": "date"}
     raise SchemaError(f"field {name!r} is {t.simpleString()}, which has no JSON type here: cast it or give "
@@ -114,37 +118,23 @@ class JsonWriter:
         (a tombstone)."""
         if small_type(column.type) != column.type:
             column = column.cast(small_type(column.type))
-        if column.null_count:
-            present = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
-            done = self._encode(column.take(pa.array(present)), header, name)
-            where = np.full(len(column), -1, np.int64)
-            where[present] = np.arange(len(present))
-            values = done.values.take(pa.array(where, mask=where < 0))
-            return Encoded(values, [(int(present[r]), why) for r, why in done.refused])
-        return self._encode(column, header, name)
 
-    def _encode(self, column: pa.Array, header: bytes, name: str) -> Encoded:
-        pieces: list[pa.Array] = []
-        refused: list[tuple[int, str]] = []
-        start, n = 0, len(column)
-        while start < n:
-            part = column.slice(start)
+        def run(part: pa.Array) -> tuple[Any, ...]:
             b = _Builder(self.schema)
             b.node(part, self.schema, name, b"", 0)
-            got = _json.encode(b.nodes, len(part), header)
-            if got[0] is None:
-                _, offsets, data = got
-                pieces.append(pa.Array.from_buffers(pa.binary(), len(part), [None, pa.py_buffer(offsets),
-                                                                              pa.py_buffer(data)]))
-                break
-            row, why = int(got[0]), str(got[1])
-            if row:
-                pieces.append(self._encode(column.slice(start, row), header, name).values)
-            pieces.append(pa.nulls(1, pa.binary()))
-            refused.append((start + row, why))
-            start += row + 1
-        out = pa.concat_arrays(pieces) if len(pieces) != 1 else pieces[0]
-        return Encoded(out if len(pieces) else pa.array([], pa.binary()), refused)
+            return _json.encode(b.nodes, len(part), header)
+
+        return encode_column(column, run)
+
+
+def _boolean(s: Any, label: str) -> Any:
+    """A boolean schema as an object: ``true`` takes anything; ``false`` nothing, which no
+    column can be written as."""
+    if s is True:
+        return {}
+    if s is False:
+        raise SchemaError(f"{label}: the schema is false, which admits no value")
+    return s
 
 
 def _kinds(s: Any) -> set[str]:
@@ -189,7 +179,7 @@ class _Builder:
         self.nodes[at] = tuple(row)
 
     def node(self, arr: pa.Array, s: Any, label: str, key: bytes, flags: int) -> int:
-        s = resolve(s, self.root, label)
+        s = resolve(_boolean(s, label), self.root, label)
         t = arr.type
         kinds = _kinds(s)
         if pa.types.is_struct(t):
@@ -214,7 +204,7 @@ class _Builder:
         if pa.types.is_list(t):
             s = self._want(s, "array", label, t)
             at = self._add(J_ARRAY, flags, key, label, arr, offsets=arr.buffers()[1])
-            items = resolve(s.get("items", {}), self.root, label)
+            items = resolve(_boolean(s.get("items", True), label), self.root, label)
             item_flags = 0 if "null" in _kinds(items) else J_REQUIRED
             self._children(at, [self.node(arr.values, items, f"{label}[]", b"", item_flags)])
             return at
@@ -222,13 +212,10 @@ class _Builder:
             s = self._want(s, "object", label, t)
             at = self._add(J_MAP, flags, key, label, arr, offsets=arr.buffers()[1])
             entries = arr.values
-            keys = entries.field(0)
-            if not pa.types.is_string(keys.type):
-                keys = keys.cast(pa.string())  # JSON object keys are strings, as to_json writes them
-            value_schema = resolve(s.get("additionalProperties") or {}, self.root, label)
-            vflags = 0 if "null" in _kinds(value_schema) else J_REQUIRED
-            kb = keys.buffers()
-            knode = self._add(J_STRING, 0, b"", f"{label} key", keys, kb[1], kb[2] or pa.py_buffer(b""))
+            value_schema = _boolean(s.get("additionalProperties", True), label)
+            vflags = 0 if "null" in _kinds(resolve(value_schema, self.root, label)) else J_REQUIRED
+            # a key of any type is written as Spark casts it to a string (the encoder quotes it)
+            knode = self.node(entries.field(0), {}, f"{label} key", b"", J_REQUIRED)
             self._children(at, [knode, self.node(entries.field(1), value_schema, f"{label}[]", b"", vflags)])
             return at
         if pa.types.is_boolean(t):
@@ -253,7 +240,8 @@ class _Builder:
             if pa.types.is_timestamp(t) and t.unit != "us":
                 raise SchemaError(f"{label} is {t}; Spark's timestamps are microseconds")
             kind = J_TIMESTAMP if pa.types.is_timestamp(t) else J_DATE
-            return self._add(kind, flags, key, label, plain, data=plain.buffers()[1])
+            local = int(pa.types.is_timestamp(t) and t.tz is None)  # Spark's TIMESTAMP_NTZ: no Z
+            return self._add(kind, flags, key, label, plain, data=plain.buffers()[1], param=local)
         if pa.types.is_string(t) or pa.types.is_binary(t):
             self._want(s, "string", label, t)
             bufs = arr.buffers()

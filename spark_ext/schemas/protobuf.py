@@ -113,14 +113,35 @@ def _compile(text: str, name: str) -> Any:
             f.write(text)
         out = os.path.join(tmp, "out.desc")
         include = str(importlib.resources.files("grpc_tools") / "_proto")
-        rc = protoc.main(["protoc", f"-I{tmp}", f"-I{include}", f"--descriptor_set_out={out}", name])
+        rc, why = _protoc(protoc, ["protoc", f"-I{tmp}", f"-I{include}", f"--descriptor_set_out={out}", name],
+                          os.path.join(tmp, "stderr"))
         if rc != 0 or not os.path.exists(out):
-            raise SchemaError(f"protoc could not compile the .proto text of {name!r} (exit {rc}); its "
-                              "imports must be well-known types or registered references")
+            why = why.replace(f"{tmp}/", "") or f"exit {rc}"
+            raise SchemaError(f"protoc could not compile the .proto text of {name!r}: {why}")
         fds = descriptor_pb2.FileDescriptorSet()
         with open(out, "rb") as f:
             fds.ParseFromString(f.read())
     return fds.file[-1]
+
+
+def _protoc(protoc: Any, args: list[str], err_path: str) -> tuple[int, str]:
+    """protoc's exit status and what it wrote to stderr (the C++ compiler writes to file
+    descriptor 2 itself, so the descriptor is pointed at a file for the call)."""
+    import os
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(err_path, "wb") as err:
+            os.dup2(err.fileno(), 2)
+            try:
+                rc = protoc.main(args)
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+    with open(err_path, encoding="utf-8", errors="replace") as f:
+        return int(rc), " ".join(f.read().split())[:500]
 
 
 def pool_of(files: list[Any]) -> Any:

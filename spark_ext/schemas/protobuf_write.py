@@ -35,7 +35,8 @@ from pyspark.sql.types import (
 
 from spark_ext.schemas import _proto
 from spark_ext.schemas.avro import SchemaError
-from spark_ext.schemas.avro_write import Encoded, arrow_type, small_type
+from spark_ext.schemas.avro_write import arrow_type, small_type
+from spark_ext.schemas.encoded import Encoded, encode_column
 from spark_ext.schemas.protobuf import (
     INT32_TYPES,
     INT64_TYPES,
@@ -63,7 +64,7 @@ from spark_ext.schemas.protobuf import (
 # Encoder node kinds (``_proto.c``: W_*) and flags.
 (W_VARINT32, W_UVARINT32, W_VARINT64, W_SINT32, W_SINT64, W_FIXED32, W_FIXED64, W_FLOAT, W_DOUBLE, W_BOOL,
  W_BYTES, W_ENUM, W_MESSAGE, W_TIME, W_LIST, W_MAP) = range(16)
-W_IMPLICIT, W_PACKED, W_DURATION = 1, 2, 4
+W_IMPLICIT, W_PACKED, W_DURATION, W_REQUIRED = 1, 2, 4, 8
 
 _KIND = {T_INT32: W_VARINT32, T_UINT32: W_UVARINT32, T_INT64: W_VARINT64, T_UINT64: W_VARINT64,
          T_SINT32: W_SINT32, T_SINT64: W_SINT64, T_FIXED32: W_FIXED32, T_SFIXED32: W_FIXED32,
@@ -94,7 +95,13 @@ def _message(st: StructType, name: str, imports: set[str], indent: str) -> str:
         raise SchemaError(f"{name!r} is not a protobuf message name")
     lines = [f"{indent}message {name} {{"]
     nested: list[str] = []
-    taken: set[str] = set()
+    taken = {f.name for f in st.fields}  # a message's fields and nested messages share one scope
+    json_names: dict[str, str] = {}
+    for f in st.fields:
+        other = json_names.setdefault(_json_name(f.name), f.name)
+        if other != f.name:
+            raise SchemaError(f"fields {other!r} and {f.name!r} have one JSON name, {_json_name(f.name)!r}, "
+                              "which proto3 refuses: rename one")
     for number, f in enumerate(st.fields, start=1):
         if not _IDENT.fullmatch(f.name):
             raise SchemaError(f"column field {f.name!r} is not a protobuf field name (letters, digits and _, "
@@ -121,10 +128,24 @@ def _message(st: StructType, name: str, imports: set[str], indent: str) -> str:
     return "\n".join([lines[0], *nested, *lines[1:], f"{indent}}}"]) + "\n"
 
 
+def _json_name(name: str) -> str:
+    """protoc's default JSON name of a field: underscores dropped, the next letter capitalized."""
+    out, upper = [], False
+    for c in name:
+        if c == "_":
+            upper = True
+        else:
+            out.append(c.upper() if upper else c)
+            upper = False
+    return "".join(out)
+
+
 def _type_name(t: DataType, field: str, imports: set[str], nested: list[str], taken: set[str],
                indent: str) -> str:
     if isinstance(t, StructType):
-        name = "".join(p[:1].upper() + p[1:] for p in field.split("_") if p) or "Field"
+        name = "".join(p[:1].upper() + p[1:] for p in field.split("_") if p)
+        if not _IDENT.fullmatch(name):  # _1, as tuples name their fields
+            name = f"M{name}"
         while name in taken:
             name += "_"
         taken.add(name)
@@ -178,37 +199,13 @@ class ProtoWriter:
         (a tombstone)."""
         if small_type(column.type) != column.type:
             column = column.cast(small_type(column.type))
-        if column.null_count:
-            present = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
-            done = self._encode(column.take(pa.array(present)), header, name)
-            where = np.full(len(column), -1, np.int64)
-            where[present] = np.arange(len(present))
-            values = done.values.take(pa.array(where, mask=where < 0))
-            return Encoded(values, [(int(present[r]), why) for r, why in done.refused])
-        return self._encode(column, header, name)
 
-    def _encode(self, column: pa.Array, header: bytes, name: str) -> Encoded:
-        pieces: list[pa.Array] = []
-        refused: list[tuple[int, str]] = []
-        start, n = 0, len(column)
-        while start < n:
-            part = column.slice(start)
+        def run(part: pa.Array) -> tuple[Any, ...]:
             b = _Builder()
             b.message(part, self.desc, name, 1)
-            got = _proto.encode(b.nodes, len(part), header)
-            if got[0] is None:
-                _, offsets, data = got
-                pieces.append(pa.Array.from_buffers(pa.binary(), len(part), [None, pa.py_buffer(offsets),
-                                                                              pa.py_buffer(data)]))
-                break
-            row, why = int(got[0]), str(got[1])
-            if row:
-                pieces.append(self._encode(column.slice(start, row), header, name).values)
-            pieces.append(pa.nulls(1, pa.binary()))
-            refused.append((start + row, why))
-            start += row + 1
-        out = pa.concat_arrays(pieces) if len(pieces) != 1 else pieces[0]
-        return Encoded(out if len(pieces) else pa.array([], pa.binary()), refused)
+            return _proto.encode(b.nodes, len(part), header)
+
+        return encode_column(column, run)
 
 
 class _Builder:
@@ -220,8 +217,13 @@ class _Builder:
     def _add(self, kind: int, number: int, flags: int, name: str, arr: pa.Array, offsets: Any = None,
              data: Any = None, en: Any = None) -> int:
         valid = arr.buffers()[0] if arr.null_count else None
-        self.nodes.append((kind, number, flags, name, valid, arr.offset, offsets, data, (), en))
+        self.nodes.append((kind, number, flags, name, valid, arr.offset, offsets, data, (), en, -1))
         return len(self.nodes) - 1
+
+    def _oneof(self, at: int, group: int) -> None:
+        row = list(self.nodes[at])
+        row[10] = group
+        self.nodes[at] = tuple(row)
 
     def _children(self, at: int, kids: list[int]) -> None:
         row = list(self.nodes[at])
@@ -239,7 +241,14 @@ class _Builder:
             raise SchemaError(f"{name} has field(s) {extra}, which message {desc.full_name} has not: drop "
                               "them or write with a schema that has them")
         cols = sorted(((fields[c.name], i) for i, c in enumerate(t)), key=lambda p: p[0].number)
-        self._children(at, [self.field(arr.field(i), f, f"{name}.{f.name}") for f, i in cols])
+        oneofs = {o.full_name: k for k, o in enumerate(desc.oneofs)}
+        kids = []
+        for f, i in cols:
+            kid = self.field(arr.field(i), f, f"{name}.{f.name}")
+            if f.containing_oneof is not None:
+                self._oneof(kid, oneofs[f.containing_oneof.full_name])
+            kids.append(kid)
+        self._children(at, kids)
         return at
 
     def field(self, arr: pa.Array, f: Any, name: str) -> int:
@@ -257,11 +266,13 @@ class _Builder:
         if repeated(f):
             if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
                 raise SchemaError(f"{name} is {t}, and the schema writes it as a repeated field")
-            packed = f.type not in (T_STRING, T_BYTES, T_MESSAGE)
+            scalar = f.type not in (T_STRING, T_BYTES, T_MESSAGE)
+            packed = scalar and getattr(f, "is_packed", True)  # proto3's default; proto2's and [packed=false]
             at = self._add(W_LIST, f.number, W_PACKED if packed else 0, name, arr, offsets=arr.buffers()[1])
             self._children(at, [self.value(arr.values, f, f"{name}[]", 0)])
             return at
-        return self.value(arr, f, name, 0 if f.has_presence else W_IMPLICIT)
+        required = W_REQUIRED if getattr(f, "is_required", False) else 0
+        return self.value(arr, f, name, (0 if f.has_presence else W_IMPLICIT) | required)
 
     def value(self, arr: pa.Array, f: Any, name: str, flags: int) -> int:
         t = arr.type
