@@ -45,7 +45,7 @@ CAP_OPTIONS = ("maxDeadLetters", "maxDeadLetterRatio")
 # A source's records it could not read (the Kafka source's mode PERMISSIVE), as Spark's own
 # readers name that column. Sinks never write it: they set its rows aside, or fail.
 CORRUPT = "_corrupt_record"
-_CORRUPT_FIELDS = ("topic", "partition", "offset", "key", "value", "error")
+_CORRUPT_FIELDS = ("topic", "partition", "offset", "key", "value", "headers", "error")
 
 
 @dataclass(frozen=True)
@@ -184,9 +184,19 @@ def table(refused: list[Refusal], sink_id: str, batch_id: int, partition_id: int
 
 def corrupt_type() -> Any:
     """``_corrupt_record``'s Spark type: the record as it came, and why it is unreadable."""
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
-    types = {"partition": IntegerType(), "offset": LongType(), "key": BinaryType(), "value": BinaryType()}
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    types = {"partition": IntegerType(), "offset": LongType(), "key": BinaryType(), "value": BinaryType(),
+             "headers": ArrayType(header)}  # the headers: null unless the source reads them (includeHeaders)
     return StructType([StructField(f, types.get(f, StringType())) for f in _CORRUPT_FIELDS])
 
 
@@ -225,8 +235,14 @@ def corrupt_column(raw: dict[str, Any], errors: dict[int, str], n: int) -> Any:
         message[row] = why
     mask = np.ones(n, bool)
     mask[list(errors)] = False
-    children = [raw[f].cast(arrow.field(f).type) if f != "error" else pa.array(message, pa.string())
-                for f in _CORRUPT_FIELDS]
+    def child(f: str) -> Any:
+        if f == "error":
+            return pa.array(message, pa.string())
+        if f not in raw:  # the headers, when the source does not read them
+            return pa.nulls(n, arrow.field(f).type)
+        return raw[f].cast(arrow.field(f).type)
+
+    children = [child(f) for f in _CORRUPT_FIELDS]
     return pa.StructArray.from_arrays(children, fields=list(arrow), mask=pa.array(mask))
 
 

@@ -210,14 +210,15 @@ def _poisoned(services, partitions: int = 2, n: int = 90) -> tuple[str, set[int]
             assert err is None, err
             (bad.add((msg.partition(), msg.offset())) if poisoned else good.add(i))
 
-        p.produce(topic, value=value, key=str(i).encode(), partition=i % partitions, on_delivery=done)
+        p.produce(topic, value=value, key=str(i).encode(), headers=[("trace", str(i).encode())],
+                  partition=i % partitions, on_delivery=done)
     assert p.flush(30) == 0
     return topic, good, bad
 
 
 def test_unreadable_records_go_to_the_dead_letters_with_the_batch(spark, services, tmp_path):
     """mode PERMISSIVE into PostgreSQL with dead letters: every readable record once in the
-    table, every unreadable one once in the dead letters, raw, with its error."""
+    table, every unreadable one once in the dead letters, raw (headers too), with its error."""
     topic, good, bad = _poisoned(services)
     table, dlq = pg_util.table_name("avro_good"), pg_util.table_name("avro_dead")
     pg_util.execute(services.postgres_url,
@@ -226,7 +227,7 @@ def test_unreadable_records_go_to_the_dead_letters_with_the_batch(spark, service
           .option("kafka.bootstrap.servers", services.kafka_bootstrap).option("subscribe", topic)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "30")
           .option("valueFormat", "avro").option("schemaRegistry.url", services.registry_url)
-          .option("mode", "PERMISSIVE").load())
+          .option("mode", "PERMISSIVE").option("includeHeaders", "true").load())
     q = (df.select("value.*", "_corrupt_record").writeStream.format("hzsink").option("connector", "jdbc")
          .option("url", services.postgres_url).option("dbtable", table)
          .option("deadLetter.connector", "jdbc").option("deadLetter.url", services.postgres_url)
@@ -245,6 +246,7 @@ def test_unreadable_records_go_to_the_dead_letters_with_the_batch(spark, service
     for why in ("is not in the registry", "does not decode", "its first byte is 2", "shorter than"):
         assert why in messages
     assert all(r["topic"] == topic and r["key"] for r in rows)  # raw, key included (base64)
+    assert all(r["headers"] == [{"key": "trace", "value": r["key"]}] for r in rows), rows[0]  # and headers
 
 
 def test_unreadable_records_fail_a_sink_without_dead_letters_naming_the_record(spark, services, tmp_path):

@@ -1508,3 +1508,51 @@ def test_a_malformed_table_is_refused_not_run(msgs: Any, enums: Any, outs: Any, 
     type), never a read or write out of bounds (fuzzed under AddressSanitizer)."""
     with pytest.raises((ValueError, TypeError)):
         _table_call(msgs, enums, outs, [value, b""])
+
+
+def test_message_paths_read_every_header_as_the_wire_format_says() -> None:
+    """The columnar reading of the registry header's message indexes (first message, one
+    one-byte index, anything else one by one) agrees row by row with reading each alone."""
+    from spark_ext.schemas.protobuf import _indexes, message_paths
+
+    def zz(v: int) -> bytes:
+        z, out = (v << 1) ^ (v >> 63), bytearray()
+        while True:
+            out.append((z & 0x7F) | (0x80 if z > 0x7F else 0))
+            z >>= 7
+            if not z:
+                return bytes(out)
+
+    def head(path: list[int]) -> bytes:
+        return b"\0" if path == [0] else zz(len(path)) + b"".join(zz(i) for i in path)
+
+    rng = random.Random(5)
+    paths = [[0], [1], [2], [63], [64], [200], [1, 2], [0, 0], [3, 1, 4]]
+    values: list[bytes | None] = []
+    for _ in range(400):
+        k = rng.random()
+        if k < 0.05:
+            values.append(None)
+        elif k < 0.1:
+            values.append(b"\0\0\0\0\x07")  # nothing after the schema id
+        elif k < 0.15:
+            values.append(b"\0\0\0\0\x07" + bytes([0x03]))  # a negative count
+        elif k < 0.2:
+            values.append(b"\0\0\0\0\x07" + b"\x02\x83")  # cut inside an index
+        elif k < 0.25:
+            values.append(b"\0\0\0\0\x07" + b"\x02\x01\x08\x01")  # a negative index
+        else:
+            values.append(b"\0\0\0\0\x07" + head(rng.choice(paths)) + b"\x08\x01")
+    column = pa.array(values, pa.binary())
+    ids = np.array([-1 if v is None else 7 for v in values], np.int64)
+    bad: dict[int, str] = {}
+    starts, which, got_paths = message_paths(column.slice(0), ids, 5, bad)
+    for r, v in enumerate(values):
+        if v is None:
+            assert starts[r] == -1 and r not in bad
+            continue
+        want = _indexes(v[5:]) if len(v) > 5 else None
+        if want is None:
+            assert r in bad and starts[r] == -1, (r, v)
+        else:
+            assert r not in bad and got_paths[which[r]] == want[0] and starts[r] == 5 + want[1], (r, v)

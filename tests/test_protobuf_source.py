@@ -313,4 +313,5 @@ def test_unreadable_records_fail_or_are_set_aside_naming_partition_and_offset(sp
     assert "field 'id' is written with wire type 2" in errors[3]
     assert "schema id 999999 is not in the registry" in errors[4]
     assert [r._corrupt_record.value for r in rows[4:]] == poison
+    assert all(r._corrupt_record.headers is None for r in rows[4:])  # not read without includeHeaders
     assert json.dumps([r.value.id for r in rows[:4]]) == json.dumps([None, 1001, 2002, 3003])

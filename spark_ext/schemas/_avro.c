@@ -62,6 +62,7 @@ typedef struct {
 } Ctx;
 
 #include "_outs.h"
+#include "_enc.h"
 
 /* ---- reading ---- */
 
@@ -661,6 +662,8 @@ static int enc(Enc *e, int at, int64_t i, int branch) {
     return -1;
 }
 
+static int avro_row(void *e, Py_ssize_t i) { return enc(e, 0, i, 1); }
+
 static PyObject *encode(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *nodes_o;
@@ -673,7 +676,6 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     Enc e = {0};
     e.n = count;
     e.nodes = calloc((size_t)(count ? count : 1), sizeof(Node));
-    Buf offs = {0};
     if (!views || !e.nodes) {
         PyErr_NoMemory();
         goto done;
@@ -686,14 +688,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
                               &name, &valid, &nd->offset, &offsets, &data, &PyTuple_Type, &children, &symbols))
             goto done;
         nd->name = name;
-        PyObject *bufs[3] = {valid, offsets, data};
-        for (int k = 0; k < 3; k++) {
-            if (bufs[k] == Py_None) continue;
-            if (PyObject_GetBuffer(bufs[k], &views[3 * i + k], PyBUF_SIMPLE)) goto done;
-        }
-        nd->valid = valid == Py_None ? NULL : views[3 * i].buf;
-        nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
-        nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
+        if (take_buffers(views, i, valid, offsets, data, &nd->valid, &nd->offs, &nd->data)) goto done;
         nd->symbols = symbols == Py_None ? NULL : symbols;
         if (!(nd->child = children_of(children, i, count, &nd->nchild))) goto done;
         int needs_offs = nd->kind == E_BYTES || nd->kind == E_FIXED || nd->kind == E_ENUM || nd->kind == E_ARRAY ||
@@ -709,34 +704,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "no nodes");
         goto done;
     }
-    int32_t zero = 0;
-    if (buf_put(&offs, &zero, 4)) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (buf_put(&e.out, header.buf, (size_t)header.len)) goto done;
-        if (enc(&e, 0, i, 1)) {
-            if (e.py_error) goto done;
-            result = Py_BuildValue("(ns)", i, e.msg);
-            goto done;
-        }
-        if (e.out.len > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "more than 2 GiB of Avro values in one batch");
-            goto done;
-        }
-        int32_t end = (int32_t)e.out.len;
-        if (buf_put(&offs, &end, 4)) goto done;
-    }
-    result = Py_BuildValue("(ONN)", Py_None, bytes_of(&offs), bytes_of(&e.out));
+    result = encode_rows(&e, avro_row, n, &header, &e.out, &e.py_error, e.msg, "Avro");
 done:
-    if (views) {
-        for (int i = 0; i < 3 * count; i++)
-            if (views[i].obj) PyBuffer_Release(&views[i]);
-        free(views);
-    }
+    release_views(views, count);
     if (e.nodes)
         for (int i = 0; i < count; i++) free(e.nodes[i].child);
     free(e.nodes);
     free(e.out.p);
-    free(offs.p);
     PyBuffer_Release(&header);
     return result;
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "_outs_types.h"
+#include "_enc.h"
 
 enum { J_BOOL, J_INT32, J_INT64, J_FLOAT, J_DOUBLE, J_STRING, J_BASE64, J_TIMESTAMP, J_DATE, J_DECIMAL, J_OBJECT,
        J_ARRAY, J_MAP };
@@ -346,6 +347,8 @@ static int enc(Enc *e, int at, int64_t p) {
     return oom(e);
 }
 
+static int json_row(void *e, Py_ssize_t i) { return put_object(e, &((Enc *)e)->nodes[0], i + ((Enc *)e)->nodes[0].offset); }
+
 static PyObject *encode(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *nodes_o;
@@ -358,7 +361,6 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     Enc e;
     memset(&e, 0, sizeof e);
     e.nodes = calloc((size_t)(count ? count : 1), sizeof(Node));
-    Buf offs = {0};
     if (!views || !e.nodes) {
         PyErr_NoMemory();
         goto done;
@@ -371,14 +373,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
             goto done;
         nd->key = PyBytes_AsString(key);
         nd->keylen = PyBytes_Size(key);
-        PyObject *bufs[3] = {valid, offsets, data};
-        for (int k = 0; k < 3; k++) {
-            if (bufs[k] == Py_None) continue;
-            if (PyObject_GetBuffer(bufs[k], &views[3 * i + k], PyBUF_SIMPLE)) goto done;
-        }
-        nd->valid = valid == Py_None ? NULL : views[3 * i].buf;
-        nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
-        nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
+        if (take_buffers(views, i, valid, offsets, data, &nd->valid, &nd->offs, &nd->data)) goto done;
         if (!(nd->child = children_of(children, i, count, &nd->nchild))) goto done;
         int nc = nd->nchild;
         int k = nd->kind;
@@ -395,35 +390,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "no object node");
         goto done;
     }
-    int32_t zero = 0;
-    if (buf_put(&offs, &zero, 4)) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (buf_put(&e.out, header.buf, (size_t)header.len)) goto done;
-        if (put_object(&e, &e.nodes[0], i + e.nodes[0].offset)) {
-            if (e.py_error) goto done;
-            result = Py_BuildValue("(ns)", i, e.msg);
-            goto done;
-        }
-        if (e.out.len > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "more than 2 GiB of JSON values in one batch");
-            goto done;
-        }
-        int32_t end = (int32_t)e.out.len;
-        if (buf_put(&offs, &end, 4)) goto done;
-    }
-    result = Py_BuildValue("(ONN)", Py_None, PyBytes_FromStringAndSize(offs.p ? offs.p : "", (Py_ssize_t)offs.len),
-                           PyBytes_FromStringAndSize(e.out.p ? e.out.p : "", (Py_ssize_t)e.out.len));
+    result = encode_rows(&e, json_row, n, &header, &e.out, &e.py_error, e.msg, "JSON");
 done:
-    if (views) {
-        for (int i = 0; i < 3 * count; i++)
-            if (views[i].obj) PyBuffer_Release(&views[i]);
-        free(views);
-    }
+    release_views(views, count);
     if (e.nodes)
         for (int i = 0; i < count; i++) free(e.nodes[i].child);
     free(e.nodes);
     free(e.out.p);
-    free(offs.p);
     PyBuffer_Release(&header);
     return result;
 }

@@ -87,6 +87,7 @@ typedef struct {
 } Ctx;
 
 #include "_outs.h"
+#include "_enc.h"
 
 #define MAX_DEPTH 64
 
@@ -913,6 +914,8 @@ static int w_message(Enc *e, int at, int64_t p) {
     return 0;
 }
 
+static int proto_row(void *e, Py_ssize_t i) { return w_message(e, 0, i + ((Enc *)e)->nodes[0].offset); }
+
 /* (numbers: int32 bytes, [symbol bytes]) of as many numbers as symbols. */
 static int enum_table_ok(PyObject *en) {
     if (!en || !PyTuple_Check(en) || PyTuple_Size(en) != 2) return 0;
@@ -937,7 +940,6 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     memset(&e, 0, sizeof e);
     e.n = count;
     e.nodes = calloc((size_t)(count ? count : 1), sizeof(WNode));
-    Buf offs = {0};
     if (!views || !e.nodes) {
         PyErr_NoMemory();
         goto done;
@@ -950,14 +952,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
                               &valid, &nd->offset, &offsets, &data, &PyTuple_Type, &children, &en, &nd->oneof))
             goto done;
         nd->name = name;
-        PyObject *bufs[3] = {valid, offsets, data};
-        for (int k = 0; k < 3; k++) {
-            if (bufs[k] == Py_None) continue;
-            if (PyObject_GetBuffer(bufs[k], &views[3 * i + k], PyBUF_SIMPLE)) goto done;
-        }
-        nd->valid = valid == Py_None ? NULL : views[3 * i].buf;
-        nd->offs = offsets == Py_None ? NULL : views[3 * i + 1].buf;
-        nd->data = data == Py_None ? NULL : views[3 * i + 2].buf;
+        if (take_buffers(views, i, valid, offsets, data, &nd->valid, &nd->offs, &nd->data)) goto done;
         nd->en = en == Py_None ? NULL : en;
         if (!(nd->child = children_of(children, i, count, &nd->nchild))) goto done;
         int nc = nd->nchild;
@@ -975,34 +970,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "no message node");
         goto done;
     }
-    int32_t zero = 0;
-    if (buf_put(&offs, &zero, 4)) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (buf_put(&e.out, header.buf, (size_t)header.len)) goto done;
-        if (w_message(&e, 0, i + e.nodes[0].offset)) {
-            if (e.py_error) goto done;
-            result = Py_BuildValue("(ns)", i, e.msg);
-            goto done;
-        }
-        if (e.out.len > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "more than 2 GiB of protobuf values in one batch");
-            goto done;
-        }
-        int32_t end = (int32_t)e.out.len;
-        if (buf_put(&offs, &end, 4)) goto done;
-    }
-    result = Py_BuildValue("(ONN)", Py_None, bytes_of(&offs), bytes_of(&e.out));
+    result = encode_rows(&e, proto_row, n, &header, &e.out, &e.py_error, e.msg, "protobuf");
 done:
-    if (views) {
-        for (int i = 0; i < 3 * count; i++)
-            if (views[i].obj) PyBuffer_Release(&views[i]);
-        free(views);
-    }
+    release_views(views, count);
     if (e.nodes)
         for (int i = 0; i < count; i++) free(e.nodes[i].child);
     free(e.nodes);
     free(e.out.p);
-    free(offs.p);
     PyBuffer_Release(&header);
     return result;
 }

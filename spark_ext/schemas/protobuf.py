@@ -395,11 +395,27 @@ def message_paths(values: pa.Array, ids: np.ndarray, header: int,
     for r in short.tolist():
         bad[r] = "the value ends after the registry header, before the protobuf message indexes"
     rows = rows[offs[rows + 1] - offs[rows] > header]
-    first = data[offs[rows] + header] == 0 if len(rows) else np.zeros(0, bool)
+    lead = data[offs[rows] + header] if len(rows) else np.zeros(0, np.uint8)
+    first = lead == 0
     starts[rows[first]] = header + 1
     which[rows[first]] = 0
     index: dict[tuple[int, ...], int] = {(0,): 0}
-    for r in rows[~first].tolist():  # records of a file's other messages: rarer, read one by one
+    # One index of one byte (a count of 1, then an even byte: a top-level message below 64),
+    # as a file's other top-level messages are written: a column at a time too.
+    one = (lead == 2) & (offs[rows + 1] - offs[rows] > header + 1)
+    second = data[offs[rows[one]] + header + 1] if one.any() else np.zeros(0, np.uint8)
+    plain = (second & 0x81) == 0
+    for byte in np.unique(second[plain]).tolist():
+        path = (byte >> 1,)
+        at = index.setdefault(path, len(index))
+        if at == len(paths):
+            paths.append(path)
+        hit = rows[one][plain & (second == byte)]
+        starts[hit] = header + 2
+        which[hit] = at
+    done = first.copy()
+    done[np.flatnonzero(one)[plain]] = True
+    for r in rows[~done].tolist():  # nested messages' records, and longer indexes: read one by one
         raw = bytes(data[offs[r] + header:offs[r + 1]][:64])
         got = _indexes(raw)
         if got is None:
