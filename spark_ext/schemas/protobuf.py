@@ -406,10 +406,10 @@ def message_paths(values: pa.Array, ids: np.ndarray, header: int,
     second = data[offs[rows[one]] + header + 1] if one.any() else np.zeros(0, np.uint8)
     plain = (second & 0x81) == 0
     for byte in np.unique(second[plain]).tolist():
-        path = (byte >> 1,)
-        at = index.setdefault(path, len(index))
+        top: tuple[int, ...] = (byte >> 1,)
+        at = index.setdefault(top, len(index))
         if at == len(paths):
-            paths.append(path)
+            paths.append(top)
         hit = rows[one][plain & (second == byte)]
         starts[hit] = header + 2
         which[hit] = at
