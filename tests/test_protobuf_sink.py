@@ -41,6 +41,7 @@ def _deserialized(services, topic: str, tmp_path, field: MessageField = MessageF
     schema the sink registered."""
     subject = f"{topic}-{'value' if field == MessageField.VALUE else 'key'}"
     text = SchemaRegistryClient({"url": services.registry_url}).get_latest_version(subject).schema.schema_str
+    assert text is not None
     pb = compile_proto(tmp_path, text, f"reg_{topic.replace('-', '_')}_{field.name.lower()}")
     de = ProtobufDeserializer(pb.topLevelRecord, {"use.deprecated.format": False})
     ctx = SerializationContext(topic, field)

@@ -289,6 +289,7 @@ def test_unreadable_records_fail_or_are_set_aside_naming_partition_and_offset(sp
     topic = create_topic(services.kafka_bootstrap, 1, "protobad")
     _produce(services, topic, pb1.Payment, [(0, _fill(pb1, i, False)) for i in range(4)])
     sid = SchemaRegistryClient({"url": services.registry_url}).get_latest_version(f"{topic}-value").schema_id
+    assert sid is not None
     head = b"\0" + sid.to_bytes(4, "big") + b"\x02\x02"
     good = _fill(pb1, 7, False).SerializeToString()
     poison = [head + good[:-1],  # cut short inside its last field
