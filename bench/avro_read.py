@@ -25,7 +25,15 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BenchError, Result, Rounds, round_count, services_env, spark_session
+from bench.common import (
+    Result,
+    Rounds,
+    round_count,
+    same_parquet_rows,
+    services_env,
+    spark_session,
+    timed_parquet_write,
+)
 
 PARTITIONS = 4
 SCHEMA = {"type": "record", "name": "Payment", "namespace": "bench", "fields": [
@@ -105,28 +113,6 @@ def _frame(spark: Any, ours: bool, bootstrap: str, registry: str, topic: str) ->
     return df.select("partition", "offset", "value.*")
 
 
-def _timed(spark: Any, ours: bool, env: dict[str, str], topic: str, ckpt: str, out: str) -> tuple[int, float]:
-    df = _frame(spark, ours, env["KAFKA_BOOTSTRAP_SERVERS"], env["SCHEMA_REGISTRY_URL"], topic)
-    t0 = time.monotonic()
-    q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    dt = time.monotonic() - t0
-    if q.exception() is not None:
-        raise BenchError(f"avro_read query failed: {q.exception()}")
-    return sum(p["numInputRows"] for p in q.recentProgress), dt
-
-
-def _same_rows(spark: Any, a: str, b: str, rows: int) -> bool:
-    from pyspark.sql.functions import col, map_entries, sort_array
-
-    # Set operations refuse maps: compare each map as its sorted entries.
-    da, db = (spark.read.parquet(p).withColumn("attrs", sort_array(map_entries(col("attrs"))))
-              for p in (a, b))
-    same = da.count() == db.count() == rows
-    return bool(same and da.exceptAll(db).isEmpty() and db.exceptAll(da).isEmpty())
-
-
 def run() -> Result:
     env = services_env()
     rows = int(os.environ.get("BENCH_AVRO_READ_ROWS", "1000000"))
@@ -137,9 +123,11 @@ def run() -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         for i in timed:
             for ours in (False, True):
-                n, dt = _timed(spark, ours, env, topic, f"{tmp}/ck-{ours}-{i}", f"{tmp}/out-{ours}-{i}")
+                df = _frame(spark, ours, env["KAFKA_BOOTSTRAP_SERVERS"], env["SCHEMA_REGISTRY_URL"], topic)
+                n, dt = timed_parquet_write("avro_read", df, f"{tmp}/out-{ours}-{i}", f"{tmp}/ck-{ours}-{i}")
                 timed.add("ours" if ours else "spark", i, n, dt)
-            equal = equal and _same_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows)
+            equal = equal and same_parquet_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows,
+                                                maps=("attrs",))
             shutil.rmtree(f"{tmp}/out-True-{i}")
             shutil.rmtree(f"{tmp}/out-False-{i}")
     return timed.result("ours", ["spark"], equal)

@@ -241,6 +241,32 @@ def timed_parquet_stream(spark: Any, case: str, src: str, ckpt: str, sink: Any,
     return sum(p["numInputRows"] for p in q.recentProgress), dt
 
 
+def timed_parquet_write(case: str, df: Any, out: str, ckpt: str) -> tuple[int, float]:
+    """The streaming frame ``df`` into Parquet at ``out`` in one AvailableNow run; (rows read,
+    wall-clock seconds from ``start()`` to termination)."""
+    t0 = time.monotonic()
+    q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    dt = time.monotonic() - t0
+    if q.exception() is not None:
+        raise BenchError(f"{case} query failed: {q.exception()}")
+    return sum(p["numInputRows"] for p in q.recentProgress), dt
+
+
+def same_parquet_rows(spark: Any, a: str, b: str, rows: int, maps: tuple[str, ...] = ()) -> bool:
+    """The Parquet outputs at ``a`` and ``b`` hold the same rows, each as often, ``rows`` of
+    them (``exceptAll`` both ways); the map columns ``maps`` compared as their sorted entries,
+    as set operations refuse maps."""
+    from pyspark.sql.functions import col, map_entries, sort_array
+
+    da, db = spark.read.parquet(a), spark.read.parquet(b)
+    for m in maps:
+        da, db = (d.withColumn(m, sort_array(map_entries(col(m)))) for d in (da, db))
+    same = da.count() == db.count() == rows
+    return bool(same and da.exceptAll(db).isEmpty() and db.exceptAll(da).isEmpty())
+
+
 def committed_records(spark: Any, bootstrap: str, topic: str) -> Any:
     """``topic``'s (key, value) rows as Spark's kafka source reads them, read_committed."""
     return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)

@@ -24,7 +24,15 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BenchError, Result, Rounds, round_count, services_env, spark_session
+from bench.common import (
+    Result,
+    Rounds,
+    round_count,
+    same_parquet_rows,
+    services_env,
+    spark_session,
+    timed_parquet_write,
+)
 
 PARTITIONS = 4
 
@@ -80,26 +88,6 @@ def _sasl_ssl(env: dict[str, str]) -> dict[str, str]:
             "kafka.ssl.truststore.location": env["KAFKA_SSL_CA_LOCATION"]}
 
 
-def _timed_read(spark: Any, ours: bool, bootstrap: str, topic: str, ckpt: str, out: str,
-                security: dict[str, str]) -> tuple[int, float]:
-    df = _reader(spark, ours, bootstrap, topic, security)
-    t0 = time.monotonic()
-    q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    dt = time.monotonic() - t0
-    if q.exception() is not None:
-        raise BenchError(f"kafka_read query failed: {q.exception()}")
-    return sum(p["numInputRows"] for p in q.recentProgress), dt
-
-
-def _same_rows(spark: Any, a: str, b: str, rows: int) -> bool:
-    """Both outputs hold the same rows, each as often, and as many as the topic holds."""
-    da, db = spark.read.parquet(a), spark.read.parquet(b)
-    same = da.count() == db.count() == rows
-    return bool(same and da.exceptAll(db).isEmpty() and db.exceptAll(da).isEmpty())
-
-
 def run() -> Result:
     env = services_env()
     return _compare("kafka_read", env["KAFKA_BOOTSTRAP_SERVERS"], {})
@@ -121,10 +109,10 @@ def _compare(case: str, bootstrap: str, security: dict[str, str]) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         for i in timed:
             for ours in (False, True):
-                n, dt = _timed_read(spark, ours, bootstrap, topic, f"{tmp}/ck-{ours}-{i}",
-                                    f"{tmp}/out-{ours}-{i}", security)
+                n, dt = timed_parquet_write(case, _reader(spark, ours, bootstrap, topic, security),
+                                            f"{tmp}/out-{ours}-{i}", f"{tmp}/ck-{ours}-{i}")
                 timed.add("ours" if ours else "spark", i, n, dt)
-            equal = equal and _same_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows)
+            equal = equal and same_parquet_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows)
             shutil.rmtree(f"{tmp}/out-True-{i}")
             shutil.rmtree(f"{tmp}/out-False-{i}")
     return timed.result("ours", ["spark"], equal)

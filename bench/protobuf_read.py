@@ -24,7 +24,16 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BenchError, Result, Rounds, round_count, services_env, spark_session
+from bench.common import (
+    BenchError,
+    Result,
+    Rounds,
+    round_count,
+    same_parquet_rows,
+    services_env,
+    spark_session,
+    timed_parquet_write,
+)
 
 PARTITIONS = 4
 PROTO = """syntax = "proto3";
@@ -168,28 +177,6 @@ def _frame(spark: Any, variant: str, bootstrap: str, registry: str, topic: str, 
                                                                         schema)
 
 
-def _timed(spark: Any, variant: str, env: dict[str, str], topic: str, schema: Any, ckpt: str,
-           out: str) -> tuple[int, float]:
-    df = _frame(spark, variant, env["KAFKA_BOOTSTRAP_SERVERS"], env["SCHEMA_REGISTRY_URL"], topic, schema)
-    t0 = time.monotonic()
-    q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    dt = time.monotonic() - t0
-    if q.exception() is not None:
-        raise BenchError(f"protobuf_read {variant} query failed: {q.exception()}")
-    return sum(p["numInputRows"] for p in q.recentProgress), dt
-
-
-def _same_rows(spark: Any, a: str, b: str, rows: int) -> bool:
-    from pyspark.sql.functions import col, map_entries, sort_array
-
-    da, db = (spark.read.parquet(p).withColumn("attrs", sort_array(map_entries(col("attrs"))))
-              for p in (a, b))
-    same = da.count() == db.count() == rows
-    return bool(same and da.exceptAll(db).isEmpty() and db.exceptAll(da).isEmpty())
-
-
 def run() -> Result:
     env = services_env()
     rows = int(os.environ.get("BENCH_PROTOBUF_READ_ROWS", "1000000"))
@@ -206,10 +193,13 @@ def run() -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         for i in timed:
             for variant in ("parser", "raw", "ours"):
-                n, dt = _timed(spark, variant, env, topic, schema, f"{tmp}/ck-{variant}-{i}",
-                               f"{tmp}/out-{variant}-{i}")
+                df = _frame(spark, variant, env["KAFKA_BOOTSTRAP_SERVERS"], env["SCHEMA_REGISTRY_URL"], topic,
+                            schema)
+                n, dt = timed_parquet_write(f"protobuf_read {variant}", df, f"{tmp}/out-{variant}-{i}",
+                                            f"{tmp}/ck-{variant}-{i}")
                 timed.add(variant, i, n, dt)
-            equal = equal and _same_rows(spark, f"{tmp}/out-ours-{i}", f"{tmp}/out-parser-{i}", rows)
+            equal = equal and same_parquet_rows(spark, f"{tmp}/out-ours-{i}", f"{tmp}/out-parser-{i}", rows,
+                                                maps=("attrs",))
             for variant in ("parser", "raw", "ours"):
                 shutil.rmtree(f"{tmp}/out-{variant}-{i}")
     print(f"[bench] protobuf_read ours / raw (what decoding costs on top of the read): warm "

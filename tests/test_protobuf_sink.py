@@ -17,7 +17,7 @@ from tests.support import pg_util
 from tests.support.kafka_sink import open_transactions, prefix_of, read_all, run
 from tests.support.kafka_util import create_topic
 from tests.support.pg_util import write_json_files
-from tests.test_protobuf_source import compile_proto, spark_view
+from tests.support.protobuf_util import compile_proto, spark_view
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 

@@ -21,8 +21,15 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BenchError, rounds, spark_session, timed_parquet_stream
-from bench.kafka_read import _same_rows, _timed_read
+from bench.common import (
+    BenchError,
+    rounds,
+    same_parquet_rows,
+    spark_session,
+    timed_parquet_stream,
+    timed_parquet_write,
+)
+from bench.kafka_read import _reader
 from bench.scaling.curves import scale_quick
 
 quick = scale_quick
@@ -128,14 +135,15 @@ def read_point(spark: Any, case: str, bootstrap: str, topic: str, rows: int, tmp
     for i in range(n_rounds()):
         for ours in (False, True):
             out = f"{tmp}/read-{ours}-{i}"
-            n, dt = _timed_read(spark, ours, bootstrap, topic, f"{tmp}/ck-read-{ours}-{i}", out, opts or {})
+            n, dt = timed_parquet_write("scale read", _reader(spark, ours, bootstrap, topic, opts or {}), out,
+                                        f"{tmp}/ck-read-{ours}-{i}")
             side = "ours" if ours else "spark"
             print(f"[bench] {case} {topic} read {side} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
             if n != rows:
                 pt.differs(f"{case} {topic}: {side} read {n} rows, the topic holds {rows}")
             pt.best(side, n / dt)
             outs[ours] = out
-    if not _same_rows(spark, outs[True], outs[False], rows):
+    if not same_parquet_rows(spark, outs[True], outs[False], rows):
         pt.differs(f"{case} {topic}: the sources' outputs differ (or do not hold all {rows} rows)")
     return pt, outs[False]
 
