@@ -168,10 +168,11 @@ class AvroKafkaCase(KafkaCase):
     """The Kafka sink writing its values as Avro through the schema registry (valueFormat avro)."""
 
     name = "kafka"  # its crash points' prefix: the Kafka sink's (SINKS names it kafka_avro)
+    fmt = "avro"
     select = ("CAST(id AS STRING) AS key", "named_struct('id', id, 'payload', CAST(id AS STRING)) AS value")
 
     def options(self, target: str) -> dict[str, str]:
-        return {**super().options(target), "valueFormat": "avro",
+        return {**super().options(target), "valueFormat": self.fmt,
                 "schemaRegistry.url": self.services.registry_url}
 
     def _values(self, target: str) -> list[dict[str, Any]]:
@@ -203,6 +204,44 @@ class AvroKafkaCase(KafkaCase):
 
     def committed_sizes(self, target: str) -> list[tuple[int, int]]:
         return sorted((int(d["id"]), len(d["payload"])) for d in self._values(target))
+
+
+class ProtobufKafkaCase(AvroKafkaCase):
+    """The same with valueFormat protobuf: values read back by protobuf's own parser, its class
+    compiled from the .proto text the sink registered."""
+
+    fmt = "protobuf"
+
+    def _values(self, target: str) -> list[dict[str, Any]]:
+        import tempfile
+        from pathlib import Path
+
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        from tests.support.protobuf_util import compile_proto
+
+        sr = SchemaRegistryClient({"url": self.services.registry_url})
+        text = sr.get_latest_version(f"{target}-value").schema.schema_str
+        assert text is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            message = compile_proto(Path(tmp), text, "conformance").topLevelRecord
+        # a header of 6 bytes: magic, schema id, the first message's index
+        out = []
+        for _, _, v in kafka_sink.consume(self.services.kafka_bootstrap, target):
+            m = message.FromString(v[6:])
+            out.append({"id": m.id, "payload": m.payload})
+        return out
+
+
+class JsonKafkaCase(AvroKafkaCase):
+    """The same with valueFormat json-schema: values read back as JSON after the header."""
+
+    fmt = "json-schema"
+
+    def _values(self, target: str) -> list[dict[str, Any]]:
+        import json
+
+        return [json.loads(v[5:]) for _, _, v in kafka_sink.consume(self.services.kafka_bootstrap, target)]
 
 
 class PostgresCase(SinkCase):
@@ -490,13 +529,15 @@ class DeadLettersCase(RoutedCase):
 
 SINKS: dict[str, type[SinkCase]] = {"kafka": KafkaCase, "jdbc": PostgresCase, "mariadb": MariaDbCase,
                                     "jms": QueueCase, "routing": RoutingCase, "dead_letters": DeadLettersCase,
-                                    "kafka_avro": AvroKafkaCase}
+                                    "kafka_avro": AvroKafkaCase, "kafka_protobuf": ProtobufKafkaCase,
+                                    "kafka_json": JsonKafkaCase}
 #: Cases whose every conformance test runs in make faults (their own tests run in make test).
 # MariaDB: the jdbc sink's protocol code is PostgreSQL's, which make test runs; what is
 # MariaDB's own (XA, the bulk load, a killed server) is in tests/test_mariadb_sink.py.
-# Avro values: the Kafka sink's protocol, which make test runs, with the registry's encoding
-# (tests/test_avro_sink.py in make test).
-CAMPAIGN_ONLY = frozenset({"dead_letters", "mariadb", "kafka_avro"})
+# Avro, protobuf and JSON values: the Kafka sink's protocol, which make test runs, with the
+# registry's encodings (tests/test_avro_sink.py, test_protobuf_sink.py, test_json_schema_sink.py
+# in make test).
+CAMPAIGN_ONLY = frozenset({"dead_letters", "mariadb", "kafka_avro", "kafka_protobuf", "kafka_json"})
 
 
 # The queue source's ack points, each crashed after a committed batch, with the restart
