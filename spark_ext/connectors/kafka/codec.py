@@ -116,34 +116,49 @@ Headers = tuple[pa.Buffer | None, pa.Buffer, Parts, Parts]  # list validity and 
 
 def parts(col: pa.Array | None) -> Parts | None:
     """A binary or string column's buffers as ``encode`` takes them (32-bit offsets: Spark's
-    large types, with ``spark.sql.execution.arrow.useLargeVarTypes``, are cast)."""
+    large types, with ``spark.sql.execution.arrow.useLargeVarTypes``, are cast). A slice
+    is read in place: its offsets index the whole data buffer, and only a validity bitmap
+    that does not start on a byte is copied."""
     if col is None:
         return None
     if pa.types.is_large_binary(col.type) or pa.types.is_large_string(col.type):
         col = col.cast(pa.binary())
-    if col.offset:
-        col = pa.concat_arrays([col])  # buffers that start at the column's first item
     valid, offsets, data = col.buffers()
-    return (valid if col.null_count else None, offsets, data if data is not None else pa.py_buffer(b""))
+    n, at = len(col), col.offset
+    offsets = offsets.slice(at * 4, (n + 1) * 4)
+    if not col.null_count:
+        valid = None
+    elif at % 8:
+        valid = pa.concat_arrays([col.is_valid()]).buffers()[1]
+    else:
+        valid = valid.slice(at // 8, (n + 7) // 8)
+    return (valid, offsets, data if data is not None else pa.py_buffer(b""))
 
 
 def header_parts(col: pa.Array | None) -> Headers | None:
-    """A ``list<struct<key: string, value: binary>>`` column's buffers as ``encode`` takes them."""
+    """A ``list<struct<key: string, value: binary>>`` column's buffers as ``encode`` takes
+    them (a slice in place, as ``parts``: its list offsets index the whole entries)."""
     if col is None:
         return None
     if col.type != HEADERS:
         col = col.cast(HEADERS)  # large lists and strings: 32-bit offsets, as encode reads them
-    if col.offset:
-        col = pa.concat_arrays([col])
-    entries = col.values
+    entries = col.values  # all of them, whatever the slice: the list offsets are absolute
     if entries.offset:
         entries = pa.concat_arrays([entries])
     if entries.null_count:
         raise ValueError("a header that is null itself (not its value): give each header a key")
     valid, offsets = col.buffers()[:2]
+    n, at = len(col), col.offset
+    offsets = offsets.slice(at * 4, (n + 1) * 4)
+    if not col.null_count:
+        valid = None
+    elif at % 8:
+        valid = pa.concat_arrays([col.is_valid()]).buffers()[1]
+    else:
+        valid = valid.slice(at // 8, (n + 7) // 8)
     key, value = parts(entries.field(0)), parts(entries.field(1))
     assert key is not None and value is not None
-    return (valid if col.null_count else None, offsets, key, value)
+    return (valid, offsets, key, value)
 
 
 def encode(n: int, key: Parts | None, value: Parts | None, headers: Headers | None, ts_delta: int,

@@ -11,7 +11,9 @@ NumPy over all keys of one length at once, never per row in Python); records wit
 key are spread in runs, as Kafka's sticky partitioner does.
 
 Record batches are encoded in C from the Arrow columns (``codec.encode``), one call per
-partition of a task's Arrow batch, never a Python object per row.
+partition of a task's Arrow batch, never a Python object per row. A batch's rows are
+grouped by partition once: its columns are taken once in that order, and each
+partition's rows are a zero-copy slice of them.
 """
 
 from __future__ import annotations
@@ -102,15 +104,29 @@ def kafka_partition(keys: pa.Array, partitions: int) -> np.ndarray:
 
 
 def _binary(col: pa.Array) -> pa.Array:
-    text = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
-    return col.cast(pa.binary()) if text else col
+    """``col`` as binary with 32-bit offsets (a string cast is zero-copy)."""
+    return col if col.type == pa.binary() else col.cast(pa.binary())
 
 
 @dataclass
 class Targets:
-    """Where each row of a batch goes: ``(topic, partition) -> row indices``, in row order."""
+    """Where each row of a batch goes. ``order``: the batch's row indices grouped by target
+    (rows keep their order within one); ``spans``: ``(topic, partition) -> (start, stop)``
+    into ``order``. One grouping per batch, so its columns are taken once in that order and
+    each target's rows are a zero-copy slice of them (``Columns.slice``)."""
 
-    rows: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    spans: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> dict[tuple[str, int], np.ndarray]:
+        """``(topic, partition) -> row indices``, in row order."""
+        return {tp: self.order[a:b] for tp, (a, b) in self.spans.items()}
+
+    @property
+    def in_order(self) -> bool:
+        """Whether ``order`` is the batch's own (nothing to reorder)."""
+        return bool(len(self.order) == 0 or (self.order[0] == 0 and (np.diff(self.order) == 1).all()))
 
 
 class Partitioner:
@@ -126,23 +142,25 @@ class Partitioner:
     def assign(self, batch: pa.RecordBatch) -> Targets:
         n = batch.num_rows
         names = batch.schema.names
+        topics: np.ndarray | None = None
         if "topic" in names and not self.topic_option:  # as Spark: option 'topic' overrides the column
             tcol = batch.column("topic")
             if tcol.null_count:
                 raise ConnectorError("a row has a null 'topic' and no option 'topic' is set; "
                                      "set option 'topic' as the default or fill the column")
             topics = tcol.to_numpy(zero_copy_only=False).astype(object)
-            uniq = np.unique(topics)
+            uniq = list(np.unique(topics))
         else:
-            topics = np.full(n, self.topic_option, dtype=object)
-            uniq = topics[:1]
+            uniq = [self.topic_option]
         part = np.full(n, -1, np.int32)
         if "partition" in names:
             pcol = batch.column("partition")
             part = pc.fill_null(pcol, -1).to_numpy(zero_copy_only=False).astype(np.int32)
-        out = Targets()
+        orders: list[np.ndarray] = []
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        at = 0
         for topic in uniq:
-            t_rows = np.nonzero(topics == topic)[0] if len(uniq) > 1 else np.arange(n)
+            t_rows = np.nonzero(topics == topic)[0] if topics is not None and len(uniq) > 1 else np.arange(n)
             count = self.counts.get(str(topic))
             if count is None:
                 raise ConnectorError(f"topic {topic!r} does not exist; create it first "
@@ -156,7 +174,9 @@ class Partitioner:
                                      f"which has {count} partitions")
             free = np.nonzero(p < 0)[0]
             if len(free) and "key" in names:
-                keys = batch.column("key").take(pa.array(t_rows[free]))
+                keys = batch.column("key")
+                if len(free) < n:
+                    keys = keys.take(pa.array(t_rows[free]))
                 keyed = np.asarray(keys.is_valid())
                 if keyed.any():
                     p[free[keyed]] = kafka_partition(_binary(keys.filter(pa.array(keyed))), count)
@@ -165,9 +185,16 @@ class Partitioner:
                 p[free] = self._sticky_runs(len(free), count)
             # One stable sort, not a pass over the rows per partition: rows keep their order.
             order = np.argsort(p, kind="stable")
-            for group in np.split(order, np.flatnonzero(np.diff(p[order])) + 1):
-                out.rows[(str(topic), int(p[group[0]]))] = t_rows[group]
-        return out
+            ps = p[order]
+            cuts = np.flatnonzero(np.diff(ps)) + 1
+            starts = np.concatenate(([0], cuts)).tolist()
+            stops = np.concatenate((cuts, [len(ps)])).tolist()
+            for a, b in zip(starts, stops, strict=True):
+                if b > a:
+                    spans[(str(topic), int(ps[a]))] = (at + a, at + b)
+            orders.append(t_rows[order])
+            at += len(order)
+        return Targets(np.concatenate(orders) if orders else np.zeros(0, np.int64), spans)
 
     def _sticky_runs(self, n: int, count: int) -> np.ndarray:
         out = np.empty(n, np.int32)
@@ -185,24 +212,39 @@ class Partitioner:
 
 @dataclass(frozen=True)
 class Columns:
-    """The key, value and headers of some rows of a task's Arrow batch, as Arrow buffers
-    (``codec.parts``): what ``Batcher.add`` encodes, in C, with no Python object per row."""
+    """The key, value (binary) and headers of some rows of a task's Arrow batch: what
+    ``Batcher.add`` encodes, in C, from their buffers (``codec.parts``), with no Python
+    object per row."""
 
     n: int
-    key: codec.Parts | None
-    value: codec.Parts | None
-    headers: codec.Headers | None
+    key: pa.Array | None
+    value: pa.Array
+    headers: pa.Array | None
+
+    def slice(self, start: int, stop: int) -> Columns:
+        """Rows ``start`` to ``stop``, zero-copy."""
+        n = stop - start
+
+        def cut(a: pa.Array | None) -> pa.Array | None:
+            return a.slice(start, n) if a is not None else None
+
+        return Columns(n, cut(self.key), self.value.slice(start, n), cut(self.headers))
 
 
-def columns(batch: pa.RecordBatch, rows: np.ndarray) -> Columns:
-    """Rows ``rows`` of ``batch``'s key, value and headers."""
-    idx = pa.array(rows)
+def columns(batch: pa.RecordBatch, rows: np.ndarray | None = None) -> Columns:
+    """Rows ``rows`` (None: all, in order) of ``batch``'s key, value and headers, string
+    columns cast to binary."""
+    idx = pa.array(rows) if rows is not None else None
     names = batch.schema.names
-    # Taken, then cast: a string column is cast for these rows only, not once per partition.
-    value = _binary(batch.column("value").take(idx))
-    key = _binary(batch.column("key").take(idx)) if "key" in names else None
-    headers = batch.column("headers").take(idx) if "headers" in names else None
-    return Columns(len(rows), codec.parts(key), codec.parts(value), codec.header_parts(headers))
+
+    def col(name: str) -> pa.Array:
+        c = batch.column(name)
+        return c.take(idx) if idx is not None else c
+
+    key = _binary(col("key")) if "key" in names else None
+    headers = col("headers") if "headers" in names else None
+    n = batch.num_rows if rows is None else len(rows)
+    return Columns(n, key, _binary(col("value")), headers)
 
 
 @dataclass
@@ -236,11 +278,12 @@ class Batcher:
         A batch takes its first record whatever its size (the broker judges it)."""
         limit = min(self.batch_bytes, self.limits.get(tp[0], self.batch_bytes))
         now = self._open.pop(tp, None)
+        key, value, headers = codec.parts(cols.key), codec.parts(cols.value), codec.header_parts(cols.headers)
         if now is None:
-            chunks = codec.encode(cols.n, cols.key, cols.value, cols.headers, 0, 0, codec.HEADER, limit)
+            chunks = codec.encode(cols.n, key, value, headers, 0, 0, codec.HEADER, limit)
         else:
-            chunks = codec.encode(cols.n, cols.key, cols.value, cols.headers, ts_ms - now.base_ts, now.count,
-                                  now.size, limit)
+            chunks = codec.encode(cols.n, key, value, headers, ts_ms - now.base_ts, now.count, now.size,
+                                  limit)
         for i, (records, count) in enumerate(chunks):
             if i == 0 and now is not None:
                 now.records += records

@@ -128,7 +128,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
                 if batch.num_rows == 0:
                     continue
             targets = part.assign(batch)
-            new = [tp for tp in targets.rows if tp not in touched]
+            new = [tp for tp in targets.spans if tp not in touched]
             if new and exactly:
                 by_topic: dict[str, list[int]] = {}
                 for t, p in new:
@@ -137,14 +137,20 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
                 client.add_partitions(producer, by_topic)
             touched.update(new)
             ts = int(time.time() * 1000)
+            if self.refused is None:  # every row goes: one take in target order, a slice each
+                grouped = columns(batch, None if targets.in_order else targets.order)
+                for tp, (a, b) in targets.spans.items():
+                    for full_tp, data, count in batcher.add(tp, grouped.slice(a, b), ts):
+                        sender.send(full_tp, data, count)
+                    rows += b - a
+                continue
             for tp, idx in targets.rows.items():
-                if self.refused is not None:
-                    rules = self._rules_of(tp[0], client)
-                    if tp[0] not in batcher.limits and rules.batch_bytes is not None:
-                        batcher.limits[tp[0]] = rules.batch_bytes  # a topic column's topic may take less
-                    idx = self._keep(batch, idx, refused_records(batch, idx, tp[0], rules, cfg.codec, ts))
-                    if not len(idx):
-                        continue
+                rules = self._rules_of(tp[0], client)
+                if tp[0] not in batcher.limits and rules.batch_bytes is not None:
+                    batcher.limits[tp[0]] = rules.batch_bytes  # a topic column's topic may take less
+                idx = self._keep(batch, idx, refused_records(batch, idx, tp[0], rules, cfg.codec, ts))
+                if not len(idx):
+                    continue
                 for full_tp, data, count in batcher.add(tp, columns(batch, idx), ts):
                     sender.send(full_tp, data, count)
                 rows += len(idx)
