@@ -106,6 +106,31 @@ def test_a_record_running_past_its_batch_is_refused():
 
 def test_the_checksum_is_crc32c():
     assert codec.crc32c(b"123456789") == 0xE3069283  # the standard check value
+    assert codec.crc32c(b"123456789", portable=True) == 0xE3069283
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 7))
+def test_the_crc_instruction_and_the_table_agree_with_aiokafka_at_any_length_and_alignment(data, skip):
+    """The CPU's crc32 path starts unaligned and ends on a partial word; the table path is
+    what a CPU without the instruction runs: both must be Kafka's checksum."""
+    from aiokafka.record.util import calc_crc32c
+
+    view = memoryview(bytes(skip) + data)[skip:]  # the data at every offset from a word boundary
+    want = calc_crc32c(data)
+    assert codec.crc32c(view) == codec.crc32c(view, portable=True) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200), st.integers(1, 2**31 - 1), st.integers(-(2**63), 2**63 - 1),
+       st.integers(-(2**63), 2**63 - 1), st.integers(-1, 2**63 - 1), st.integers(-1, 2**15 - 1),
+       st.integers(-1, 2**31 - 1), st.booleans())
+def test_a_batch_is_framed_as_kafkas_v2_layout_says(records, count, base_ts, max_ts, pid, epoch, seq, txn):
+    """The C framing against the layout written out field by field (KIP-98's v2 batch)."""
+    tail = struct.pack(">hiqqqhii", 0x10 if txn else 0, count - 1, base_ts, max_ts, pid, epoch, seq,
+                       count) + records
+    want = struct.pack(">qiibI", 0, len(tail) + 9, -1, 2, codec.crc32c(tail, portable=True)) + tail
+    assert codec.batch(bytearray(records), count, base_ts, max_ts, 0, txn, pid, epoch, seq) == want
 
 
 def test_a_producers_transaction_after_its_aborted_one_is_read_under_read_committed():

@@ -96,9 +96,10 @@ static void bin_free(Bin *c) {
     free(c->data.p);
 }
 
-/* ---- CRC-32C (Castagnoli), slicing by 8 ---- */
+/* ---- CRC-32C (Castagnoli): the CPU's crc32 instruction where it has one, else slicing by 8 ---- */
 
 static uint32_t crc_table[8][256];
+static int crc_hw; /* the running CPU has SSE 4.2's crc32 (checked once, at import) */
 
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -109,10 +110,14 @@ static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++)
         for (int t = 1; t < 8; t++)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
 }
 
-static uint32_t crc32c(const unsigned char *p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
+/* The running CRC `c` (pre-inverted) over n more bytes, by table. */
+static uint32_t crc_soft(uint32_t c, const unsigned char *p, size_t n) {
     while (n >= 8) {
         uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
         uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
@@ -123,8 +128,36 @@ static uint32_t crc32c(const unsigned char *p, size_t n) {
         n -= 8;
     }
     while (n--) c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
-    return c ^ 0xFFFFFFFFu;
+    return c;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same by the crc32 instruction (about ten times the table's speed); compiled for SSE 4.2
+ * whatever the build's flags, called only where the CPU has it. */
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const unsigned char *p, size_t n) {
+    for (; n && ((uintptr_t)p & 7); n--) c = __builtin_ia32_crc32qi(c, *p++);
+    unsigned long long c64 = c;
+    for (; n >= 8; n -= 8, p += 8) {
+        unsigned long long v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+    }
+    c = (uint32_t)c64;
+    while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#endif
+
+/* The running CRC `c` (pre-inverted) over n more bytes; `portable`: by table whatever the CPU. */
+static uint32_t crc_update(uint32_t c, const unsigned char *p, size_t n, int portable) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (crc_hw && !portable) return crc_sse42(c, p, n);
+#endif
+    (void)portable;
+    return crc_soft(c, p, n);
+}
+
+static uint32_t crc32c(const unsigned char *p, size_t n) { return crc_update(0xFFFFFFFFu, p, n, 0) ^ 0xFFFFFFFFu; }
 
 /* ---- big-endian fields and zig-zag varints ---- */
 
@@ -572,16 +605,61 @@ done:
 
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
-    uint32_t c = crc32c(view.buf, (size_t)view.len);
+    int portable = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &portable)) return NULL;
+    uint32_t c = crc_update(0xFFFFFFFFu, view.buf, (size_t)view.len, portable) ^ 0xFFFFFFFFu;
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(c);
+}
+
+#define BATCH_HEADER 61 /* a v2 batch's header: its records start here */
+
+static void put_be(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; i--, v >>= 8) p[i] = (unsigned char)(v & 0xFF);
+}
+
+/* frame(records, attributes, count, base_ts, max_ts, producer_id, epoch, base_sequence): a v2 record
+ * batch of `count` records (encode's, compressed or not as `attributes` say), base offset 0 (the
+ * broker assigns offsets), built in one buffer: the header written in place, the records copied once,
+ * the CRC-32C computed over it there. */
+static PyObject *frame(PyObject *self, PyObject *args) {
+    Py_buffer rec;
+    int attrs, count, epoch, seq;
+    long long base_ts, max_ts, pid;
+    if (!PyArg_ParseTuple(args, "y*iiLLLii", &rec, &attrs, &count, &base_ts, &max_ts, &pid, &epoch, &seq))
+        return NULL;
+    PyObject *out = NULL;
+    if (rec.len > INT32_MAX - BATCH_HEADER) {
+        PyErr_SetString(PyExc_ValueError, "a record batch cannot hold 2 GiB");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, BATCH_HEADER + rec.len);
+    if (!out) goto done;
+    unsigned char *b = (unsigned char *)PyBytes_AsString(out);
+    put_be(b, 0, 8);                                           /* base offset */
+    put_be(b + 8, (uint64_t)(BATCH_HEADER - 12 + rec.len), 4);       /* batch length */
+    put_be(b + 12, (uint64_t)(uint32_t)-1, 4);                 /* partition leader epoch */
+    b[16] = 2;                                                 /* magic */
+    put_be(b + 21, (uint64_t)(uint16_t)attrs, 2);
+    put_be(b + 23, (uint64_t)(uint32_t)(count - 1), 4);        /* last offset delta */
+    put_be(b + 27, (uint64_t)base_ts, 8);
+    put_be(b + 35, (uint64_t)max_ts, 8);
+    put_be(b + 43, (uint64_t)pid, 8);
+    put_be(b + 51, (uint64_t)(uint16_t)epoch, 2);
+    put_be(b + 53, (uint64_t)(uint32_t)seq, 4);
+    put_be(b + 57, (uint64_t)(uint32_t)count, 4);
+    if (rec.len) memcpy(b + BATCH_HEADER, rec.buf, (size_t)rec.len);
+    put_be(b + 17, crc32c(b + 21, (size_t)(BATCH_HEADER - 21 + rec.len)), 4);
+done:
+    PyBuffer_Release(&rec);
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Record batches of one fetch response to column buffers."},
     {"encode", encode, METH_VARARGS, "Rows' key, value and headers to the records of v2 batches."},
-    {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C (Castagnoli) of a buffer."},
+    {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C (Castagnoli) of a buffer (portable=True: by table)."},
+    {"frame", frame, METH_VARARGS, "A v2 record batch around encoded records, its CRC-32C computed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,7 +15,6 @@ does).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -41,8 +40,6 @@ _COMPRESS: dict[int, Callable[[bytes], bytes]] = {
 HEADER = 61  # a v2 batch's header: the records start here
 _TRANSACTIONAL = 0x10
 # attributes .. records count: the part of the header the CRC-32C covers
-_TAIL = struct.Struct(">hiqqqhii")
-_HEAD = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, crc
 
 
 _NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -105,9 +102,10 @@ def decode(records: bytes, pos: int, end: int, topic: str, partition: int, commi
     return Decoded(pa.RecordBatch.from_arrays(cols, names=names), pos, bool(done))
 
 
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of ``data``: the checksum of a v2 record batch."""
-    return int(_records.crc32c(data))
+def crc32c(data: bytes, portable: bool = False) -> int:
+    """CRC-32C (Castagnoli) of ``data``: the checksum of a v2 record batch. By the CPU's
+    crc32 instruction where it has one; ``portable``: by table, as on a CPU without it."""
+    return int(_records.crc32c(data, portable))
 
 
 Parts = tuple[pa.Buffer | None, pa.Buffer, pa.Buffer]  # validity (None: no null), int32 offsets, data
@@ -168,14 +166,14 @@ def encode(n: int, key: Parts | None, value: Parts | None, headers: Headers | No
     return _records.encode(n, key, value, headers, ts_delta, count, size, limit)
 
 
-def batch(records: bytes, count: int, base_ts: int, max_ts: int, codec: int, transactional: bool,
+def batch(records: bytes | bytearray, count: int, base_ts: int, max_ts: int, codec: int, transactional: bool,
           producer_id: int, epoch: int, base_sequence: int) -> bytes:
     """A v2 record batch of ``count`` records (``encode``'s), its base offset 0 (the broker
-    assigns offsets): compressed with ``codec`` when that makes it smaller."""
+    assigns offsets): compressed with ``codec`` when that makes it smaller. Framed in C, one
+    copy of the records (``_records.frame``)."""
     attrs = _TRANSACTIONAL if transactional else 0
     if codec:
-        packed = _COMPRESS[codec](records)
+        packed = _COMPRESS[codec](bytes(records))
         if len(packed) < len(records):
-            records, attrs = bytes(packed), attrs | codec
-    tail = _TAIL.pack(attrs, count - 1, base_ts, max_ts, producer_id, epoch, base_sequence, count) + records
-    return _HEAD.pack(0, len(tail) + 9, -1, 2, _records.crc32c(tail)) + tail
+            records, attrs = packed, attrs | codec
+    return _records.frame(records, attrs, count, base_ts, max_ts, producer_id, epoch, base_sequence)

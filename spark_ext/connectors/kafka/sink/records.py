@@ -306,5 +306,5 @@ class Batcher:
     def _close(self, tp: tuple[str, int], now: _Open) -> tuple[tuple[str, int], bytes, int]:
         seq = self.sequences.get(tp, 0)
         self.sequences[tp] = seq + now.count
-        return tp, codec.batch(bytes(now.records), now.count, now.base_ts, now.max_ts, self.codec,
+        return tp, codec.batch(now.records, now.count, now.base_ts, now.max_ts, self.codec,
                                self.transactional, self.producer_id, self.epoch, seq), now.count
