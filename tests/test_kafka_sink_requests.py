@@ -71,3 +71,43 @@ def test_a_task_writing_to_64_partitions_sends_requests_of_many_partitions_in_ro
         values = [r.value.decode() for r in got if r.partition == p]
         assert values == sorted(values), f"partition {p} out of row order"
     assert open_transactions(bootstrap, prefix) == []
+
+
+def test_a_querys_first_commit_reads_the_kept_decisions_in_one_request_a_broker(services, monkeypatch):
+    """A query's first commit searches the kept copies of every exactly-once Kafka sink the
+    cluster ran (they are kept as long as their sinks exist) for one that decided batches of
+    the same query. Before: one OffsetFetch round trip per kept copy, so a query's first
+    batch slowed as the cluster aged (415 copies: 150 ms on this machine's loopback). Now
+    one request per broker names them all, and copies that are not decisions of this
+    query are still passed over."""
+    from kafka.protocol.consumer.group import OffsetFetchRequest
+
+    from spark_ext.connectors.kafka.client import connection
+    from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 1, "kept")
+    decoys = [f"decoy{i}-{topic}.batches.kept" for i in range(40)]
+    client = KafkaTxnClient(bootstrap, 10.0)
+    try:
+        for g in decoys:  # on this sink's commit topic, but no decision: each must be read and passed over
+            client.keep_offsets(g, {(topic, 0): (1, "not a decision")}, 60_000)
+    finally:
+        client.close()
+    asked: list[list[str]] = []
+    real = connection.Conn.send
+
+    def send(self: Any, request: Any, version: int) -> Any:
+        if isinstance(request, OffsetFetchRequest):
+            names = [g.group_id for g in request.groups] if version >= 8 else [request.group_id]
+            if any(n in decoys for n in names):
+                asked.append(names)
+        return real(self, request, version)
+
+    monkeypatch.setattr(connection.Conn, "send", send)
+    plan = sink_plan(bootstrap, topic, f"kept-{topic}")
+    committable = prepare_batch(plan, 0, [f"k{i}" for i in range(10)])
+    plan.new_committer().commit([committable], 0, plan.claim)
+    assert len(asked) == 1, [len(a) for a in asked]  # the test broker is one broker
+    assert set(decoys) <= set(asked[0])
+    assert end_offsets(bootstrap, topic) > 0 and open_transactions(bootstrap, f"kept-{topic}") == []

@@ -336,9 +336,60 @@ class KafkaTxnClient:
 
     def list_groups(self) -> list[str]:
         """Every consumer group's id (each broker answers for the groups it coordinates)."""
+        return [g for gs in self.groups_by_broker().values() for g in gs]
+
+    def groups_by_broker(self) -> dict[int, list[str]]:
+        """Every consumer group's id, by the broker that coordinates it (each answers for its own)."""
         req = ListGroupsRequest(states_filter=[])
-        return [g.group_id for r in self._each_broker("listing consumer groups", req, 4, ListGroupsResponse)
-                for g in r.groups]
+
+        def call() -> dict[int, list[str]]:
+            out: dict[int, list[str]] = {}
+            for b in self.metadata([]).brokers:
+                try:
+                    r = self._node(b.node_id, b.host, b.port).request(req, 4, ListGroupsResponse)
+                except OSError:
+                    self._drop_node(b.node_id)
+                    raise
+                _check(r.error_code, "listing consumer groups")
+                out[b.node_id] = [g.group_id for g in r.groups]
+            return out
+        return self._retry("listing consumer groups", call)
+
+    def fetch_offsets_of_groups(self, groups: dict[int, list[str]], topic: str,
+                                parts: list[int]) -> dict[str, dict[int, tuple[int, str]]]:
+        """``fetch_offsets`` of many groups, one OffsetFetch (v8: many groups a request) per
+        coordinating broker (``groups_by_broker``'s answer) instead of a round trip a group.
+        A group its broker no longer coordinates (it moved since the listing) is asked alone."""
+        out: dict[str, dict[int, tuple[int, str]]] = {}
+        alone: list[str] = []
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        T_ = G.OffsetFetchRequestTopics
+        for node, names in groups.items():
+            conn = self._nodes.get(node)
+            if not names:
+                continue
+            if conn is None:
+                alone += names
+                continue
+            req = OffsetFetchRequest(require_stable=True, groups=[
+                G(group_id=g, topics=[T_(name=topic, partition_indexes=parts)]) for g in names])
+            try:
+                r = conn.request(req, 8, OffsetFetchResponse)
+            except OSError:
+                self._drop_node(node)
+                alone += names
+                continue
+            for g in r.groups:
+                codes = [g.error_code] + [q.error_code for t in g.topics for q in t.partitions]
+                if any(codes):
+                    alone.append(g.group_id)
+                    continue
+                out[g.group_id] = {q.partition_index: (q.committed_offset, q.metadata or "")
+                                   for t in g.topics for q in t.partitions}
+            alone += [g for g in names if g not in out and g not in alone]
+        for g in alone:
+            out[g] = self.fetch_offsets(g, topic, parts)
+        return out
 
     def describe(self, tids: list[str]) -> dict[str, TxnState]:
         """DescribeTransactions for ``tids``: one request per coordinator, naming every id

@@ -161,12 +161,15 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
         return decision, self._done(decision) or (same and kept_done)
 
-    def _kept(self, group: str | None = None) -> tuple[Decision | None, bool]:
+    def _kept(self, group: str | None = None,
+              first: tuple[int, str] | None = None) -> tuple[Decision | None, bool]:
         """The kept copy of this sink's (or of ``group``'s sink's) last decision, and
-        whether it is done."""
+        whether it is done. ``first``: its partition 0's (offset, metadata), if read already."""
         group = group or self.cfg.group + ".kept"
         anchor = self._anchor()
-        off, meta = self.client.fetch_offsets(group, anchor, [0]).get(0, (-1, ""))
+        if first is None:
+            first = self.client.fetch_offsets(group, anchor, [0]).get(0, (-1, ""))
+        off, meta = first
         if off < 0 or not meta:
             return None, False
         state, _, first = meta.partition("|")
@@ -240,11 +243,15 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         if not query or (own is not None and own.query_id == query):
             return []
         mine = self.cfg.group + ".kept"
-        kept = sorted(g for g in self.client.list_groups() if g.endswith(".batches.kept") and g != mine)
+        # Kept copies live as long as their sinks: read them all in one request a broker, not
+        # a round trip each (a cluster keeps one for every exactly-once sink it ever ran).
+        by_broker = {node: [g for g in groups if g.endswith(".batches.kept") and g != mine]
+                     for node, groups in self.client.groups_by_broker().items()}
+        firsts = self.client.fetch_offsets_of_groups(by_broker, self._anchor(), [0])
         found = []
-        for group in kept:
+        for group in sorted(firsts):
             try:
-                old, done = self._kept(group)
+                old, done = self._kept(group, firsts[group].get(0, (-1, "")))
             except (ValueError, KeyError, TypeError, zlib.error, TornDecisionError):
                 continue  # not ours
             if old is None or old.query_id != query:
