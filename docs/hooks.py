@@ -30,7 +30,7 @@ def spec_for(kind: str, name: str) -> OptionSpec:
     the key and value formats' options (part of the Kafka source's)."""
     if kind == "formats":  # ``formats``: the source's; ``formats sink``: the Kafka sink's
         from spark_ext.schemas.columns import FORMAT_OPTIONS
-        from spark_ext.schemas.encoding import SINK_FORMAT_OPTIONS
+        from spark_ext.schemas.sink_options import SINK_FORMAT_OPTIONS
 
         return OptionSpec.of(*(SINK_FORMAT_OPTIONS if name == "sink" else FORMAT_OPTIONS))
     if kind == "windows":

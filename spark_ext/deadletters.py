@@ -204,17 +204,18 @@ def is_corrupt_column(schema: Any) -> bool:
     """Does ``schema`` (Spark's or Arrow's) hold a source's ``_corrupt_record``? Only the
     struct of the record as it came: Spark's own readers' string column of that name is
     data, written as any other."""
-    import pyarrow as pa
     from pyspark.sql.types import StructType
 
     if CORRUPT not in schema.names:
         return False
-    if isinstance(schema, pa.Schema):
-        kind = schema.field(CORRUPT).type
-        names = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
-    else:
+    if isinstance(schema, StructType):  # the driver's planning worker loads no Arrow for it
         spark = schema[CORRUPT].dataType
         names = [f.name for f in spark.fields] if isinstance(spark, StructType) else []
+    else:
+        import pyarrow as pa
+
+        kind = schema.field(CORRUPT).type
+        names = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
     return tuple(names) == _CORRUPT_FIELDS
 
 

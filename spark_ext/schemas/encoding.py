@@ -17,44 +17,14 @@ import pyarrow as pa
 from pyspark.sql.types import DataType
 
 from spark_ext.errors import InvalidOptionError
-from spark_ext.options import Option, Options
+from spark_ext.options import Options
 from spark_ext.schemas import jsonschema_write, protobuf, protobuf_write
 from spark_ext.schemas.avro import PRIMITIVES, SchemaError
 from spark_ext.schemas.avro_write import Writer, header, schema_of
 from spark_ext.schemas.encoded import Encoded
 from spark_ext.schemas.protobuf_write import message_header
-from spark_ext.schemas.registry import REGISTRY_OPTIONS, RegistryConfig, RegistryError, client
-
-STRATEGIES = ("topic", "record", "topic_record")
-FORMATS = ("raw", "avro", "protobuf", "json-schema")
-KINDS = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}  # the registry's schemaType
-
-SINK_FORMAT_OPTIONS = (
-    Option("valueFormat", "`raw`: the `value` column is string or binary, sent as it is. `avro`: any "
-           "column type, encoded with the writer schema in the schema registry's wire format; a row the "
-           "schema refuses is a row error (dead letters where configured). `protobuf`: a struct column, "
-           "encoded as the writer's message in that wire format. `json-schema`: a struct column, written "
-           "as a JSON document (as Spark's `to_json` writes it) in that wire format.", default="raw"),
-    Option("keyFormat", "The same for the `key` column.", default="raw"),
-    Option("valueSchema", "The writer schema: Avro JSON, `.proto` text for protobuf, a JSON Schema for "
-           "json-schema.",
-           shown="derived from the column's type: for Avro records for structs, `[\"null\", T]` with a null "
-           "default for nullable fields; for protobuf one proto3 message, fields numbered in column order; "
-           "for json-schema an object of the fields, nullable ones `oneOf` null and their type"),
-    Option("keySchema", "The same for the key.", shown="derived from the column's type"),
-    Option("valueMessage", "With valueFormat protobuf: the writer's message, by full name (needed when "
-           "`valueSchema` holds several); the derived schema's message name.", shown="`topLevelRecord`"),
-    Option("keyMessage", "The same for the key.", shown="`topLevelRecord`"),
-    Option("subjectNameStrategy", "The subject a schema is registered under: `topic` (`<topic>-value`, "
-           "`<topic>-key`), `record` (the record's full name) or `topic_record` (`<topic>-<record name>`); "
-           "`topic` and `topic_record` need option `topic`.", default="topic"),
-    Option("valueSubject", "The subject, whatever the strategy.", shown="by `subjectNameStrategy`"),
-    Option("keySubject", "The same for the key.", shown="by `subjectNameStrategy`"),
-    Option("autoRegisterSchemas", "Register the writer schema at query start (the registry applies the "
-           "subject's compatibility rule); `false`: it must already be registered under the subject.",
-           default=True),
-    *REGISTRY_OPTIONS,
-)
+from spark_ext.schemas.registry import RegistryConfig, RegistryError, client
+from spark_ext.schemas.sink_options import KINDS, STRATEGIES, column_format
 
 
 @dataclass(frozen=True)
@@ -85,9 +55,7 @@ class SinkFormat:
     def parse(opts: Options, column: str, spark: DataType | None, topic: str | None) -> SinkFormat | None:
         """Driver, at query start: None for ``raw``; else the schema, registered or found."""
         option = f"{column}Format"
-        fmt = (opts.get_str(option.lower()) or "raw").strip().lower()
-        if fmt not in FORMATS:
-            raise InvalidOptionError(f"option {option!r} is {fmt!r}; expected one of {', '.join(FORMATS)}")
+        fmt = column_format(opts, column)
         if fmt == "raw":
             return None
         if spark is None:

@@ -46,9 +46,9 @@ from contextlib import AbstractContextManager, contextmanager
 from spark_ext import failpoints
 from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
+from spark_ext.connectors.kafka.sink.committable import KafkaCommittable
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.decision import Decision, TornDecisionError, join
-from spark_ext.connectors.kafka.sink.writer import KafkaCommittable
 from spark_ext.errors import (
     CommitError,
     ConfigurationError,
@@ -162,14 +162,14 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         return decision, self._done(decision) or (same and kept_done)
 
     def _kept(self, group: str | None = None,
-              first: tuple[int, str] | None = None) -> tuple[Decision | None, bool]:
+              read: tuple[int, str] | None = None) -> tuple[Decision | None, bool]:
         """The kept copy of this sink's (or of ``group``'s sink's) last decision, and
-        whether it is done. ``first``: its partition 0's (offset, metadata), if read already."""
+        whether it is done. ``read``: its partition 0's (offset, metadata), if read already."""
         group = group or self.cfg.group + ".kept"
         anchor = self._anchor()
-        if first is None:
-            first = self.client.fetch_offsets(group, anchor, [0]).get(0, (-1, ""))
-        off, meta = first
+        if read is None:
+            read = self.client.fetch_offsets(group, anchor, [0]).get(0, (-1, ""))
+        off, meta = read
         if off < 0 or not meta:
             return None, False
         state, _, first = meta.partition("|")

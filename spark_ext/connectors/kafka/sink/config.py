@@ -12,15 +12,21 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, SECURITY_KEYS, KafkaSecurity, normalize
-from spark_ext.connectors.kafka.sink.records import CODECS
-from spark_ext.connectors.kafka.sink.rules import TopicRules
+from spark_ext.connectors.kafka.sink.topic import TopicRules
 from spark_ext.errors import InvalidOptionError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Option, Options, OptionSpec
-from spark_ext.schemas.encoding import SINK_FORMAT_OPTIONS, SinkFormat
+from spark_ext.schemas.sink_options import SINK_FORMAT_OPTIONS
 from spark_ext.secrets import secret, secret_options
+
+if TYPE_CHECKING:
+    from spark_ext.schemas.encoding import SinkFormat
+
+# Kafka's names -> the codec bits of a record batch's attributes.
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 SINK_OPTIONS = OptionSpec.of(
     Option("kafka.bootstrap.servers", "The brokers, any listener: plain text, `SSL`, `SASL_PLAINTEXT`, "

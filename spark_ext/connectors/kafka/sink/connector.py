@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
@@ -13,18 +14,16 @@ from spark_ext.connector import SinkConnector
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.committer import OPEN_STATES, KafkaCommitter
 from spark_ext.connectors.kafka.sink.config import SINK_OPTIONS, KafkaSinkConfig
-from spark_ext.connectors.kafka.sink.records import check_schema
-from spark_ext.connectors.kafka.sink.rules import BATCH_FRAMING, TOPIC_KEYS, TopicRules
-from spark_ext.connectors.kafka.sink.writer import (
-    FireAndForgetKafkaWriter,
-    IdempotentKafkaWriter,
-    KafkaWriter,
-    TransactionalKafkaWriter,
-)
+from spark_ext.connectors.kafka.sink.input_schema import check_schema
+from spark_ext.connectors.kafka.sink.topic import BATCH_FRAMING, TOPIC_KEYS, TopicRules
 from spark_ext.errors import ConfigurationError, ConnectorError, RetriableCommitError, UnknownTopicError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import Options
-from spark_ext.schemas.encoding import SinkFormat
+from spark_ext.schemas.sink_options import column_format
+
+if TYPE_CHECKING:
+    from spark_ext.connectors.kafka.sink.writer import KafkaWriter
+    from spark_ext.schemas.encoding import SinkFormat
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +43,14 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
     def configure(self, options: Options, schema: StructType, guarantee: Guarantee) -> KafkaSinkConfig:
         cfg = KafkaSinkConfig.parse(options, guarantee)
         types = {f.name: f.dataType for f in schema.fields}
-        found = (SinkFormat.parse(options, c, types.get(c), cfg.topic) for c in ("key", "value"))
-        formats = tuple(f for f in found if f is not None)
+        formats: tuple[SinkFormat, ...] = ()
+        if any(column_format(options, c) != "raw" for c in ("key", "value")):
+            # The registry formats' writers load only for a query that uses one: the planning
+            # and commit workers start at a query's first batch and pay every import.
+            from spark_ext.schemas.encoding import SinkFormat
+
+            found = (SinkFormat.parse(options, c, types.get(c), cfg.topic) for c in ("key", "value"))
+            formats = tuple(f for f in found if f is not None)
         # A column written in a registry format is sent as the bytes its encoder makes.
         check_schema({n: "binary" if n in {f.column for f in formats} else t.simpleString()
                       for n, t in types.items()}, cfg.topic)
@@ -64,7 +69,15 @@ class KafkaSink(SinkConnector[KafkaSinkConfig]):
         return config
 
     def new_writer(self, config: KafkaSinkConfig, claim: Claim[Producer] | None) -> KafkaWriter:
-        """A writer per guarantee: transactions, an idempotent producer, or acks=0."""
+        """A writer per guarantee: transactions, an idempotent producer, or acks=0. Executor:
+        the writer's modules (NumPy, Arrow compute, the codecs) load there, never in the
+        driver's planning and commit workers, which start at a query's first batch."""
+        from spark_ext.connectors.kafka.sink.writer import (
+            FireAndForgetKafkaWriter,
+            IdempotentKafkaWriter,
+            TransactionalKafkaWriter,
+        )
+
         if config.guarantee is Guarantee.EXACTLY_ONCE:
             assert claim is not None, "exactly_once plans take the sink over first"
             return TransactionalKafkaWriter(config, claim)

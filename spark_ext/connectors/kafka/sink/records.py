@@ -26,38 +26,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_ext.connectors.kafka import codec
-from spark_ext.errors import ConfigurationError, ConnectorError
+from spark_ext.errors import ConnectorError
 
 _M = np.uint32(0x5BD1E995)
 _SEED = 0x9747B28C
-# Kafka's names -> the codec bits of a record batch's attributes.
-CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 STICKY_RUN = 4096  # records a key-less run sends to one partition before moving on
-
-
-class SinkSchemaError(ConfigurationError):
-    """The DataFrame's columns do not fit Spark's Kafka sink schema."""
-
-
-def check_schema(fields: dict[str, pa.DataType | str], topic_option: str | None) -> None:
-    """Driver, at query start: the input columns must be those of Spark's Kafka sink."""
-    if "value" not in fields:
-        raise SinkSchemaError(
-            "the Kafka sink needs a 'value' column (string or binary); "
-            f"the DataFrame has {sorted(fields)}. Select or alias one, e.g. to_json(struct(*)) AS value"
-        )
-    kinds = {
-        "value": {"string", "binary"}, "key": {"string", "binary"}, "topic": {"string"},
-        "partition": {"int"}, "headers": {"array<struct<key:string,value:binary>>"},
-    }
-    for name, ok in kinds.items():
-        if name in fields and str(fields[name]) not in ok:
-            raise SinkSchemaError(
-                f"column {name!r} has type {fields[name]}; the Kafka sink takes {' or '.join(sorted(ok))}. "
-                f"Cast it, e.g. CAST({name} AS {sorted(ok)[0]})"
-            )
-    if "topic" not in fields and not topic_option:
-        raise SinkSchemaError("no topic: set option 'topic' or add a string column 'topic'")
 
 
 def murmur2(keys: pa.Array) -> np.ndarray:

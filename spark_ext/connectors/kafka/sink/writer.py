@@ -16,44 +16,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from spark_ext import failpoints
-from spark_ext.commit import Claim, Committable, SinkWriter, TaskInfo
+from spark_ext.commit import Claim, SinkWriter, TaskInfo
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
+from spark_ext.connectors.kafka.sink.committable import KafkaCommittable
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.connectors.kafka.sink.records import Batcher, Partitioner, columns
-from spark_ext.connectors.kafka.sink.rules import (
-    TOPIC_KEYS,
-    Refused,
-    TopicRules,
-    bad_targets,
-    refused_records,
-)
+from spark_ext.connectors.kafka.sink.rules import Refused, bad_targets, refused_records
 from spark_ext.connectors.kafka.sink.sender import Sender
+from spark_ext.connectors.kafka.sink.topic import TOPIC_KEYS, TopicRules
 from spark_ext.deadletters import Refusal, SetsAside
 from spark_ext.errors import SparkExtError, UnwritableRowError
 
 log = logging.getLogger(__name__)
 
-
-
-@dataclass(frozen=True)
-class KafkaCommittable(Committable):
-    """One task attempt's outcome (executor -> driver): the transaction it left open.
-
-    ``producer``: (transactional id, producer id, epoch) of the open transaction; None when
-    the attempt opened none (a replay of a decided batch, no rows, a weaker guarantee).
-    """
-
-    producer: Producer | None = None
-
-    @property
-    def prepared(self) -> bool:
-        return self.producer is not None
 
 
 class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
