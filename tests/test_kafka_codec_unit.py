@@ -263,3 +263,18 @@ def test_a_batch_that_does_not_decompress_is_a_value_error_naming_the_codec():
     struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
     with pytest.raises(ValueError, match="gzip records do not decompress"):
         codec.decode(bytes(raw), 0, 100, "t", 0, False, [], False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), min_size=1, max_size=60), st.integers(1, 1000),
+       st.integers(0, 59))
+def test_keys_are_partitioned_as_kafkas_default_partitioner_does(keys, count, skip):
+    """The C partitioner against kafka-python's murmur2 (Java's ``Utils.murmur2``), every key
+    length's tail, null keys -1, and a slice of the column read in place."""
+    from kafka.partitioner.default import murmur2
+
+    col = pa.array(keys, pa.binary())
+    skip = min(skip, len(keys) - 1)
+    for arr, ks in ((col, keys), (col.slice(skip), keys[skip:])):
+        want = [-1 if k is None else (murmur2(k) & 0x7FFFFFFF) % count for k in ks]
+        assert codec.partitions(arr, count).tolist() == want

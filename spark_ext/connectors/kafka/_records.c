@@ -463,6 +463,70 @@ static int64_t col_item(const Col *c, int64_t i, const char **p) {
     return (int64_t)o[i + 1] - o[i];
 }
 
+/* Kafka's default partitioner for a keyed record: Java's Utils.murmur2 of the key, made
+ * positive, modulo the topic's partitions. */
+static int32_t kafka_partition_of(const unsigned char *d, int64_t len, int32_t count) {
+    const uint32_t m = 0x5BD1E995u;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)len;
+    int64_t whole = len / 4;
+    for (int64_t i = 0; i < whole; i++) {
+        const unsigned char *q = d + 4 * i;
+        uint32_t k = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const unsigned char *t = d + 4 * whole;
+    switch (len % 4) {
+    case 3: h ^= (uint32_t)t[2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)t[1] << 8;  /* fall through */
+    case 1: h ^= t[0]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)((h & 0x7FFFFFFFu) % (uint32_t)count);
+}
+
+/* partitions(n, key, count): for each of n keys (encode's buffers), the partition Kafka's
+ * default partitioner picks among count, as little-endian int32; -1 for a null key. */
+static PyObject *partitions(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    PyObject *kp;
+    int count;
+    if (!PyArg_ParseTuple(args, "nOi", &n, &kp, &count)) return NULL;
+    if (n < 0 || count <= 0) {
+        PyErr_SetString(PyExc_ValueError, "partitions: n must be >= 0 and count > 0");
+        return NULL;
+    }
+    Col key;
+    if (col_open(&key, kp)) return NULL;
+    PyObject *out = NULL;
+    if (!key.has) {
+        PyErr_SetString(PyExc_ValueError, "partitions: no key column");
+        goto done;
+    }
+    if (col_fits(&key, n, "key")) goto done;
+    out = PyBytes_FromStringAndSize(NULL, 4 * n);
+    if (!out) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AsString(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *d;
+        int64_t len = col_item(&key, i, &d);
+        int32_t p = len < 0 ? -1 : kafka_partition_of((const unsigned char *)d, len, count);
+        uint32_t u = (uint32_t)p;
+        o[4 * i] = u & 0xFF;
+        o[4 * i + 1] = (u >> 8) & 0xFF;
+        o[4 * i + 2] = (u >> 16) & 0xFF;
+        o[4 * i + 3] = u >> 24;
+    }
+done:
+    col_close(&key);
+    return out;
+}
+
 static int put_varint(Buf *b, int64_t v) {
     uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
     unsigned char tmp[10];
@@ -659,6 +723,7 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Record batches of one fetch response to column buffers."},
     {"encode", encode, METH_VARARGS, "Rows' key, value and headers to the records of v2 batches."},
     {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C (Castagnoli) of a buffer (portable=True: by table)."},
+    {"partitions", partitions, METH_VARARGS, "Kafka's default partition of each key (murmur2), -1 for null."},
     {"frame", frame, METH_VARARGS, "A v2 record batch around encoded records, its CRC-32C computed."},
     {NULL, NULL, 0, NULL},
 };

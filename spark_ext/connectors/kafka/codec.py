@@ -102,7 +102,7 @@ def decode(records: bytes, pos: int, end: int, topic: str, partition: int, commi
     return Decoded(pa.RecordBatch.from_arrays(cols, names=names), pos, bool(done))
 
 
-def crc32c(data: bytes, portable: bool = False) -> int:
+def crc32c(data: bytes | bytearray | memoryview, portable: bool = False) -> int:
     """CRC-32C (Castagnoli) of ``data``: the checksum of a v2 record batch. By the CPU's
     crc32 instruction where it has one; ``portable``: by table, as on a CPU without it."""
     return int(_records.crc32c(data, portable))
@@ -131,6 +131,14 @@ def parts(col: pa.Array | None) -> Parts | None:
     else:
         valid = valid.slice(at // 8, (n + 7) // 8)
     return (valid, offsets, data if data is not None else pa.py_buffer(b""))
+
+
+def partitions(keys: pa.Array, count: int) -> np.ndarray:
+    """The partition Kafka's default partitioner picks among ``count`` for each key (Java's
+    ``Utils.murmur2``, made positive, modulo ``count``), computed in C; -1 for a null key."""
+    got = parts(keys)
+    assert got is not None
+    return np.frombuffer(_records.partitions(len(keys), got, count), dtype="<i4")
 
 
 def header_parts(col: pa.Array | None) -> Headers | None:

@@ -6,8 +6,8 @@ required), ``key`` (string or binary), ``topic`` (string), ``partition`` (int),
 
 Partitioning follows Kafka's default partitioner, so consumers see the layout any Kafka
 producer would give: an explicit ``partition`` wins; otherwise a keyed record goes to
-``(murmur2(key) & 0x7fffffff) % partitions`` (Java's ``Utils.murmur2``, computed here in
-NumPy over all keys of one length at once, never per row in Python); records without a
+``(murmur2(key) & 0x7fffffff) % partitions`` (Java's ``Utils.murmur2``, computed in C over
+the key column's buffers, never per row in Python); records without a
 key are spread in runs, as Kafka's sticky partitioner does.
 
 Record batches are encoded in C from the Arrow columns (``codec.encode``), one call per
@@ -28,52 +28,12 @@ import pyarrow.compute as pc
 from spark_ext.connectors.kafka import codec
 from spark_ext.errors import ConnectorError
 
-_M = np.uint32(0x5BD1E995)
-_SEED = 0x9747B28C
 STICKY_RUN = 4096  # records a key-less run sends to one partition before moving on
-
-
-def murmur2(keys: pa.Array) -> np.ndarray:
-    """Kafka's ``Utils.murmur2`` of every key (binary, no nulls), as uint32."""
-    keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
-    n = len(keys)
-    out = np.empty(n, np.uint32)
-    if n == 0:
-        return out
-    offsets = np.frombuffer(keys.buffers()[1], np.int32, n + 1, keys.offset * 4)
-    buf = keys.buffers()[2]
-    data = np.frombuffer(buf, np.uint8) if buf is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
-    for length in np.unique(lengths):
-        rows = np.nonzero(lengths == length)[0]
-        L = int(length)
-        mat = data[offsets[rows][:, None] + np.arange(L)] if L else np.zeros((len(rows), 0), np.uint8)
-        h = np.full(len(rows), (_SEED ^ L) & 0xFFFFFFFF, np.uint32)
-        whole = L // 4
-        if whole:
-            blocks = np.ascontiguousarray(mat[:, : whole * 4]).view("<u4")
-            for i in range(whole):
-                k = blocks[:, i] * _M
-                k ^= k >> np.uint32(24)
-                k *= _M
-                h *= _M
-                h ^= k
-        tail = L % 4
-        if tail:
-            base = whole * 4
-            for j in range(tail - 1, -1, -1):
-                h ^= mat[:, base + j].astype(np.uint32) << np.uint32(8 * j)
-            h *= _M
-        h ^= h >> np.uint32(13)
-        h *= _M
-        h ^= h >> np.uint32(15)
-        out[rows] = h
-    return out
 
 
 def kafka_partition(keys: pa.Array, partitions: int) -> np.ndarray:
     """The partition Kafka's default partitioner picks for each (non-null) key."""
-    return ((murmur2(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int32)
+    return codec.partitions(_binary(keys), partitions)
 
 
 def _binary(col: pa.Array) -> pa.Array:
