@@ -43,6 +43,7 @@ CASES: dict[str, str] = {
     "jms_write": "bench.jms_write:run",
     "kafka_write": "bench.kafka_write:run",
     "kafka_tasks": "bench.kafka_tasks:run",
+    "kafka_first_batch": "bench.kafka_first_batch:run",
     "window_sliding_1": "bench.windows:sliding_1",
     "window_sliding_12": "bench.windows:sliding_12",
     "window_sliding_60": "bench.windows:sliding_60",
