@@ -121,16 +121,23 @@ def parts(col: pa.Array | None) -> Parts | None:
         return None
     if pa.types.is_large_binary(col.type) or pa.types.is_large_string(col.type):
         col = col.cast(pa.binary())
-    valid, offsets, data = col.buffers()
+    valid, offsets = _in_place(col)
+    data = col.buffers()[2]
+    return (valid, offsets, data if data is not None else pa.py_buffer(b""))
+
+
+def _in_place(col: pa.Array) -> tuple[pa.Buffer | None, pa.Buffer]:
+    """A binary or list column's validity bitmap (None without nulls) and its n + 1 offsets,
+    for a slice too: the offsets are cut from the whole buffer (they stay absolute), and
+    only a bitmap that does not start on a byte is copied."""
+    valid, offsets = col.buffers()[:2]
     n, at = len(col), col.offset
     offsets = offsets.slice(at * 4, (n + 1) * 4)
     if not col.null_count:
-        valid = None
-    elif at % 8:
-        valid = pa.concat_arrays([col.is_valid()]).buffers()[1]
-    else:
-        valid = valid.slice(at // 8, (n + 7) // 8)
-    return (valid, offsets, data if data is not None else pa.py_buffer(b""))
+        return None, offsets
+    if at % 8:
+        return pa.concat_arrays([col.is_valid()]).buffers()[1], offsets
+    return valid.slice(at // 8, (n + 7) // 8), offsets
 
 
 def partitions(keys: pa.Array, count: int) -> np.ndarray:
@@ -153,15 +160,7 @@ def header_parts(col: pa.Array | None) -> Headers | None:
         entries = pa.concat_arrays([entries])
     if entries.null_count:
         raise ValueError("a header that is null itself (not its value): give each header a key")
-    valid, offsets = col.buffers()[:2]
-    n, at = len(col), col.offset
-    offsets = offsets.slice(at * 4, (n + 1) * 4)
-    if not col.null_count:
-        valid = None
-    elif at % 8:
-        valid = pa.concat_arrays([col.is_valid()]).buffers()[1]
-    else:
-        valid = valid.slice(at // 8, (n + 7) // 8)
+    valid, offsets = _in_place(col)
     key, value = parts(entries.field(0)), parts(entries.field(1))
     assert key is not None and value is not None
     return (valid, offsets, key, value)
