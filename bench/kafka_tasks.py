@@ -147,5 +147,5 @@ def run() -> Result:
     timed = worst[1]
     return Result("kafka_tasks", timed.rate("ours"), timed.rate("floor"), equal, cold_ratio=timed.cold_ratio(
         "ours", "floor"), spread=timed.spread("ours", "floor"), rounds=n_rounds, figures=figures,
-        detail={"baseline": "a Python data source sink that writes nothing (bench.scaling.floor)",
+        detail={"baseline_sink": "a Python data source sink that writes nothing (bench.scaling.floor)",
                 "headline": f"the lowest ratio: {timed.case}", **detail})
