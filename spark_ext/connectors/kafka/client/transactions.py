@@ -164,10 +164,11 @@ class KafkaTxnClient:
         if broken:
             self._drop_node(node)
 
-    def _each_broker(self, doing: str, req: Any, version: int, resp: Any) -> list[Any]:
-        """``req`` asked of every broker in the metadata, over connections kept open."""
-        def call() -> list[Any]:
-            out = []
+    def _each_broker(self, doing: str, req: Any, version: int, resp: Any) -> dict[int, Any]:
+        """``req`` asked of every broker in the metadata, over connections kept open: each
+        broker's answer by its node id."""
+        def call() -> dict[int, Any]:
+            out = {}
             for b in self.metadata([]).brokers:
                 try:
                     r = self._node(b.node_id, b.host, b.port).request(req, version, resp)
@@ -175,7 +176,7 @@ class KafkaTxnClient:
                     self._drop_node(b.node_id)
                     raise
                 _check(r.error_code, doing)
-                out.append(r)
+                out[b.node_id] = r
             return out
         return self._retry(doing, call)
 
@@ -331,7 +332,7 @@ class KafkaTxnClient:
                                       duration_filter=-1, transactional_id_pattern=pattern)
         # each broker answers for the coordinators it hosts
         return [(s.transactional_id, s.producer_id, s.transaction_state)
-                for r in self._each_broker("listing transactions", req, 2, ListTransactionsResponse)
+                for r in self._each_broker("listing transactions", req, 2, ListTransactionsResponse).values()
                 for s in r.transaction_states]
 
     def list_groups(self) -> list[str]:
@@ -341,19 +342,8 @@ class KafkaTxnClient:
     def groups_by_broker(self) -> dict[int, list[str]]:
         """Every consumer group's id, by the broker that coordinates it (each answers for its own)."""
         req = ListGroupsRequest(states_filter=[])
-
-        def call() -> dict[int, list[str]]:
-            out: dict[int, list[str]] = {}
-            for b in self.metadata([]).brokers:
-                try:
-                    r = self._node(b.node_id, b.host, b.port).request(req, 4, ListGroupsResponse)
-                except OSError:
-                    self._drop_node(b.node_id)
-                    raise
-                _check(r.error_code, "listing consumer groups")
-                out[b.node_id] = [g.group_id for g in r.groups]
-            return out
-        return self._retry("listing consumer groups", call)
+        answers = self._each_broker("listing consumer groups", req, 4, ListGroupsResponse)
+        return {node: [g.group_id for g in r.groups] for node, r in answers.items()}
 
     def fetch_offsets_of_groups(self, groups: dict[int, list[str]], topic: str,
                                 parts: list[int]) -> dict[str, dict[int, tuple[int, str]]]:
