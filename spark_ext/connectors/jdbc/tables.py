@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 )
 from sqlalchemy.dialects import postgresql as pg
 
+from spark_ext.connectors.jdbc import binary_copy
 from spark_ext.connectors.jdbc.config import JdbcSinkConfig
 from spark_ext.connectors.jdbc.transactions import connect, prepared_gids
 from spark_ext.errors import ConnectorError, InvalidOptionError
@@ -113,6 +114,9 @@ class SqlPlan:
     batches_table: str
     landed_table: str
     stage_setup: tuple[str, ...] = ()  # run by each task before its transaction (MariaDB's staging)
+    binary_kinds: tuple[int, ...] = ()  # each column's binary COPY encoding; () sends CSV
+    copy_target_binary: str = ""
+    copy_staging_binary: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
     try:
         for attempt in range(_DDL_ATTEMPTS):
             try:
-                staging = _check_and_create(eng, cfg, schema, need_2pc)
+                staging, pg_types = _check_and_create(eng, cfg, schema, need_2pc)
                 break
             except sa.exc.DBAPIError as e:
                 # PostgreSQL's CREATE TABLE (IF NOT EXISTS too) fails when another session
@@ -197,7 +201,7 @@ def prepare_tables(cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> S
         raise connect_error(cfg, e) from None
     finally:
         eng.dispose()
-    return statements(cfg, schema, staging)
+    return statements(cfg, schema, staging, pg_types)
 
 
 # unique_violation (on the catalog), duplicate_table, duplicate_object
@@ -206,8 +210,10 @@ _CREATED_CONCURRENTLY = frozenset({"23505", "42P07", "42710"})
 _DDL_ATTEMPTS = 5
 
 
-def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, need_2pc: bool) -> str:
-    """One pass of prepare_tables; returns the staging table's name."""
+def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType,
+                      need_2pc: bool) -> tuple[str, dict[str, str]]:
+    """One pass of prepare_tables; returns the staging table's name and the target's column
+    types (``pg_type.typname`` by column)."""
     with eng.connect() as conn:
         if not need_2pc and (left := prepared_gids(conn.connection, cfg.sink_id)):
             raise left_in_doubt(cfg, left)
@@ -234,8 +240,9 @@ def _check_and_create(eng: sa.Engine, cfg: JdbcSinkConfig, schema: StructType, n
         if cfg.upsert_keys:
             _check_keys(cfg, insp)
         _create_bookkeeping(conn, cfg)
+        pg_types = _type_names(conn, _qualify(cfg, cfg.table))
         conn.commit()
-    return _create_staging(eng, cfg) if cfg.upsert_keys else staging_name(cfg, "")
+    return _create_staging(eng, cfg) if cfg.upsert_keys else staging_name(cfg, ""), pg_types
 
 
 def create_target(conn: sa.Connection, cfg: JdbcSinkConfig, schema: StructType, database: str,
@@ -325,6 +332,14 @@ def _columns(conn: sa.Connection, qualified: str) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in rows]
 
 
+def _type_names(conn: sa.Connection, qualified: str) -> dict[str, str]:
+    """The type name (``pg_type.typname``: a domain's own, not its base's) of each live column."""
+    rows = conn.execute(sa.text(
+        "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid WHERE "
+        "a.attrelid = CAST(:t AS regclass) AND a.attnum > 0 AND NOT a.attisdropped"), {"t": qualified})
+    return {r[0]: r[1] for r in rows}
+
+
 def _create_staging(eng: sa.Engine, cfg: JdbcSinkConfig) -> str:
     """The sink's upsert staging table for the target as it is now; returns its name.
 
@@ -382,8 +397,10 @@ def _create_bookkeeping(conn: sa.Connection, cfg: JdbcSinkConfig) -> None:
     ))
 
 
-def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan:
-    """Every statement the sink runs, quoted. Pure: no database access."""
+def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str,
+               pg_types: dict[str, str] | None = None) -> SqlPlan:
+    """Every statement the sink runs, quoted. Pure: no database access. ``pg_types`` (the
+    target's column types, known once the table was checked) lets the rows go as binary COPY."""
     prep = pg.dialect().identifier_preparer
     names = tuple(schema.fieldNames())
     cols = ", ".join(prep.quote(c) for c in names)
@@ -407,6 +424,9 @@ def statements(cfg: JdbcSinkConfig, schema: StructType, staging: str) -> SqlPlan
         binary_columns=binary,
         copy_target=f"COPY {target} ({cols}) FROM STDIN WITH (FORMAT csv)",
         copy_staging=f"COPY {stg} ({cols}, _sx_task) FROM STDIN WITH (FORMAT csv)" if keys else "",
+        binary_kinds=binary_copy.kinds(schema, pg_types or {}),
+        copy_target_binary=f"COPY {target} ({cols}) FROM STDIN WITH (FORMAT binary)",
+        copy_staging_binary=f"COPY {stg} ({cols}, _sx_task) FROM STDIN WITH (FORMAT binary)" if keys else "",
         upsert_from_staging=upsert,
         clear_staging=f"DELETE FROM {stg} WHERE _sx_task = %s" if keys else "",
         sinks_table=_qualify(cfg, SINKS_TABLE),

@@ -13,10 +13,12 @@ marker row so a replayed partition holding the rows that already landed is skipp
 
 PostgreSQL's writers are here too (``PlainJdbcWriter``, ``MarkedJdbcWriter``,
 ``PreparingJdbcWriter``; MariaDB's: ``mariadb.writer``). Rows go in with ``COPY ... FROM
-STDIN (FORMAT csv)``, the CSV written by Arrow's C++ writer, so no Python object is built
-per row. With ``upsertKeys`` the rows are COPYed into the sink's staging table (tagged
-with the task) and merged with one ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT
-(keys) DO UPDATE``. A transaction ends with ``PREPARE TRANSACTION`` under exactly_once.
+STDIN (FORMAT binary)``, encoded in C (``binary_copy``), or, for a table with a column type
+it has no exact encoding for, ``(FORMAT csv)`` written by Arrow's C++ writer: no Python
+object is built per row either way. With ``upsertKeys`` the rows are COPYed into the
+sink's staging table (tagged with the task) and merged with one ``INSERT ... SELECT
+DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE``. A transaction ends with ``PREPARE
+TRANSACTION`` under exactly_once.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from psycopg2 import errorcodes
 
 from spark_ext import failpoints
 from spark_ext.commit import SinkWriter, TaskInfo
+from spark_ext.connectors.jdbc import binary_copy
 from spark_ext.connectors.jdbc.tables import JdbcSinkSetup, SqlPlan
 from spark_ext.connectors.jdbc.transactions import (
     LOCK_SPACE,
@@ -72,6 +75,14 @@ def to_csv(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> bytes:
     buf = io.BytesIO()
     pacsv.write_csv(pa.Table.from_arrays(cols, names=names), buf, _CSV)
     return buf.getvalue()
+
+
+def to_copy(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> tuple[str, bytes]:
+    """The COPY statement for ``rb`` into the target (into the staging table with a task tag)
+    and its data: binary where the plan has an encoding for every column, else CSV."""
+    if sql.binary_kinds and (data := binary_copy.encode(rb, sql.binary_kinds, task_tag)) is not None:
+        return (sql.copy_target_binary if task_tag is None else sql.copy_staging_binary), data
+    return (sql.copy_target if task_tag is None else sql.copy_staging), to_csv(rb, sql, task_tag)
 
 
 class JdbcWriter(SinkWriter[JdbcCommittable]):
@@ -251,10 +262,10 @@ class PgWriter(SetsAside, JdbcWriter):
             if self.refused is not None and not keys:
                 rows += self._copy_setting_aside(cur, rb, digest)
                 continue
-            data = to_csv(rb, sql, tag)
+            stmt, data = to_copy(rb, sql, tag)
             if digest is not None:
                 digest.update(data)
-            cur.copy_expert(sql.copy_staging if keys else sql.copy_target, io.BytesIO(data))
+            cur.copy_expert(stmt, io.BytesIO(data), len(data))
             rows += rb.num_rows
         if keys and rows:
             cur.execute(sql.upsert_from_staging, (tag,))
@@ -265,10 +276,10 @@ class PgWriter(SetsAside, JdbcWriter):
         """COPY ``rb`` under a savepoint; when PostgreSQL refuses it for a row's sake, COPY
         each half the same way, down to the single rows refused (set aside). A batch with no
         bad row costs one savepoint; k bad rows among n cost about 2k log2(n) more COPYs."""
-        data = to_csv(rb, self.sql, None)
+        stmt, data = to_copy(rb, self.sql, None)
         cur.execute("SAVEPOINT sx_rows")
         try:
-            cur.copy_expert(self.sql.copy_target, io.BytesIO(data))
+            cur.copy_expert(stmt, io.BytesIO(data), len(data))
         except psycopg2.Error as e:
             if not row_error(e):
                 raise
