@@ -180,6 +180,27 @@ class Rounds:
                       detail={"ours_variant": ours, "baseline_variant": base, **self.detail()})
 
 
+def machine_cpu_s() -> float:
+    """Busy CPU seconds of the whole machine since boot (every state but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pid(case: str) -> int:
+    """The local Kafka broker's process id (``make services`` writes it)."""
+    path = ROOT / ".local" / "kafka.pid"
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError) as e:
+        raise BenchError(f"{case}: no broker pid in {path} ({e}): run `make services` first") from None
+
+
 def run_sql(url: str, stmt: str) -> list[tuple[Any, ...]]:
     """One statement in its own transaction on a throwaway engine; the rows, if any."""
     import sqlalchemy as sa

@@ -26,37 +26,25 @@ import statistics
 import sys
 import tempfile
 import uuid
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BenchError, Result, Rounds, round_count, services_env, timed_parquet_stream
+from bench.common import (
+    BenchError,
+    Result,
+    Rounds,
+    broker_pid,
+    machine_cpu_s,
+    process_cpu_s,
+    round_count,
+    services_env,
+    timed_parquet_stream,
+)
 from bench.scaling import kafka_common as kc
 from bench.scaling.floor import FORMAT, register
 
 TASKS = (4, 16, 64)
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _machine_cpu_s() -> float:
-    """Busy CPU seconds of the whole machine since boot (every state but idle and iowait)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid``."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _broker_pid() -> int:
-    path = ROOT / ".local" / "kafka.pid"
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError) as e:
-        raise BenchError(f"kafka_tasks: no broker pid in {path} ({e}): run `make services` first") from None
 
 
 def _stage(spark: Any, rows: int, tasks: int, path: str) -> None:
@@ -73,7 +61,7 @@ def run() -> Result:
     rows = int(os.environ.get("BENCH_KAFKA_TASKS_ROWS", "1000000"))
     n_rounds = round_count()
     bootstrap = services_env()["KAFKA_BOOTSTRAP_SERVERS"]
-    broker = _broker_pid()
+    broker = broker_pid("kafka_tasks")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     spark = kc.session()  # every Parquet file its own task (the session's setting, put back below)
     register(spark)
@@ -108,10 +96,10 @@ def run() -> Result:
                             admin.create_topics([NewTopic(last, tasks, 1)])[last].result(timeout=60)
                             made.append(last)
                             sink = ours(last)
-                        m0, b0 = _machine_cpu_s(), _process_cpu_s(broker)
+                        m0, b0 = machine_cpu_s(), process_cpu_s(broker)
                         ckpt = f"{tmp}/ck-{tasks}-{name}-{i}"
                         n, dt = timed_parquet_stream(spark, "kafka_tasks", src, ckpt, sink)
-                        m1, b1 = _machine_cpu_s(), _process_cpu_s(broker)
+                        m1, b1 = machine_cpu_s(), process_cpu_s(broker)
                         if n != rows:
                             raise BenchError(f"kafka_tasks {name} t={tasks}: read {n} rows, expected {rows}")
                         timed.add(name, i, n, dt)

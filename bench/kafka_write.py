@@ -8,13 +8,20 @@ once, its defaults), our ``at_least_once`` (idempotent producer; the cost of 2PC
 alo), and our ``exactly_once`` with a dead-letter table in PostgreSQL and no record
 refused (``dl``: what configuring dead letters costs, the routing sink's plan and
 decision and the topic's rules checked on every record), and ``exactly_once`` again with
-the metrics exporter serving and scraped every half second (``mon``). ``BENCH_ROUNDS``
+the metrics exporter serving and scraped every half second (``mon``), and a Python sink
+that reads every row and writes nothing (``floor``, ``bench.scaling.floor``). ``BENCH_ROUNDS``
 rounds (default 6, at least 5), every variant once a round in that order; rows/s are
 the rows over the median wall-clock seconds (``start()`` to termination) of the warm
 rounds 1..n-1, round 0 (the session's first queries) printed apart as ``cold_ratio``, the
 warm rounds' paired ratios as ``spread`` (``bench.common.Rounds``). ``equal``: read back with
 ``read_committed``, our topic holds every (key, value) of the baseline's exactly once
 (``exceptAll`` both ways, distinct values = rows).
+
+What stops the ratio: the machine's CPU seconds and the broker's are read around ``eo`` and
+``floor`` (warm medians). With both cores busy, a Kafka sink whose own Python work cost
+nothing would still take the floor's time plus the broker's CPU for the records, so
+``bound`` = ``floor_vs_builtin`` x ``cpu_floor`` / (``cpu_floor`` + ``broker_eo``) is the
+highest ratio any Python data source sink can reach here (as ``kafka_tasks``'s ``bound_t``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import uuid
@@ -36,13 +44,18 @@ from bench.common import (
     BenchError,
     Result,
     Rounds,
+    broker_pid,
     committed_records,
+    machine_cpu_s,
+    process_cpu_s,
     round_count,
     run_sql,
     services_env,
     spark_session,
     timed_parquet_stream,
 )
+from bench.scaling.floor import FORMAT as FLOOR
+from bench.scaling.floor import register as register_floor
 
 PARTITIONS = 4
 
@@ -94,6 +107,8 @@ def run() -> Result:
     bootstrap = services_env()["KAFKA_BOOTSTRAP_SERVERS"]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     spark = spark_session()
+    register_floor(spark)
+    broker = broker_pid("kafka_write")
     run_id = uuid.uuid4().hex[:8]
     made: list[str] = []
 
@@ -114,19 +129,29 @@ def run() -> Result:
     def builtin(w: Any, topic: str) -> Any:
         return w.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
 
+    def floor(w: Any, topic: str) -> Any:
+        return w.format(FLOOR)
+
     last: dict[str, str] = {}
+    cpu: dict[str, list[float]] = {"floor": [], "eo": [], "broker_eo": []}
     with tempfile.TemporaryDirectory() as tmp:
         src = f"{tmp}/src"
         _stage(spark, rows, src)
         sinks = (("spark", builtin), ("eo", ours("exactly_once")), ("alo", ours("at_least_once")),
-                 ("dl", ours("exactly_once", **dl)), ("mon", ours("exactly_once")))
+                 ("dl", ours("exactly_once", **dl)), ("mon", ours("exactly_once")), ("floor", floor))
         for i in timed:
             for name, sink in sinks:
-                topic = _topic(admin, f"bench-write-{name}-{run_id}-{i}")
-                made.append(topic)
+                topic = f"bench-write-{name}-{run_id}-{i}"
+                if name != "floor":  # writes nowhere
+                    made.append(_topic(admin, topic))
+                m0, b0 = machine_cpu_s(), process_cpu_s(broker)
                 with _monitored(spark) if name == "mon" else contextlib.nullcontext():
                     n, dt = timed_parquet_stream(spark, "kafka_write", src, f"{tmp}/ck-{name}-{i}",
                                                  lambda w, s=sink, t=topic: s(w, t))
+                if i > 0 and name in ("eo", "floor"):  # warm rounds
+                    cpu[name].append(machine_cpu_s() - m0)
+                    if name == "eo":
+                        cpu["broker_eo"].append(process_cpu_s(broker) - b0)
                 if n != rows:
                     raise BenchError(f"kafka_write {name}: read {n} rows, expected {rows}")
                 timed.add(name, i, n, dt)
@@ -139,7 +164,11 @@ def run() -> Result:
              "exactly_once_vs_at_least_once": rates["eo"] / rates["alo"],
              "at_least_once_vs_builtin": rates["alo"] / rates["spark"],
              "dead_letters_vs_exactly_once": rates["dl"] / rates["eo"],
-             "monitored_vs_exactly_once": rates["mon"] / rates["eo"]}
+             "monitored_vs_exactly_once": rates["mon"] / rates["eo"],
+             "floor_vs_builtin": rates["floor"] / rates["spark"]}
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    extra.update({f"cpu_{k}": v for k, v in med.items()})
+    extra["bound"] = extra["floor_vs_builtin"] * med["floor"] / (med["floor"] + med["broker_eo"])
     print(f"[bench] kafka_write extra {json.dumps(extra)}", file=sys.stderr)
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "kafka_write_extra.json").write_text(json.dumps(extra, indent=2))
