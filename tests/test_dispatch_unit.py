@@ -155,3 +155,16 @@ def test_a_connectors_source_and_sink_are_imported_apart(side, other):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, driver_report(out)
     assert out.stdout.strip() == "False", f"importing {side} imported {other}"
+
+
+def test_the_kafka_sources_planning_imports_no_fetcher():
+    # Spark starts a new Python process to plan each query's source: the fetchers' clients
+    # (kafka-python, aiokafka: about 0.2 s of imports) load only where a task reads
+    import subprocess
+    import sys
+
+    probe = ("import sys, spark_ext.connectors.kafka.source.reader; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'kafka', 'aiokafka'}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, driver_report(out)
+    assert out.stdout.strip() == "[]", f"planning the Kafka source imported {out.stdout.strip()}"

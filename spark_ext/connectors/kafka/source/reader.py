@@ -54,11 +54,9 @@ from spark_ext.compat import (
     SupportsTriggerAvailableNow,
 )
 from spark_ext.connector import SourceConnector
-from spark_ext.connectors.kafka.client.connection import metadata
 from spark_ext.connectors.kafka.source.admin import KafkaMetadata
 from spark_ext.connectors.kafka.source.config import SOURCE_OPTIONS, KafkaSourceConfig
 from spark_ext.connectors.kafka.source.lag_group import GroupCommitter
-from spark_ext.connectors.kafka.source.librdkafka_reader import RangeReader
 from spark_ext.connectors.kafka.source.offsets import (
     EARLIEST,
     LATEST,
@@ -74,7 +72,6 @@ from spark_ext.connectors.kafka.source.offsets import (
     to_json,
 )
 from spark_ext.connectors.kafka.source.positions import TriggerPacer, stamps_for
-from spark_ext.connectors.kafka.source.wire_reader import WireRangeReader
 from spark_ext.deadletters import CORRUPT, corrupt_column, corrupt_type
 from spark_ext.errors import ConnectorError, DataLossError, InvalidOptionError, UndecodableRecordError
 from spark_ext.options import Options
@@ -86,6 +83,11 @@ log = logging.getLogger(__name__)
 
 def read_range(cfg: KafkaSourceConfig, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Executor: one range as Arrow batches, through the configured fetcher."""
+    # Imported here, not above: the fetchers pull in kafka-python and aiokafka (about 0.15 s),
+    # which the driver's planning, a new process for every query, never needs.
+    from spark_ext.connectors.kafka.source.librdkafka_reader import RangeReader
+    from spark_ext.connectors.kafka.source.wire_reader import WireRangeReader
+
     batches: Iterator[pa.RecordBatch] = iter(WireRangeReader(cfg, rng) if cfg.fetcher == "wire"
                                              else RangeReader(cfg, rng))
     if cfg.formats:
@@ -267,6 +269,8 @@ class KafkaStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailabl
         (naming the fix, never the password) rather than inside a task.
         """
         if self._cfg.fetcher == "wire" and self._cfg.security.protocol != "PLAINTEXT":
+            from spark_ext.connectors.kafka.client.connection import metadata
+
             try:
                 metadata(self._cfg.bootstrap, [], self._cfg.metadata_timeout_s, self._cfg.security)
             except (ConnectionError, OSError):
