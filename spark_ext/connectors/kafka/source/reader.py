@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
@@ -119,6 +118,8 @@ def typed(formats: Sequence[ColumnFormat], batch: pa.RecordBatch, permissive: bo
         cols[fmt.column] = column
     if permissive:
         if errors:  # the record as it came, key and value both null where either is unreadable
+            import pyarrow.compute as pc  # here: the driver's planning never needs it
+
             bad_rows = np.zeros(batch.num_rows, bool)
             bad_rows[list(errors)] = True
             for fmt in formats:
