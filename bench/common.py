@@ -192,6 +192,36 @@ def process_cpu_s(pid: int) -> float:
     return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds of server process ``pid`` and of every child it has had: its own time,
+    its exited children's (added to it when it reaps them, as PostgreSQL's postmaster does
+    with a session's backend) and its living children's."""
+    def fields(p: int | str) -> list[str]:
+        return Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+
+    own = fields(pid)
+    ticks = sum(int(v) for v in own[11:15])  # utime, stime, cutime, cstime
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            f = fields(p.name)
+        except OSError:  # ended while read
+            continue
+        if int(f[1]) == pid:
+            ticks += int(f[11]) + int(f[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_pid(case: str) -> int:
+    """The local PostgreSQL server's postmaster (its data directory's ``postmaster.pid``)."""
+    path = ROOT / ".local" / "postgres" / "data" / "postmaster.pid"
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError) as e:
+        raise BenchError(f"{case}: no PostgreSQL pid in {path} ({e}): run `make services` first") from None
+
+
 def broker_pid(case: str) -> int:
     """The local Kafka broker's process id (``make services`` writes it)."""
     path = ROOT / ".local" / "kafka.pid"

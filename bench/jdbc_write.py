@@ -14,12 +14,22 @@ seconds (``start()`` to termination) of the warm rounds 1..n-1, round 0 printed 
 ``cold_ratio``, the warm rounds' paired ratios as ``spread`` (``bench.common.Rounds``).
 ``equal``: the exactly-once table and the baseline table hold exactly the same rows
 (``EXCEPT ALL`` both ways). The other figures go to stderr and the JSON files.
+
+Every round also runs a Python sink that reads every row and writes nothing (``floor``,
+``bench.scaling.floor``), and the machine's and the PostgreSQL server's CPU seconds are
+read around it and ours (warm medians: ``cpu_floor``, ``cpu_eo``, ``cpu_server_eo``).
+With both cores busy, a sink whose own Python work cost nothing would still take the
+floor's time plus the server's CPU for the rows, so ``bound`` = ``floor_vs_spark`` x
+``cpu_floor`` / (``cpu_floor`` + ``cpu_server_eo``) is the highest ratio a Python data
+source sink reaches here; ``floor_busy`` (the floor's CPU over every core's worth of its
+time) says how nearly the floor fills the machine, which the bound assumes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -32,12 +42,17 @@ from bench.common import (
     BenchError,
     Result,
     Rounds,
+    machine_cpu_s,
+    postgres_pid,
     round_count,
     run_sql,
+    server_cpu_s,
     services_env,
     spark_session,
     timed_parquet_stream,
 )
+from bench.scaling.floor import FORMAT as FLOOR
+from bench.scaling.floor import register as register_floor
 
 COLUMNS = "id bigint PRIMARY KEY, account text, amount double precision, ts timestamptz, note text"
 POISON = ", CHECK (id % 100000 <> 7)"  # one row in 100,000 refused: dead letters
@@ -66,6 +81,8 @@ def run() -> Result:
     props = {"user": eng_url.username or "", "password": eng_url.password or "",
              "driver": "org.postgresql.Driver"}
     spark = spark_session()
+    register_floor(spark)
+    server = postgres_pid("jdbc_write")
     tables = {k: f"bench_jdbc_{k}" for k in ("eo", "spark", "alo", "upsert", "dl", "dlp")}
     for k, t in tables.items():
         run_sql(url, f"DROP TABLE IF EXISTS {t}")
@@ -92,14 +109,22 @@ def run() -> Result:
         sinks = (("spark", spark_jdbc), ("eo", ours(tables["eo"])),
                  ("alo", ours(tables["alo"], guarantee="at_least_once")),
                  ("upsert", ours(tables["upsert"], guarantee="at_least_once", upsertKeys="id")),
-                 ("dl", ours(tables["dl"], **dl)), ("dlp", ours(tables["dlp"], **dl)))
+                 ("dl", ours(tables["dl"], **dl)), ("dlp", ours(tables["dlp"], **dl)),
+                 ("floor", lambda w: w.format(FLOOR)))
+        cpu: dict[str, list[float]] = {"floor": [], "eo": [], "server_eo": []}
         for i in timed:
             for name, sink in sinks:
-                run_sql(url, f"TRUNCATE {tables[name]}")
+                if name != "floor":  # writes nowhere
+                    run_sql(url, f"TRUNCATE {tables[name]}")
+                m0, s0 = machine_cpu_s(), server_cpu_s(server)
                 n, dt = timed_parquet_stream(spark, "jdbc_write", src, f"{tmp}/ck-{name}-{i}", sink)
                 if n != rows:
                     raise BenchError(f"jdbc_write {name}: read {n} rows, expected {rows}")
                 timed.add(name, i, n, dt)
+                if i > 0 and name in ("eo", "floor"):  # warm rounds
+                    cpu[name].append(machine_cpu_s() - m0)
+                    if name == "eo":
+                        cpu["server_eo"].append(server_cpu_s(server) - s0)
     diff = run_sql(url, f"SELECT (SELECT count(*) FROM (SELECT * FROM {tables['eo']} EXCEPT ALL "
                      f"SELECT * FROM {tables['spark']}) a), (SELECT count(*) FROM (SELECT * FROM "
                      f"{tables['spark']} EXCEPT ALL SELECT * FROM {tables['eo']}) b), "
@@ -114,7 +139,12 @@ def run() -> Result:
              "dead_letters_vs_exactly_once": rates["dl"] / rates["eo"],
              "dead_letters_10_refused_vs_exactly_once": rates["dlp"] / rates["eo"],
              # every round adds its refused rows to the same dead-letter table
-             "dead_letter_rows": run_sql(url, f"SELECT count(*) FROM {dead}")[0][0] // timed.n}
+             "dead_letter_rows": run_sql(url, f"SELECT count(*) FROM {dead}")[0][0] // timed.n,
+             "floor_vs_spark": rates["floor"] / rates["spark"]}
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    extra.update({f"cpu_{k}": v for k, v in med.items()})
+    extra["bound"] = extra["floor_vs_spark"] * med["floor"] / (med["floor"] + med["server_eo"])
+    extra["floor_busy"] = med["floor"] / ((os.cpu_count() or 1) * rows / rates["floor"])
     print(f"[bench] jdbc_write extra {json.dumps(extra)}", file=sys.stderr)
     RESULTS_DIR.mkdir(exist_ok=True)
     (Path(RESULTS_DIR) / "jdbc_write_extra.json").write_text(json.dumps(extra, indent=2))
