@@ -61,6 +61,13 @@ _ARROW = {I8_2: "int8", I8_4: "int8", I8_8: "int8", I16_2: "int16", I16_4: "int1
           DATE: "date32[day]"}
 
 
+#: A binary COPY stream's header (signature, flags, no extension) and trailer (a field
+#: count of -1): ``encode`` puts both around each batch's rows, so batches sent as one
+#: stream keep the first header and the last trailer only.
+HEADER_BYTES = 19
+TRAILER = b"\xff\xff"
+
+
 def kinds(schema: StructType, pg_types: dict[str, str]) -> tuple[int, ...]:
     """Each column's encoding, in the schema's order; () when one has none (CSV then).
     ``pg_types``: the target's columns' type names (``pg_type.typname``). Driver."""

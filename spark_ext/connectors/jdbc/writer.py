@@ -15,7 +15,10 @@ PostgreSQL's writers are here too (``PlainJdbcWriter``, ``MarkedJdbcWriter``,
 ``PreparingJdbcWriter``; MariaDB's: ``mariadb.writer``). Rows go in with ``COPY ... FROM
 STDIN (FORMAT binary)``, encoded in C (``binary_copy``), or, for a table with a column type
 it has no exact encoding for, ``(FORMAT csv)`` written by Arrow's C++ writer: no Python
-object is built per row either way. With ``upsertKeys`` the rows are COPYed into the
+object is built per row either way. A task's batches stream through one COPY
+(``CopyStream``; a new one only where a batch needs the other format), except with dead
+letters, where each batch has its own COPY so a refused one can be undone and halved
+alone. With ``upsertKeys`` the rows are COPYed into the
 sink's staging table (tagged with the task) and merged with one ``INSERT ... SELECT
 DISTINCT ON (keys) ... ON CONFLICT (keys) DO UPDATE``. A transaction ends with ``PREPARE
 TRANSACTION`` under exactly_once.
@@ -83,6 +86,78 @@ def to_copy(rb: pa.RecordBatch, sql: SqlPlan, task_tag: str | None) -> tuple[str
     if sql.binary_kinds and (data := binary_copy.encode(rb, sql.binary_kinds, task_tag)) is not None:
         return (sql.copy_target_binary if task_tag is None else sql.copy_staging_binary), data
     return (sql.copy_target if task_tag is None else sql.copy_staging), to_csv(rb, sql, task_tag)
+
+
+COPY_CHUNK = 1 << 20  # the size psycopg2 asks for; a batch's bytes come whole whatever it is
+
+
+class CopyStream:
+    """A task's batches as few COPYs as their statements allow (binary, or CSV for a batch
+    whose Arrow types the binary plan does not cover): psycopg2 reads the data from here
+    (``read``) while it sends it, so the server takes in one batch while the next comes
+    from Spark and is encoded, where a COPY a batch waited for each to be taken in first.
+    A row the server refuses fails the COPY it is in, as before; that COPY's later batches
+    are still read first. Executor."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch], sql: SqlPlan, tag: str | None,
+                 digest: Any = None) -> None:
+        self._batches, self._sql, self._tag = batches, sql, tag
+        self._digest = digest  # sees every byte sent, if given
+        self._next: tuple[str, bytes, int] | None = None  # encoded, not yet sent
+        self._stmt = ""
+        self._binary = False
+        self._open = False  # binary rows sent, their trailer not yet
+        self.rows = 0
+        self.failure: BaseException | None = None  # what reading the batches raised
+
+    def next_copy(self) -> str | None:
+        """The next COPY's statement (None: no batch left); ``read`` gives its data."""
+        if self._next is None:
+            self._next = self._encode()
+        if self._next is None:
+            return None
+        self._stmt = self._next[0]
+        self._binary = self._stmt in (self._sql.copy_target_binary, self._sql.copy_staging_binary)
+        self._open = False
+        return self._stmt
+
+    def read(self, size: int = -1) -> bytes:
+        """psycopg2's call for the next bytes of the current COPY (b"": it ends)."""
+        try:
+            return self._read()
+        except BaseException as e:  # psycopg2 reports any as the COPY's failure; kept to re-raise
+            self.failure = e
+            raise
+
+    def _read(self) -> bytes:
+        if self._next is None:
+            self._next = self._encode()
+        if self._next is None or self._next[0] != self._stmt:  # this COPY ends here
+            if not self._open:
+                return b""
+            self._open = False
+            return self._sent(binary_copy.TRAILER)
+        _, data, rows = self._next
+        self._next = None
+        self.rows += rows
+        if self._binary:  # the first batch's header, each batch's rows, one trailer at the end
+            data = data[binary_copy.HEADER_BYTES if self._open else 0:-len(binary_copy.TRAILER)]
+            self._open = True
+        return self._sent(data)
+
+    def _sent(self, data: bytes) -> bytes:
+        if self._digest is not None:
+            self._digest.update(data)
+        return data
+
+    def _encode(self) -> tuple[str, bytes, int] | None:
+        rb = next(self._batches, None)
+        while rb is not None and rb.num_rows == 0:  # no bytes to send: b"" would end the COPY
+            rb = next(self._batches, None)
+        if rb is None:
+            return None
+        stmt, data = to_copy(rb, self._sql, self._tag)
+        return stmt, data, rb.num_rows
 
 
 class JdbcWriter(SinkWriter[JdbcCommittable]):
@@ -255,18 +330,21 @@ class PgWriter(SetsAside, JdbcWriter):
         keys = cfg.upsert_keys
         tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
         rows = 0
-        for rb in batches:
-            if rb.num_rows == 0:
-                continue
-            require_keys(rb, keys, task)
-            if self.refused is not None and not keys:
-                rows += self._copy_setting_aside(cur, rb, digest)
-                continue
-            stmt, data = to_copy(rb, sql, tag)
-            if digest is not None:
-                digest.update(data)
-            cur.copy_expert(stmt, io.BytesIO(data), len(data))
-            rows += rb.num_rows
+        if self.refused is not None and not keys:  # a COPY a batch, each undone alone if refused
+            for rb in batches:
+                if rb.num_rows:
+                    require_keys(rb, keys, task)
+                    rows += self._copy_setting_aside(cur, rb, digest)
+        else:
+            stream = CopyStream(_with_keys(batches, keys, task), sql, tag, digest)
+            while (stmt := stream.next_copy()) is not None:
+                try:
+                    cur.copy_expert(stmt, stream, COPY_CHUNK)
+                except psycopg2.Error:
+                    if stream.failure is not None:  # the batches' own error, not the server's
+                        raise stream.failure from None
+                    raise
+            rows = stream.rows
         if keys and rows:
             cur.execute(sql.upsert_from_staging, (tag,))
             cur.execute(sql.clear_staging, (tag,))
@@ -297,6 +375,15 @@ class PgWriter(SetsAside, JdbcWriter):
         if digest is not None:
             digest.update(data)
         return rb.num_rows
+
+
+def _with_keys(batches: Iterator[pa.RecordBatch], keys: tuple[str, ...],
+               task: TaskInfo) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches, each checked by ``require_keys`` as it comes."""
+    for rb in batches:
+        if rb.num_rows:
+            require_keys(rb, keys, task)
+            yield rb
 
 
 def require_keys(rb: pa.RecordBatch, keys: tuple[str, ...], task: TaskInfo) -> None:
