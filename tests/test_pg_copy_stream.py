@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from pyspark.sql import types as T
 
 from spark_ext.connectors.jdbc import binary_copy
-from spark_ext.connectors.jdbc.writer import COPY_CHUNK, CopyStream
+from spark_ext.connectors.jdbc.writer import CopyStream
 from spark_ext.errors import ConnectorError
 from tests.support.pg_util import execute, table_name
 
@@ -69,15 +69,8 @@ class _Recording:
 def _send(conn: Any, name: str, batches: Iterator[pa.RecordBatch],
           digest: Any = None) -> tuple[int, list[str]]:
     cur = _Recording(conn.cursor())
-    stream = CopyStream(batches, _plan(name), None, digest)
-    while (stmt := stream.next_copy()) is not None:
-        try:
-            cur.copy_expert(stmt, stream, COPY_CHUNK)
-        except psycopg2.Error:
-            if stream.failure is not None:
-                raise stream.failure from None
-            raise
-    return stream.rows, cur.statements
+    rows = CopyStream(batches, _plan(name), None, digest).send(cur)
+    return rows, cur.statements
 
 
 def _stored(conn: Any, name: str) -> list[tuple[int, str | None]]:

@@ -145,6 +145,18 @@ class CopyStream:
             self._open = True
         return self._sent(data)
 
+    def send(self, cur: Any) -> int:
+        """Run the COPYs on ``cur``; returns the rows sent. An error the batches raised is
+        raised as itself (psycopg2 would report it as the COPY's failure)."""
+        while (stmt := self.next_copy()) is not None:
+            try:
+                cur.copy_expert(stmt, self, COPY_CHUNK)
+            except psycopg2.Error:
+                if self.failure is not None:  # the batches' own error, not the server's
+                    raise self.failure from None
+                raise
+        return self.rows
+
     def _sent(self, data: bytes) -> bytes:
         if self._digest is not None:
             self._digest.update(data)
@@ -329,22 +341,11 @@ class PgWriter(SetsAside, JdbcWriter):
         cfg, sql = self.cfg, self.sql
         keys = cfg.upsert_keys
         tag = f"{task.batch_id}:{task.partition_id}:{task.attempt}" if keys else None
-        rows = 0
+        batches = _with_keys(batches, keys, task)
         if self.refused is not None and not keys:  # a COPY a batch, each undone alone if refused
-            for rb in batches:
-                if rb.num_rows:
-                    require_keys(rb, keys, task)
-                    rows += self._copy_setting_aside(cur, rb, digest)
+            rows = sum(self._copy_setting_aside(cur, rb, digest) for rb in batches)
         else:
-            stream = CopyStream(_with_keys(batches, keys, task), sql, tag, digest)
-            while (stmt := stream.next_copy()) is not None:
-                try:
-                    cur.copy_expert(stmt, stream, COPY_CHUNK)
-                except psycopg2.Error:
-                    if stream.failure is not None:  # the batches' own error, not the server's
-                        raise stream.failure from None
-                    raise
-            rows = stream.rows
+            rows = CopyStream(batches, sql, tag, digest).send(cur)
         if keys and rows:
             cur.execute(sql.upsert_from_staging, (tag,))
             cur.execute(sql.clear_staging, (tag,))
