@@ -13,15 +13,24 @@ last per partition (``DescribeProducers``), batches it already appended are drop
 the others are sent in order, one at a time, until ``kafka.delivery.timeout.ms``. Asking
 first matters: a restarted broker remembers only the last batch of each producer, so a
 batch it appended earlier, sent again, would be refused as out of order rather than
-recognised as a duplicate. Any other refusal fails the task; Spark retries it in a new
+recognised as a duplicate. Only the same producer epoch's sequence numbers count: a
+transactional id comes back every other batch with the same producer id, a new epoch and
+sequence numbers from 0 again, so the last batch the previous epoch left on a partition
+says nothing about this one's. Any other refusal fails the task; Spark retries it in a new
 transaction.
+
+Connections to leaders outlive the task (``_Idle``): Spark runs an executor's tasks one
+after another in the same Python worker, and a new connection a task costs a TLS and SASL
+handshake (16 ms of wall-clock and 5 ms of the task's CPU each on SASL_SSL here).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from kafka.errors import DuplicateSequenceNumberError, MessageSizeTooLargeError
@@ -31,6 +40,8 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn, metadata
 from spark_ext.connectors.kafka.client.errors import error_name
+from spark_ext.connectors.kafka.client.security import KafkaSecurity
+from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
 from spark_ext.errors import ConnectorError
 from spark_ext.retry import Backoff, Deadline
@@ -43,6 +54,48 @@ REQUEST_BYTES = 1 << 20  # Kafka's producer's max.request.size; a larger single 
 
 Item = tuple[tuple[str, int], bytes, int]  # (topic, partition), encoded record batch, records
 NO_ANSWER = (-1, "the broker's answer did not name this partition")  # -1: Kafka's UNKNOWN_SERVER_ERROR
+
+
+_Key = tuple[str, int, float, KafkaSecurity]  # a broker's host and port, the connection's settings
+
+
+class _Idle:
+    """Connections to brokers this process keeps between tasks, by address and settings.
+    Only a connection whose every request was answered comes back here, so the next task
+    never reads a reply that is not its own. One idle longer than Kafka's own producer
+    keeps one (``connections.max.idle.ms``, 9 minutes, under the broker's 10) is closed
+    instead; one the broker closed meanwhile fails its first request and is recovered from
+    like any dropped connection."""
+
+    MAX_IDLE_S = 540.0
+    MAX_KEPT = 8
+
+    def __init__(self) -> None:
+        self._conns: OrderedDict[_Key, list[tuple[float, Conn]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: _Key) -> Conn | None:
+        with self._lock:
+            kept = self._conns.get(key, [])
+            while kept:
+                since, conn = kept.pop()
+                if time.monotonic() - since < self.MAX_IDLE_S:
+                    return conn
+                conn.close()
+        return None
+
+    def keep(self, key: _Key, conn: Conn) -> None:
+        with self._lock:
+            self._conns.setdefault(key, []).append((time.monotonic(), conn))
+            self._conns.move_to_end(key)
+            while sum(len(v) for v in self._conns.values()) > self.MAX_KEPT:
+                oldest = next(iter(self._conns))
+                self._conns[oldest].pop(0)[1].close()
+                if not self._conns[oldest]:
+                    del self._conns[oldest]
+
+
+_idle = _Idle()
 
 
 class _LeaderLost(Exception):
@@ -64,8 +117,12 @@ class Sender:
         self._pending: dict[int, list[list[Item]]] = {}  # per leader: requests sent, not acknowledged
         self.counts: dict[str, int] = {}
 
-    def load(self, topics: list[str]) -> None:
-        md = metadata(self.cfg.bootstrap, topics, self.cfg.timeout_s, self.cfg.security)
+    def load(self, topics: list[str], client: KafkaTxnClient | None = None) -> None:
+        """Who leads each partition of ``topics``: asked over ``client``'s open connection
+        when given (a kept client's, no handshake), else over a new one."""
+        md = client.metadata(topics) if client is not None else None
+        if md is None or not md.brokers:  # a broker resuming from a pause lists none: wait
+            md = metadata(self.cfg.bootstrap, topics, self.cfg.timeout_s, self.cfg.security)
         self._brokers.update({b.node_id: (b.host, b.port) for b in md.brokers})
         for t in md.topics:
             if t.error_code == 0:
@@ -92,6 +149,21 @@ class Sender:
         for c in self._conns.values():
             c.close()
         self._conns.clear()
+
+    def release(self) -> None:
+        """After a ``flush`` that returned: every request was answered, so the connections
+        go to the next task of this process. Not without acknowledgements (``acks=0``): a
+        broker reports a refused request then by closing the connection, which the next
+        task would find, and fail on, instead of this one."""
+        if self.acks == 0 or self._ready or any(self._pending.values()):
+            self.close()
+            return
+        for c in self._conns.values():
+            _idle.keep(self._key(c.host, c.port), c)
+        self._conns.clear()
+
+    def _key(self, host: str, port: int) -> _Key:
+        return (host, port, self.cfg.timeout_s, self.cfg.security)
 
     # --- internals ---------------------------------------------------------------------
 
@@ -134,7 +206,10 @@ class Sender:
         if conn is None:
             if leader not in self._brokers:  # -1: no leader elected yet
                 raise ConnectionRefusedError(f"no broker leads the partition now (leader {leader})")
-            conn = self._conns[leader] = Conn(*self._brokers[leader], self.cfg.timeout_s, self.cfg.security)
+            host, port = self._brokers[leader]
+            conn = _idle.take(self._key(host, port)) or Conn(host, port, self.cfg.timeout_s,
+                                                             self.cfg.security)
+            self._conns[leader] = conn
         return conn
 
     def _request(self, items: list[Item]) -> Any:
@@ -203,9 +278,9 @@ class Sender:
 
 
     def _last_sequences(self, items: list[Item]) -> dict[tuple[str, int], int]:
-        """Per partition of ``items``: the last sequence number of their producer the
-        leader holds (absent: none)."""
-        pid = _producer_id(items[0])
+        """Per partition of ``items``: the last sequence number of their producer, in their
+        epoch, the leader holds (absent: none)."""
+        pid, epoch = _producer_id(items[0]), _producer_epoch(items[0])
         by_leader: dict[int, dict[str, list[int]]] = {}
         for tp, _, _ in items:
             by_leader.setdefault(self._leaders[tp], {}).setdefault(tp[0], []).append(tp[1])
@@ -223,14 +298,18 @@ class Sender:
                         raise ConnectorError(f"describing the producers of {t.name}-{p.partition_index}: "
                                              f"{error_name(p.error_code)}")
                     for s in p.active_producers:
-                        if s.producer_id == pid:
+                        if s.producer_id == pid and s.producer_epoch == epoch:
                             out[(t.name, p.partition_index)] = s.last_sequence
         return out
 
 
-# A v2 record batch's header: the producer id at byte 43, the base sequence at 53.
+# A v2 record batch's header: the producer id at byte 43, its epoch at 51, the base sequence at 53.
 def _producer_id(item: Item) -> int:
     return int(struct.unpack_from(">q", item[1], 43)[0])
+
+
+def _producer_epoch(item: Item) -> int:
+    return int(struct.unpack_from(">h", item[1], 51)[0])
 
 
 def _last_sequence(item: Item) -> int:

@@ -75,7 +75,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
                 if self._began:
                     self._abort_quietly(client, producer)
                 raise
-        sender.close()
+        sender.release()
         failpoints.hit("kafka.after_write", task.batch_id, rows)  # acknowledged, not yet reported
         opened = producer if self._transactional and touched else None
         return KafkaCommittable(task.batch_id, task.partition_id, task.attempt, rows, opened,
@@ -85,7 +85,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
                  sender: Sender, client: KafkaTxnClient) -> tuple[int, set[tuple[str, int]]]:
         cfg = self.cfg
         if cfg.topic:
-            sender.load([cfg.topic])
+            sender.load([cfg.topic], client)
         part = Partitioner(cfg.topic, sender.counts, task.partition_id)
         exactly = self._transactional
         batcher = Batcher(producer.producer_id, producer.epoch, exactly, cfg.codec, cfg.batch_bytes)
@@ -102,7 +102,7 @@ class KafkaWriter(SinkWriter[KafkaCommittable], SetsAside):
                 seen = set(batch.column("topic").drop_null().to_pylist())
                 missing = [t for t in seen if t not in sender.counts]
                 if missing:
-                    sender.load(missing)
+                    sender.load(missing, client)
             if self.refused is not None:
                 batch = self._set_aside(batch, bad_targets(batch, cfg.topic, sender.counts))
                 if batch.num_rows == 0:
