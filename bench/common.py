@@ -364,34 +364,12 @@ def kafka_sink_prefix(checkpoint: object) -> str:
 
 def drain_queue(env: dict[str, str], queue: str, timeout_s: float = 120) -> list[str]:
     """Every message body on STOMP destination ``queue``, consumed by an independent
-    stomp.py client up to a sentinel sent now (a queue is FIFO: nothing sent before the
-    sentinel is left behind it)."""
-    import threading
-    import uuid
+    stomp.py client up to a sentinel sent now (``services.queue_drain``)."""
+    from services import queue_drain
 
-    import stomp
-
-    sentinel = f"sentinel-{uuid.uuid4().hex}"
-    got: list[str] = []
-    done = threading.Event()
-
-    class Listener(stomp.ConnectionListener):
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            if frame.body == sentinel:
-                done.set()
-            else:
-                got.append(frame.body)
-
-    conn = stomp.Connection12([(env["STOMP_HOST"], int(env["STOMP_PORT"]))], heartbeats=(0, 0))
-    conn.connect(env["STOMP_USER"], env["STOMP_PASSWORD"], wait=True)
     try:
-        conn.send(queue, sentinel, headers={"persistent": "true"})
-        conn.set_listener("drain", Listener())
-        conn.subscribe(queue, id="drain", ack="auto")
-        if not done.wait(timeout_s):
-            raise BenchError(f"{queue} not drained within {timeout_s:.0f} s")
-        return got
-    finally:
-        # With a receipt id stomp.py waits for it: what the broker delivered (and so
-        # acknowledged) after the sentinel is in ``got`` too.
-        conn.disconnect(receipt="bye")
+        return [body for _, body in queue_drain.drain(env["STOMP_HOST"], int(env["STOMP_PORT"]),
+                                                      env["STOMP_USER"], env["STOMP_PASSWORD"], queue,
+                                                      timeout_s)]
+    except TimeoutError:
+        raise BenchError(f"{queue} not drained within {timeout_s:.0f} s") from None

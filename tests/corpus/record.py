@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -505,28 +504,10 @@ def _stomp(e: dict[str, str]) -> Any:
 
 def drain(e: dict[str, str], queue: str, timeout: float = 30.0) -> list[tuple[dict[str, str], str]]:
     """Every message of ``queue`` (consumed), as (headers, body), up to a sentinel sent now."""
-    import stomp
+    from services import queue_drain
 
-    sentinel = f"corpus-sentinel-{uuid.uuid4().hex}"
-    got: list[tuple[dict[str, str], str]] = []
-    done = threading.Event()
-
-    class L(stomp.ConnectionListener):
-        def on_message(self, frame: Any) -> None:
-            if frame.body == sentinel:
-                done.set()
-            elif not frame.body.startswith("corpus-sentinel-"):
-                got.append((dict(frame.headers), frame.body))
-
-    c = _stomp(e)
-    try:
-        c.send(f"/queue/{queue}", sentinel, headers={"persistent": "true"})
-        c.set_listener("drain", L())
-        c.subscribe(f"/queue/{queue}", id="drain", ack="auto")
-        assert done.wait(timeout), f"sentinel not received from {queue} in {timeout} s"
-    finally:
-        c.disconnect(receipt=f"bye-{uuid.uuid4().hex}")
-    return got
+    return queue_drain.drain(e["STOMP_HOST"], int(e["STOMP_PORT"]), e["STOMP_USER"], e["STOMP_PASSWORD"],
+                             f"/queue/{queue}", timeout)
 
 
 def _queues(case: Case) -> dict[str, str]:
