@@ -239,3 +239,75 @@ def test_a_leader_killed_while_every_leader_holds_unacknowledged_requests(cluste
         time.sleep(0.5)  # the commit's markers reach the partitions after it returns
     assert sorted(v.decode() for _, _, v in got) == rows  # each once
     assert open_transactions(c.bootstrap, prefix) == []
+
+
+def test_a_batch_the_leader_appended_and_no_follower_copied_is_not_taken_as_held(cluster, monkeypatch):
+    """A task writes two record batches to a partition. The first is sent, and copied by
+    both followers; then they freeze, and the task's last batch goes out. The leader appends
+    it and cannot acknowledge it, so the request times out and the recovery asks the leader
+    which batches it holds (DescribeProducers): it names the last one, though no follower
+    has it. The leader is then killed (kill -9) and the followers resumed: one of them, in
+    sync and without the batch, leads. Before: the batch counted as held, was never sent
+    again, and the transaction committed without its records."""
+    from spark_ext.connectors.kafka.sink import sender
+    from tests.support.kafka_sink import end_offsets, prepare_batch, sink_plan
+
+    c = cluster
+    out = create_topic(c.bootstrap, 1, "uncopied", replication=3)
+    deadline = time.monotonic() + 30
+    while (victim := c.leader(out, 0)) == -1:  # until every node knows the topic
+        assert time.monotonic() < deadline, f"no leader for {out} in 30 s"
+        time.sleep(0.2)
+    followers = [n.node_id for n in c.nodes if n.node_id != victim]
+    # The leader first: the recovery's metadata comes from it while the followers are frozen.
+    bootstrap = ",".join(n.address for n in sorted(c.nodes, key=lambda n: n.node_id != victim))
+    real_flush, real_last = sender.Sender.flush, sender.Sender._last_sequences
+    steps: list[str] = []
+
+    def flush(self: sender.Sender) -> None:
+        if not steps:
+            # The first batch is in flight: once the followers hold it (the leader's high
+            # watermark past it), they freeze. The last batch is still to be sent.
+            first = sum(n for reqs in self._pending.values() for req in reqs for _, _, n in req)
+            assert first and self._ready, "the case needs a batch sent and one to send at flush"
+            deadline = time.monotonic() + 30
+            while end_offsets(c.node(victim).address, out) < first:
+                assert time.monotonic() < deadline, "the followers did not copy the first batch in 30 s"
+                time.sleep(0.05)
+            for f in followers:
+                c.freeze(f)
+            steps.append("frozen")
+        real_flush(self)
+
+    def last_sequences(self: sender.Sender, items: list[sender.Item]) -> dict[tuple[str, int], int]:
+        held = real_last(self, items)
+        if steps == ["frozen"]:  # the leader has answered: now it goes, the followers come back
+            steps.append(f"held {held}")
+            c.kill(victim)
+            for f in followers:
+                c.thaw(f)
+        return held
+
+    monkeypatch.setattr(sender.Sender, "flush", flush)
+    monkeypatch.setattr(sender.Sender, "_last_sequences", last_sequences)
+    rows = [f"row-{i:05d}-{'x' * 300}" for i in range(2500)]  # 1.5 MB: two batches of the default size
+    prefix = f"uncopied-{out}"
+    try:
+        plan = sink_plan(bootstrap, out, prefix, opts={"kafka.request.timeout.ms": "3000"})
+        committable = prepare_batch(plan, 0, rows)
+        assert len(steps) == 2 and steps[1] != "held {}", steps  # the leader named the uncopied batch
+        monkeypatch.setattr(sender.Sender, "flush", real_flush)
+        monkeypatch.setattr(sender.Sender, "_last_sequences", real_last)
+        plan.new_committer().commit([committable], 0, plan.claim)
+    finally:
+        for f in followers:
+            if c.node(f).frozen:
+                c.thaw(f)
+        if c.node(victim).proc is None:
+            c.start(victim)
+        c.wait_ready()
+    deadline = time.monotonic() + 60
+    while len(got := consume(c.bootstrap, out)) < len(rows) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the commit's markers reach the partitions after it returns
+    assert sorted(v.decode() for _, _, v in got) == rows  # each once
+    assert open_transactions(c.bootstrap, prefix) == []

@@ -9,15 +9,17 @@ or a broker answers with a retriable error ("not the leader", "no leader yet", a
 a restart or a leader move), every unacknowledged batch, of every leader, is sent again
 (without acknowledgements, ``acks=0``, the task fails instead): the leaders of every
 topic are read anew, each is asked which sequence number of this producer it holds
-last per partition (``DescribeProducers``), batches it already appended are dropped and
-the others are sent in order, one at a time, until ``kafka.delivery.timeout.ms``. Asking
-first matters: a restarted broker remembers only the last batch of each producer, so a
-batch it appended earlier, sent again, would be refused as out of order rather than
-recognised as a duplicate. Only the same producer epoch's sequence numbers count: a
-transactional id comes back every other batch with the same producer id, a new epoch and
-sequence numbers from 0 again, so the last batch the previous epoch left on a partition
-says nothing about this one's. Any other refusal fails the task; Spark retries it in a new
-transaction.
+last per partition (``DescribeProducers``), batches it appended before its last one are
+dropped, and that last one and the rest are sent in order, one at a time, until
+``kafka.delivery.timeout.ms``. Asking first matters: a restarted broker remembers only the
+last batch of each producer, so a batch it appended earlier, sent again, would be refused
+as out of order rather than recognised as a duplicate. The last one goes again because a
+leader names what it appended before its followers copied it: acknowledged as a duplicate
+once they have (``acks=all``), it is not lost with a leader that dies first. Only the same
+producer epoch's sequence numbers count: a transactional id comes back every other batch
+with the same producer id, a new epoch and sequence numbers from 0 again, so the last batch
+the previous epoch left on a partition says nothing about this one's. Any other refusal
+fails the task; Spark retries it in a new transaction.
 
 Connections to leaders outlive the task (``_Idle``): Spark runs an executor's tasks one
 after another in the same Python worker, and a new connection a task costs a TLS and SASL
@@ -261,8 +263,7 @@ class Sender:
             try:
                 # Every known topic: a queued batch of another topic may have lost its leader too.
                 self.load(sorted(set(self.counts) | {tp[0] for tp, _, _ in items}))
-                held = self._last_sequences(items)
-                items = [it for it in items if _last_sequence(it) > held.get(it[0], -1)]
+                items = _unconfirmed(items, self._last_sequences(items))
                 while items:
                     tp, records, count = items[0]
                     c = self._conn(self._leaders[tp])
@@ -301,6 +302,20 @@ class Sender:
                         if s.producer_id == pid and s.producer_epoch == epoch:
                             out[(t.name, p.partition_index)] = s.last_sequence
         return out
+
+
+def _unconfirmed(items: list[Item], held: dict[tuple[str, int], int]) -> list[Item]:
+    """``items`` to send again, given each partition's last sequence number its leader holds:
+    those it does not hold, after the last one it does. A leader answers DescribeProducers
+    from its own log, before its followers copy what it appended; sent again, that batch is
+    a duplicate the leader acknowledges as the first copy would have been (with ``acks=all``,
+    once the in-sync replicas hold it), so a leader lost before they copy it is noticed.
+    Each partition's items are in sequence order."""
+    last_held: dict[tuple[str, int], Item] = {}
+    for it in items:
+        if _last_sequence(it) <= held.get(it[0], -1):
+            last_held[it[0]] = it
+    return [it for it in items if _last_sequence(it) > held.get(it[0], -1) or last_held.get(it[0]) is it]
 
 
 # A v2 record batch's header: the producer id at byte 43, its epoch at 51, the base sequence at 53.
