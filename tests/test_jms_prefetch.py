@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support.stomp_util import drain, queue_counts, queue_name, send
+from tests.support.stomp_util import drain, queue_counts, queue_name, send, take_all
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.services]
@@ -109,16 +109,7 @@ def test_a_message_received_ahead_that_never_comes_back_is_reported(services, ca
         ahead = set(rx._queue)
         rx._conn._sock.shutdown(socket.SHUT_RDWR)  # the link drops: no DISCONNECT
         wait_for(lambda: not rx.connected, "the reader to see the connection lost")
-        # Someone else takes everything meanwhile. The broker hands a dead connection's
-        # messages back in steps: one (seen: the oldest) can come back after a drain's
-        # sentinel, so drain until all have been taken.
-        taken: list[str] = []
-
-        def all_taken() -> bool:
-            taken.extend(drain(services, dest))
-            return len(taken) >= 300
-
-        wait_for(all_taken, "another consumer to take all 300 messages", 30)
+        taken = take_all(services, dest, 300)  # someone else takes everything meanwhile
         assert sorted(taken) == sorted(f"g{i}" for i in range(300))
         caplog.clear()
         with caplog.at_level(logging.ERROR, "spark_ext.connectors.jms.source"):

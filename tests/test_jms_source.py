@@ -13,7 +13,7 @@ from tests.support.jms import driver_argv, jms
 from tests.support.pg_util import execute, prepared, query, table_name
 from tests.support.processes import driver_report
 from tests.support.releases import assert_refused_for_release, refusal
-from tests.support.stomp_util import Holder, consumer_count, drain, queue_name, send
+from tests.support.stomp_util import Holder, consumer_count, drain, queue_name, send, take_all
 from tests.support.waiting import wait_for, wait_for_idle_trigger
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -142,15 +142,7 @@ def test_recorded_message_that_never_returns_fails_clearly_or_is_skipped(service
     crashed = subprocess.run([*base, "100", "jdbc.before_decision"], start_new_session=True,
                              capture_output=True, text=True, timeout=300)
     assert crashed.returncode == -9
-    # Another consumer takes everything, the batch's messages too. The broker hands the dead
-    # driver's messages back in steps, some after a drain's sentinel: drain until all are taken.
-    lost: list[str] = []
-
-    def all_taken() -> bool:
-        lost.extend(drain(services, dest))
-        return len(lost) >= 100
-
-    wait_for(all_taken, "another consumer to take all 100 messages", 30)
+    lost = take_all(services, dest, 100)  # another consumer takes everything, the batch's messages too
     assert sorted(lost) == sorted(f"g{i}" for i in range(100))
     failed = subprocess.run([*base, "1", "-", "replayTimeoutMs=3000"], capture_output=True, text=True,
                             timeout=300)

@@ -234,11 +234,7 @@ def test_a_leader_killed_while_every_leader_holds_unacknowledged_requests(cluste
         if killed:
             c.start(victim)
             c.wait_ready()
-    deadline = time.monotonic() + 60
-    while len(got := consume(c.bootstrap, out)) < len(rows) and time.monotonic() < deadline:
-        time.sleep(0.5)  # the commit's markers reach the partitions after it returns
-    assert sorted(v.decode() for _, _, v in got) == rows  # each once
-    assert open_transactions(c.bootstrap, prefix) == []
+    _assert_each_once(c, out, rows, prefix)
 
 
 def test_a_batch_the_leader_appended_and_no_follower_copied_is_not_taken_as_held(cluster, monkeypatch):
@@ -306,8 +302,13 @@ def test_a_batch_the_leader_appended_and_no_follower_copied_is_not_taken_as_held
         if c.node(victim).proc is None:
             c.start(victim)
         c.wait_ready()
+    _assert_each_once(c, out, rows, prefix)
+
+
+def _assert_each_once(c: KafkaCluster, out: str, rows: list[str], prefix: str) -> None:
+    """Every row in ``out`` once, read_committed, and no transaction of ``prefix`` left open."""
     deadline = time.monotonic() + 60
     while len(got := consume(c.bootstrap, out)) < len(rows) and time.monotonic() < deadline:
         time.sleep(0.5)  # the commit's markers reach the partitions after it returns
-    assert sorted(v.decode() for _, _, v in got) == rows  # each once
+    assert sorted(v.decode() for _, _, v in got) == rows
     assert open_transactions(c.bootstrap, prefix) == []

@@ -66,6 +66,21 @@ def drain_messages(services, dest: str, timeout: float = 30.0,
                              services.stomp_password, dest, timeout, on_sentinel)
 
 
+def take_all(services, dest: str, n: int, timeout: float = 30.0) -> list[str]:
+    """Drain until ``n`` messages are taken: the broker hands a dead connection's messages
+    back in steps, and one can come back after a drain's sentinel (seen: the oldest)."""
+    from tests.support.waiting import wait_for
+
+    taken: list[str] = []
+
+    def all_taken() -> bool:
+        taken.extend(drain(services, dest))
+        return len(taken) >= n
+
+    wait_for(all_taken, f"another consumer to take all {n} messages", timeout)
+    return taken
+
+
 def queue_counts(dest: str) -> tuple[int, int]:
     """(messages on the queue, of which delivered and not yet acknowledged), from the
     broker's own management (Artemis CLI ``queue stat``)."""
