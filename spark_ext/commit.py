@@ -62,7 +62,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
@@ -73,6 +73,7 @@ from spark_ext import compat, failpoints
 from spark_ext.errors import (
     CommitError,
     FatalCommitError,
+    NewerFormatError,
     PredecessorSinkError,
     SecondWriteError,
     SparkExtError,
@@ -148,6 +149,25 @@ class Predecessor:
     finished: bool
     in_doubt: int = 0
     checkpoint: str | None = None
+
+
+R = TypeVar("R")
+
+
+def read_other(read: Callable[[], R], query_id: str,
+               not_a_sink: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError)) -> R | None:
+    """Step 4a's search reading another identity's record with ``read``: None when it is no
+    sink's record (``not_a_sink`` raised) or a newer release's record of another query.
+    A newer release's record of this query, or one whose query is not known, is refused:
+    whether that sink left this batch decided or in doubt cannot be read here."""
+    try:
+        return read()
+    except not_a_sink:
+        return None
+    except NewerFormatError as e:
+        if e.query_id is not None and e.query_id != query_id:
+            return None
+        raise
 
 
 F = TypeVar("F")
@@ -381,7 +401,12 @@ class TwoPhaseCommitter(Committer[C], Generic[C, D]):
         on, finishes both."""
         if not batch.query_id:
             return
-        for p in self.predecessors(batch):
+        try:
+            found = self.predecessors(batch)
+        except NewerFormatError:
+            self.roll_back_own(batch)  # refused as below: the identity may never be taken over
+            raise
+        for p in found:
             if self.siblings(p.name):
                 continue  # another sub-sink of the same routing sink: the same batches, decided once
             if p.last_batch < batch.batch_id and p.finished and not p.in_doubt:

@@ -53,7 +53,12 @@ class UnsupportedReleaseError(ConfigurationError):
 class NewerFormatError(SparkExtError):
     """A record was written by a newer release of spark-ext, in a format this one cannot
     read (``spark_ext.formats``). Not a ``ValueError``: code that skips records it cannot
-    parse as not its own must not skip this one."""
+    parse as not its own must not skip this one. ``query_id``: the query the record
+    belongs to, where its format keeps that in every version ("": none; None: not known)."""
+
+    def __init__(self, message: str, query_id: str | None = None) -> None:
+        super().__init__(message)
+        self.query_id = query_id
 
 
 class UnreadableRecordError(SparkExtError):

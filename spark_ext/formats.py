@@ -12,6 +12,12 @@ A record written without a version (before versions were kept) is version 1. A r
 that changes a format raises its ``current`` here and keeps reading the older versions;
 the compatibility corpus under ``tests/`` holds a recorded state of each version.
 
+A sink's record that other sinks read when they look for their query's earlier
+identities (the Kafka sink's kept decision, the queue sink's log entry) keeps the query
+it belongs to where version 1 holds it (``query_at``), in every version: an older
+release then passes over a newer release's record of another query, where refusing
+would stop every query of the older release on a system the two share.
+
 Not versioned here: the Kafka source's offsets, which keep Spark's own Kafka source's
 JSON so that a query can move between the two; the prepared transactions' global ids
 and transactional ids, whose prefix (``sx:``, the sink's id) is their version.
@@ -36,10 +42,14 @@ class Format:
 
     what: str
     current: int = 1
+    #: The path of keys and indexes to the record's query id, kept in every version (empty:
+    #: not kept, for a record no other sink reads).
+    query_at: tuple[str | int, ...] = ()
 
-    def read(self, found: Any, where: str) -> int:
+    def read(self, found: Any, where: str, query_id: str | None = None) -> int:
         """The version of a record whose ``KEY`` holds ``found`` (None: not kept, version 1),
-        read at ``where``; raises ``NewerFormatError`` for a version newer than ``current``."""
+        read at ``where``; raises ``NewerFormatError`` for a version newer than ``current``,
+        carrying ``query_id``, the record's query."""
         try:
             version = 1 if found is None else int(found)
         except (TypeError, ValueError):
@@ -55,12 +65,30 @@ class Format:
                 f"spark-ext; this release ({VERSION}) reads versions 1 to {self.current}. Run the query "
                 "with the release that wrote it (or a newer one) on the driver and every executor; to go "
                 "back to this release, stop the query after a batch has committed with the newer one and "
-                "the sink shows nothing in doubt (spark-ext status)")
+                "the sink shows nothing in doubt (spark-ext status)", query_id)
         return version
 
     def of(self, doc: Any, where: str) -> int:
         """``read`` of a JSON object's ``KEY`` (any other JSON value: version 1)."""
-        return self.read(doc.get(KEY) if isinstance(doc, dict) else None, where)
+        found = doc.get(KEY) if isinstance(doc, dict) else None
+        return self.read(found, where, self.query_of(doc) if found is not None else None)
+
+    def query_of(self, doc: Any) -> str | None:
+        """The query id at ``query_at`` in ``doc`` of any version: "" where the path meets a
+        null (the record names no query), None where it is not there."""
+        if not self.query_at:
+            return None
+        value = doc
+        for step in self.query_at:
+            if value is None:
+                return ""
+            if isinstance(step, str) and isinstance(value, dict) and step in value:
+                value = value[step]
+            elif isinstance(step, int) and isinstance(value, list) and step < len(value):
+                value = value[step]
+            else:
+                return None
+        return value if isinstance(value, str) else "" if value is None else None
 
     def need(self, doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
         """``doc[key]``, which every version of this format holds as a ``kind``; raises
@@ -76,8 +104,8 @@ class Format:
 
 
 JDBC_DECISION = Format("a PostgreSQL or MariaDB sink's decision")
-KAFKA_DECISION = Format("the Kafka sink's decision")
-QUEUE_LOG = Format("the queue sink's log entry")
+KAFKA_DECISION = Format("the Kafka sink's decision", query_at=("q",))
+QUEUE_LOG = Format("the queue sink's log entry", query_at=("d", 1))
 ROUTING_DECISION = Format("the routing sink's decision")
 QUEUE_OFFSET = Format("the queue source's offset")
 WINDOW_STATE = Format("the windows' state")

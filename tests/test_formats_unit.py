@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 
 from spark_ext import formats
-from spark_ext.commit import Claim, TaskInfo
+from spark_ext.commit import Claim, TaskInfo, read_other
 from spark_ext.connectors.jdbc.transactions import read_winners, winners_text
 from spark_ext.connectors.jms import source as queue_source
 from spark_ext.connectors.jms.sink.entries import JmsDecision, SinkState, Winner
@@ -59,6 +60,38 @@ def test_a_record_is_written_with_its_version_and_a_newer_ones_is_refused_naming
     said = str(refused.value)
     assert f"in format version {NEWER}, written by a newer release" in said, said
     assert "reads versions 1 to 1" in said and "on the driver and every executor" in said, said
+
+
+# The records other sinks read when they look for a query's earlier identities: a newer
+# release's names its query, where version 1 keeps it, and a search passes over another's.
+OTHERS_READ: dict[str, Callable[[str], str]] = {
+    "kafka decision": lambda q: Decision(3, q, None, (Producer("t-0", 1, 0),), "run-1", 10).parts()[0],
+    "queue sink log": lambda q: SinkState(2, 1, JmsDecision(3, q, (Winner("sx-1", 4),)), False).encode(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHERS_READ))
+def test_a_newer_record_that_other_sinks_read_names_its_query(case):
+    newer, read = _bumped(OTHERS_READ[case]("queryA")), CASES[case][1]
+    with pytest.raises(NewerFormatError) as refused:
+        read(newer)
+    assert refused.value.query_id == "queryA"
+    assert read_other(lambda: read(newer), "queryB") is None  # another query's: passed over
+    with pytest.raises(NewerFormatError):
+        read_other(lambda: read(newer), "queryA")  # this query's: refused
+
+
+def test_a_newer_record_whose_query_is_not_where_version_1_keeps_it_is_refused_by_a_search():
+    """A newer release that moved the query breaks the promise: the search cannot tell
+    whose the record is, so it refuses rather than pass over this query's."""
+    for doc in ({formats.KEY: NEWER, "query": "queryB"}, {formats.KEY: NEWER, "q": 7}):
+        with pytest.raises(NewerFormatError) as refused:
+            formats.KAFKA_DECISION.of(doc, "here")
+        assert refused.value.query_id is None
+        with pytest.raises(NewerFormatError):
+            read_other(partial(formats.KAFKA_DECISION.of, doc, "here"), "queryA")
+    assert formats.QUEUE_LOG.query_of({formats.KEY: NEWER, "d": None}) == ""  # an entry deciding nothing
+    assert formats.JDBC_DECISION.query_of({formats.KEY: NEWER, "q": "queryA"}) is None  # none kept
 
 
 @pytest.mark.parametrize("found", ["x", 0, -1])

@@ -7,6 +7,7 @@ that wrote a committed batch again would show duplicates, not only a loss.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from spark_ext import formats
 from spark_ext.commit import TaskInfo
-from spark_ext.errors import ConnectorError, FencedError
+from spark_ext.errors import ConnectorError, FencedError, NewerFormatError, PredecessorSinkError
 from spark_ext.guarantees import Guarantee
 from spark_ext.options import checkpoint_sink_id
 from tests.support import mysql_util, pg_util
@@ -308,6 +310,41 @@ def test_exactly_once_writes_to_a_target_of_the_longest_name(make_case, tmp_path
     batch.new_committer().commit([msg], 0, batch.claim)
     assert case.committed(target) == [1, 2]
     assert case.in_doubt(tmp_path / "ckpt", target) == []
+
+
+def _commit_one(case: SinkCase, target: str, checkpoint: Path, query_id: str, batch_id: int,
+                ids: list[int]) -> None:
+    """One batch of one task, driven through the sink's steps as Spark calls them."""
+    batch = plan(case, target, checkpoint)
+    msg = batch.new_writer().write(iter([case.rows(ids)]), TaskInfo(query_id, batch_id, 0, 0, batch_id + 1))
+    batch.new_committer().commit([msg], batch_id, batch.claim)
+
+
+@pytest.mark.parametrize("sink", ALL_SINKS)
+def test_a_newer_releases_sink_stops_only_the_query_it_ran(make_case, tmp_path, monkeypatch, sink):
+    """A system shared by queries on two releases: a sink of one query ran with a newer
+    release, whose every format is a version ahead. A query of this release under another
+    identity starts and commits its batch (its search for its own earlier identities passes
+    over a record it cannot read, but whose query it can); the newer sink's own query,
+    moved here under a new identity (a copied checkpoint) while its batch was not yet in
+    Spark's commit log, is refused: naming the versions where the search cannot read the
+    newer record, naming the old identity where it need not; nothing of the batch committed."""
+    case = make_case(sink)
+    target = case.new_target()
+    theirs, ours = new_query_id(), new_query_id()
+    with monkeypatch.context() as newer:
+        for name in dir(formats):
+            f = getattr(formats, name)
+            if isinstance(f, formats.Format):
+                newer.setattr(formats, name, dataclasses.replace(f, current=f.current + 1))
+        _commit_one(case, target, tmp_path / "newer", theirs, 0, [1, 2])
+    _commit_one(case, target, tmp_path / "ours", ours, 0, [3, 4])
+    assert case.committed(target) == [1, 2, 3, 4]
+    with pytest.raises((NewerFormatError, PredecessorSinkError),
+                       match=r"written by a newer release|ran before"):
+        _commit_one(case, target, tmp_path / "moved", theirs, 0, [5])
+    assert case.committed(target) == [1, 2, 3, 4]
+    assert case.in_doubt(tmp_path / "moved", target) == []
 
 
 # A megabyte record: under the limits the targets have by default (Kafka's max.message.bytes

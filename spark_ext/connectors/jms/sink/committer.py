@@ -42,9 +42,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
-from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter, read_other
 from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, SessionError
 from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX, JmsSinkConfig
 from spark_ext.connectors.jms.sink.entries import SEQ_HEADER, JmsDecision, SinkState, Winner, read_entry
@@ -54,6 +55,7 @@ from spark_ext.errors import (
     CommitError,
     FatalCommitError,
     FencedError,
+    NewerFormatError,
     RetriableCommitError,
 )
 from spark_ext.retry import Backoff, Deadline, retry
@@ -189,8 +191,19 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
     def state(self, log_queue: str | None = None) -> SinkState | None:
         """The newest entry of this sink's log, or of ``log_queue`` (None: the sink never ran)."""
         queue = log_queue or self.cfg.log
-        entries = [read_entry(m, queue) for m in json.loads(self._queue(queue, "listMessagesAsJSON", ""))]
-        return max((e for e in entries if e is not None), key=lambda e: e.seq, default=None)
+        entries: list[SinkState] = []
+        newer: list[tuple[int, NewerFormatError]] = []
+        for m in json.loads(self._queue(queue, "listMessagesAsJSON", "")):
+            try:
+                entry = read_entry(m, queue)
+            except NewerFormatError as e:
+                newer.append((int(m.get(SEQ_HEADER, -1)), e))
+                continue
+            if entry is not None:
+                entries.append(entry)
+        if newer:  # the newest entry is a newer release's, whose query its error names
+            raise max(newer, key=lambda n: n[0])[1]
+        return max(entries, key=lambda e: e.seq, default=None)
 
     def _append(self, prev: SinkState | None, epoch: int, decision: JmsDecision | None,
                 done: bool) -> SinkState | None:
@@ -336,10 +349,7 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                       if n.startswith(QUEUE_PREFIX) and n.endswith(".log") and n != self.cfg.log)
         found = []
         for name in logs:
-            try:
-                old = self.state(name)
-            except (ValueError, KeyError, TypeError):
-                continue  # not a sink's log
+            old = read_other(partial(self.state, name), query)
             if old is None or old.decision is None or old.decision.query_id != query:
                 continue
             found.append(Predecessor(name[len(QUEUE_PREFIX):-len(".log")], old.decision.batch_id, old.done))

@@ -42,9 +42,10 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 
 from spark_ext import failpoints
-from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter
+from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter, read_other
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient, Producer, kept_client
 from spark_ext.connectors.kafka.sink.committable import KafkaCommittable
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
@@ -250,10 +251,9 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         firsts = self.client.fetch_offsets_of_groups(by_broker, self._anchor(), [0])
         found = []
         for group in sorted(firsts):
-            try:
-                old, done = self._kept(group, firsts[group].get(0, (-1, "")))
-            except (ValueError, KeyError, TypeError, zlib.error, TornDecisionError):
-                continue  # not ours
+            kept = read_other(partial(self._kept, group, firsts[group].get(0, (-1, ""))), query,
+                              (ValueError, KeyError, TypeError, zlib.error, TornDecisionError))
+            old, done = kept or (None, False)
             if old is None or old.query_id != query:
                 continue  # a sink of another topic, or of another query
             prefix = group[: -len(".batches.kept")]
