@@ -13,8 +13,9 @@ that changes a format raises its ``current`` here and keeps reading the older ve
 the compatibility corpus under ``tests/`` holds a recorded state of each version.
 
 A sink's record that other sinks read when they look for their query's earlier
-identities (the Kafka sink's kept decision, the queue sink's log entry) keeps the query
-it belongs to where version 1 holds it (``query_at``), in every version: an older
+identities (the Kafka sink's kept decision, the queue sink's log entry) keeps, in every
+version, version 1's framing (how it is split, compressed and laid in offset metadata or
+message properties) and its query where version 1 holds it (``query_at``): an older
 release then passes over a newer release's record of another query, where refusing
 would stop every query of the older release on a system the two share.
 
