@@ -298,6 +298,14 @@ def test_weaker_guarantees_write_every_record(spark, make_case, tmp_path, sink, 
     assert case.committed(target) == ALL  # none too: its writers flush before the task ends
 
 
+def _commit_one(case: SinkCase, target: str, checkpoint: Path, query_id: str, batch_id: int,
+                ids: list[int]) -> None:
+    """One batch of one task, driven through the sink's steps as Spark calls them."""
+    batch = plan(case, target, checkpoint)
+    msg = batch.new_writer().write(iter([case.rows(ids)]), TaskInfo(query_id, batch_id, 0, 0, batch_id + 1))
+    batch.new_committer().commit([msg], batch_id, batch.claim)
+
+
 @pytest.mark.parametrize("sink", ALL_SINKS)
 def test_exactly_once_writes_to_a_target_of_the_longest_name(make_case, tmp_path, sink):
     """A topic, table or queue named as long as the service allows (Kafka 249 characters,
@@ -305,19 +313,9 @@ def test_exactly_once_writes_to_a_target_of_the_longest_name(make_case, tmp_path
     apart and within the service's limits."""
     case = make_case(sink)
     target = case.new_target(longest=True)
-    batch = plan(case, target, tmp_path / "ckpt")
-    msg = batch.new_writer().write(iter([case.rows([1, 2])]), TaskInfo(new_query_id(), 0, 0, 0, 1))
-    batch.new_committer().commit([msg], 0, batch.claim)
+    _commit_one(case, target, tmp_path / "ckpt", new_query_id(), 0, [1, 2])
     assert case.committed(target) == [1, 2]
     assert case.in_doubt(tmp_path / "ckpt", target) == []
-
-
-def _commit_one(case: SinkCase, target: str, checkpoint: Path, query_id: str, batch_id: int,
-                ids: list[int]) -> None:
-    """One batch of one task, driven through the sink's steps as Spark calls them."""
-    batch = plan(case, target, checkpoint)
-    msg = batch.new_writer().write(iter([case.rows(ids)]), TaskInfo(query_id, batch_id, 0, 0, batch_id + 1))
-    batch.new_committer().commit([msg], batch_id, batch.claim)
 
 
 @pytest.mark.parametrize("sink", ALL_SINKS)

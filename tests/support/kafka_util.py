@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable
 
@@ -35,22 +34,22 @@ def wait_writable(bootstrap: str, topic: str, partitions: int, timeout_s: float 
     offsets goes to the partition itself."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    from tests.support.waiting import wait_for
+
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-wait-writable"})
-    deadline = time.monotonic() + timeout_s
+    waiting = set(range(partitions))
+
+    def answered() -> bool:
+        for p in sorted(waiting):
+            try:
+                c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                waiting.discard(p)
+            except KafkaException:
+                pass
+        return not waiting
+
     try:
-        waiting = set(range(partitions))
-        while waiting:
-            for p in sorted(waiting):
-                try:
-                    c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
-                    waiting.discard(p)
-                except KafkaException:
-                    pass
-            if waiting and time.monotonic() > deadline:
-                raise AssertionError(f"partitions {sorted(waiting)} of topic {topic} not writable in "
-                                     f"{timeout_s:.0f} s")
-            if waiting:
-                time.sleep(0.1)
+        wait_for(answered, f"every partition of topic {topic} to answer at its leader", timeout_s)
     finally:
         c.close()
 
