@@ -8,6 +8,12 @@ round 0 printed apart (``cold_ratio``) with the warm rounds' spread. ``equal``: 
 round's outputs hold the same rows (every column, ``exceptAll`` both ways), as many as the
 topic holds.
 
+Each round also runs the read floor (``bench.floor_source``): our source's planning with
+its tasks handed copies of a kept Arrow batch, so fetching and decoding cost nothing; it
+writes as many rows (not the same ones: a batch repeats). ``floor_vs_spark`` (warm
+medians) is the highest ratio any Python source reaches here, ``ours_vs_floor`` how much
+of it ours keeps.
+
 ``kafka_read_sasl_ssl``: the same topic read through the broker's SASL_SSL listener (SCRAM,
 TLS) by both sources, configured alike with Spark's Java-style options (JAAS config, PEM
 trust store): ours through the ``wire`` fetcher, Spark's through the Java client.
@@ -19,6 +25,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import Producer
@@ -33,6 +40,8 @@ from bench.common import (
     spark_session,
     timed_parquet_write,
 )
+from bench.floor_source import FORMAT as FLOOR
+from bench.floor_source import register as register_floor
 
 PARTITIONS = 4
 
@@ -71,9 +80,12 @@ def _topic(bootstrap: str, rows: int) -> str:
     return name
 
 
-def _reader(spark: Any, ours: bool, bootstrap: str, topic: str, security: dict[str, str]) -> Any:
+def _reader(spark: Any, variant: str, bootstrap: str, topic: str, security: dict[str, str]) -> Any:
     r = spark.readStream
-    r = r.format("hzsource").option("connector", "kafka") if ours else r.format("kafka")
+    if variant == "ours":
+        r = r.format("hzsource").option("connector", "kafka")
+    else:
+        r = r.format(FLOOR if variant == "floor" else "kafka")
     r = r.option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
     for k, v in security.items():
         r = r.option(k, v)
@@ -104,15 +116,19 @@ def _compare(case: str, bootstrap: str, security: dict[str, str]) -> Result:
     spark = spark_session()
     import tempfile
 
+    register_floor(spark)
     timed = Rounds(case, round_count())
     equal = True
     with tempfile.TemporaryDirectory() as tmp:
         for i in timed:
-            for ours in (False, True):
-                n, dt = timed_parquet_write(case, _reader(spark, ours, bootstrap, topic, security),
-                                            f"{tmp}/out-{ours}-{i}", f"{tmp}/ck-{ours}-{i}")
-                timed.add("ours" if ours else "spark", i, n, dt)
-            equal = equal and same_parquet_rows(spark, f"{tmp}/out-True-{i}", f"{tmp}/out-False-{i}", rows)
-            shutil.rmtree(f"{tmp}/out-True-{i}")
-            shutil.rmtree(f"{tmp}/out-False-{i}")
-    return timed.result("ours", ["spark"], equal)
+            for variant in ("spark", "ours", "floor"):
+                n, dt = timed_parquet_write(case, _reader(spark, variant, bootstrap, topic, security),
+                                            f"{tmp}/out-{variant}-{i}", f"{tmp}/ck-{variant}-{i}")
+                timed.add(variant, i, n, dt)
+            equal = equal and same_parquet_rows(spark, f"{tmp}/out-ours-{i}", f"{tmp}/out-spark-{i}", rows)
+            equal = equal and timed.rows["floor"] == rows
+            for variant in ("spark", "ours", "floor"):
+                shutil.rmtree(f"{tmp}/out-{variant}-{i}")
+    result = timed.result("ours", ["spark"], equal)
+    figures = {"floor_vs_spark": timed.ratio("floor", "spark"), "ours_vs_floor": timed.ratio("ours", "floor")}
+    return replace(result, figures=figures)

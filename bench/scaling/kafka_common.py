@@ -161,9 +161,9 @@ def read_point(spark: Any, case: str, bootstrap: str, topic: str, rows: int, tmp
     for i in range(n_rounds()):
         for ours in (False, True):
             out = f"{tmp}/read-{ours}-{i}"
-            n, dt = timed_parquet_write("scale read", _reader(spark, ours, bootstrap, topic, opts or {}), out,
-                                        f"{tmp}/ck-read-{ours}-{i}")
             side = "ours" if ours else "spark"
+            n, dt = timed_parquet_write("scale read", _reader(spark, side, bootstrap, topic, opts or {}), out,
+                                        f"{tmp}/ck-read-{ours}-{i}")
             print(f"[bench] {case} {topic} read {side} round {i}: {n} rows in {dt:.2f} s", file=sys.stderr)
             if n != rows:
                 pt.differs(f"{case} {topic}: {side} read {n} rows, the topic holds {rows}")
