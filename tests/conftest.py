@@ -21,7 +21,7 @@ import pytest
 
 import services as local_services
 from services.env import ServicesEnvError, load_env
-from tests.support import cds, pyzip, schedule
+from tests.support import cds, schedule
 from tests.support.listeners import SECURED_KEYS, SERVICE_KEYS, Listener
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -45,12 +45,8 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
     os.environ["SPARK_SUBMIT_OPTS"] += f" -Djava.io.tmpdir={_JVM_TMP}"
 
 ROOT = Path(__file__).resolve().parent.parent
-# Python workers inherit this environment: let them import test helpers (tests.*), and
-# PySpark from a pyspark.zip holding its bytecode (tests/support/pyzip.py).
-_PYZIP = pyzip.hook()
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(_PYZIP or ""), str(ROOT), os.environ.get("PYTHONPATH")) if p
-)
+# Python workers inherit this environment: let them import test helpers (tests.*).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 @dataclass(frozen=True)
 class Services:
