@@ -175,11 +175,8 @@ def _restore_spark_confs(request: pytest.FixtureRequest) -> Iterator[None]:
             spark.conf.set(k, v)
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, deal the slow tests evenly over the workers (tests/support/schedule.py).
-    Last, after ``-m`` and ``-k`` deselected what they do: worksteal splits what is left,
-    so chunks dealt before the deselection would not be the ones the workers get."""
+    """Under pytest-xdist, deal the slow tests evenly over the workers (tests/support/schedule.py)."""
     workers = schedule.xdist_workers()
     if workers > 1:
         items[:] = schedule.balanced(items, [it.name for it in items], workers)
