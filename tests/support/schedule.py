@@ -10,13 +10,12 @@ evens out what is left. An unknown test weighs ``DEFAULT_S``; a stale figure onl
 balance, never correctness.
 
 The deal is made over the whole collection, before ``-m`` deselects (conftest's hook runs
-before pytest's own), and worksteal splits what is left. Under ``make test``'s markers the
-first worker's share therefore opens with some slow tests and ends with others (the jdbc
-and jms kill-9-at-each-step tests and the queue source's), so the heaviest crash tests do
-not all run at once. Dealing after the deselection put the four of them together at the
-start, where each ran slower (383-456 s for the four against 353-355 s) and the parallel
-part took 15:59 and 17:10 against 15:12 and 15:56 (fresh-clone CI runs, 2026-12-06), so
-the deal stays where it is.
+before pytest's own), and worksteal splits what is left, so under ``make test``'s markers
+the halves the workers get are not quite the dealt ones: the first worker's share opens
+with some slow tests and ends with others. Dealing after the deselection (the hook made
+``trylast``) was tried on 2026-12-06 and showed no gain: five fresh-clone CI runs that day
+took 15:12, 15:56, 15:59, 17:10 and 17:55 for the parallel part, slower with each run
+whichever deal it had, so the deal was left where it was.
 """
 
 from __future__ import annotations
