@@ -45,8 +45,12 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
     os.environ["SPARK_SUBMIT_OPTS"] += f" -Djava.io.tmpdir={_JVM_TMP}"
 
 ROOT = Path(__file__).resolve().parent.parent
-# Python workers inherit this environment: let them import test helpers (tests.*).
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+# Python workers inherit this environment: let them import test helpers (tests.*), and
+# PySpark from its installed package rather than its zip (tests/support/workerpath).
+_WORKER_PATH = ROOT / "tests" / "support" / "workerpath"
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(_WORKER_PATH), str(ROOT), os.environ.get("PYTHONPATH")) if p
+)
 
 @dataclass(frozen=True)
 class Services:
