@@ -53,7 +53,7 @@ ALL_SINKS = _cases(SINKS)
 DRIVEN = _cases(SINKS, CAMPAIGN_ONLY | {"routing"})
 CRASHED = _cases([s for s in SINKS if s not in ("routing", "dead_letters")])
 # The queue sink's 16-task shape (48 s) runs in make faults, for make test's 20 minutes: the
-# conformance suite kills it at each step in make test, and make faults also runs it at 200
+# conformance suite kills it at its key steps in make test, and make faults also runs it at 200
 # tasks and in the kafka_to_jms_16tasks pipeline.
 SHAPED = _cases(SINKS, CAMPAIGN_ONLY | {"routing", "jms", "jdbc"})
 
@@ -95,13 +95,22 @@ def _refusal(spark, case: SinkCase, tmp: Path, target: str, checkpoint: Path) ->
     raise AssertionError(f"the copy ran on as a new sink (query ended without an error: {q.exception()})")
 
 
+# The steps make test kills: after the decision (only the restart's take-over can finish the
+# batch; a copy of the checkpoint is refused there) and after the batch was carried out
+# (Spark replays a batch the sink already committed). make faults kills every step in turn.
+KEY_STEPS = ("after_decision", "after_done")
+
+
 @pytest.mark.parametrize("sink", CRASHED)
+@pytest.mark.parametrize("every_step", [pytest.param(False, id="key-steps"),
+                                        pytest.param(True, id="every-step", marks=pytest.mark.campaign)])
 def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(spark, make_case, tmp_path, sink,
-                                                                       capsys, monkeypatch):
-    """The driver is killed at every crash point of the sink in turn, point k in batch k,
-    each time after the batches before it committed (so a rewrite shows as a duplicate),
-    and restarted from its checkpoint; after each crash the committed output is checked,
-    after the last run every id is there once and nothing is in doubt. One restart serves
+                                                                       every_step, capsys, monkeypatch):
+    """The driver is killed at every crash point of the sink in turn (at ``KEY_STEPS`` in
+    make test), point k in batch k, each time after the batches before it committed (so a
+    rewrite shows as a duplicate), and restarted from its checkpoint; after each crash the
+    committed output is checked, after the last run every id is there once and nothing is
+    in doubt. One restart serves
     as the recovery of one crash and the run that reaches the next point. The second run
     names the checkpoint ``file:<path>/``: Spark takes it for the same checkpoint, so the
     sink must too (else what the first run left in doubt would stay there). In the last
@@ -114,12 +123,13 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(spark, 
     later runs take the way out the message names."""
     case = make_case(sink)
     target = case.new_target()
-    points = [*(f"{case.name}.{p}" for p in PROTOCOL_POINTS), *case.extra_points]
+    steps = PROTOCOL_POINTS if every_step else KEY_STEPS
+    points = [*(f"{case.name}.{p}" for p in steps), *(case.extra_points if every_step else ())]
     write_json_files(tmp_path / "src", [BATCH] * (len(points) + 2))
-    respelled = f"file:{tmp_path / 'ckpt'}/"
     ckpt, extra = tmp_path / "ckpt", dict[str, str]()  # the copy and its options, once carried on
     for batch, point in enumerate(points, start=1):
-        spelled = respelled if batch == 2 else str(ckpt)
+        # the checkpoint in use (the copy, once carried on to it), spelled another way
+        spelled = f"file:{ckpt}/" if batch == 2 else str(ckpt)
         crashed = _run(case, tmp_path, target, f"{point}@{batch}", spelled, **extra)
         assert crashed.returncode == -9, f"{point}: {driver_report(crashed)}"  # killed at the point
         before, this = list(range(batch * BATCH)), range(batch * BATCH, (batch + 1) * BATCH)
@@ -171,8 +181,8 @@ def test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once(spark, 
 # Tasks a batch, and whether the sink's ids are the longest it takes: 16 (a 12-to-32-partition
 # topic's worth, most tasks with rows, some without) under the longest ids in make test; one
 # task, and Spark's default 200 after a shuffle, in make faults (below). The jdbc sink's 16
-# runs in make faults too, for make test's 20 minutes: its protocol is killed at each step in
-# make test, and the Kafka sink's 16 stays there.
+# runs in make faults too, for make test's 20 minutes: its protocol is killed at its key steps
+# in make test, and the Kafka sink's 16 stays there.
 SHAPES = [(16, True)]
 
 

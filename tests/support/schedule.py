@@ -31,7 +31,7 @@ DEFAULT_S = 2.0
 # Test function -> seconds per case, from `make test --durations` on 2 cores (2026-12-04,
 # a fresh clone at 05cd413; where a test runs several cases, their median).
 SLOW: dict[str, float] = {
-    "test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once": 125,
+    "test_kill_9_at_each_step_in_turn_and_a_retried_task_are_exactly_once": 45,  # key steps, 2026-12-06
     "test_kill_9_at_each_point_in_turn_then_restart_every_message_exactly_once_in_postgres": 95,
     "test_exactly_once_at_production_shapes": 62,
     "test_wheel_with_the_kafka_extra_runs_kafka_and_names_the_extra_for_jdbc": 60,
