@@ -27,15 +27,13 @@ from tests.support.listeners import SECURED_KEYS, SERVICE_KEYS, Listener
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-# Test drivers are short-lived JVMs on 2 cores: C2 compilation and parallel GC threads
-# cost more CPU than they save (measured: 144 s -> 100 s of CPU for four crash tests), and
-# a class-data-sharing archive of Spark's classes halves their start (tests/support/cds.py).
+# Test drivers are short-lived JVMs on 2 cores, run with cds.JVM_OPTS and a class-data-sharing
+# archive of Spark's classes, which halves their start (tests/support/cds.py).
 # spark-submit passes SPARK_SUBMIT_OPTS to the driver JVM; the session below and every
 # driver subprocess inherit it. Benchmarks do not (they measure steady-state speed).
 if "SPARK_SUBMIT_OPTS" not in os.environ:
-    _JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-    _JSA = cds.archive(_JVM_OPTS)
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{_JVM_OPTS} -XX:SharedArchiveFile={_JSA}" if _JSA else _JVM_OPTS
+    _JSA = cds.archive(cds.JVM_OPTS)
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{cds.JVM_OPTS} -XX:SharedArchiveFile={_JSA}" if _JSA else cds.JVM_OPTS
     # The JVMs' temporary directories (Spark's spark-<uuid> dirs, unpacked archives) go
     # under one directory per pytest process, removed when it ends: a driver killed -9
     # never runs Spark's shutdown hook, and the hundreds of crash tests left gigabytes in
