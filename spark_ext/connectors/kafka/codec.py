@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from aiokafka import codec as _codecs
 
 from spark_ext.connectors.kafka import _records
 
@@ -29,29 +28,31 @@ HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 # Kafka's codec ids (a batch's attributes, bits 0-2).
-_DECOMPRESS: dict[int, Callable[[bytes], bytes]] = {
-    1: _codecs.gzip_decode, 2: _codecs.snappy_decode, 3: _codecs.lz4_decode, 4: _codecs.zstd_decode,
-}
+_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
-_COMPRESS: dict[int, Callable[[bytes], bytes]] = {
-    1: _codecs.gzip_encode, 2: _codecs.snappy_encode, 3: _codecs.lz4_encode, 4: _codecs.zstd_encode,
-}
+def _codec(codec: int, way: str) -> Callable[[bytes], bytes]:
+    """aiokafka's ``<name>_<way>`` ("encode" or "decode") for Kafka's codec id ``codec``.
+    Imported at the first compressed batch: importing aiokafka costs each Python process of a
+    query (the plan's, every task's, the commit's) about 40 ms of CPU at its first batch,
+    and records written and read uncompressed never need it."""
+    from aiokafka import codec as codecs
+
+    return getattr(codecs, f"{_NAMES[codec]}_{way}")
+
+
 HEADER = 61  # a v2 batch's header: the records start here
 _TRANSACTIONAL = 0x10
 # attributes .. records count: the part of the header the CRC-32C covers
-
-
-_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 def _decompress(codec: int, data: bytes) -> bytes:
     """One batch's records, decompressed; a ``ValueError`` for data that does not decompress
     (each codec has errors of its own: gzip an ``OSError``, cramjam its own type), so the
     reader reports a corrupt batch rather than retrying it as a broker away."""
-    fn = _DECOMPRESS.get(codec)
-    if fn is None:
+    if codec not in _NAMES:
         raise ValueError(f"compression codec {codec} is none Kafka defines (1-4)")
+    fn = _codec(codec, "decode")
     try:
         return bytes(fn(data))
     except Exception as e:  # noqa: BLE001 - any codec's failure is a corrupt batch
@@ -180,7 +181,7 @@ def batch(records: bytes | bytearray, count: int, base_ts: int, max_ts: int, cod
     copy of the records (``_records.frame``)."""
     attrs = _TRANSACTIONAL if transactional else 0
     if codec:
-        packed = _COMPRESS[codec](bytes(records))
+        packed = _codec(codec, "encode")(bytes(records))
         if len(packed) < len(records):
             records, attrs = packed, attrs | codec
     return _records.frame(records, attrs, count, base_ts, max_ts, producer_id, epoch, base_sequence)
