@@ -30,9 +30,11 @@ def _venv_with_wheel(tmp: Path, extra: str) -> Path:
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    # PYTHONPATH (the checkout, for the suite's own workers) would show pip the editable install
-    res = subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[{extra}]"], env=_outside_env(),
-                         capture_output=True, text=True, timeout=900)
+    # PYTHONPATH (the checkout, for the suite's own workers) would show pip the editable install.
+    # --no-compile: the job imports a small part of PySpark; byte-compiling all of it at
+    # install took 14.7 s against 7.1 s without (the test: 38-42 s, then 34 s).
+    res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[{extra}]"],
+                         env=_outside_env(), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, driver_report(res)
     return py
 
