@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import tarfile
 import urllib.request
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 from services.common import (
@@ -83,19 +81,13 @@ def settings() -> list[str]:
 
 
 def registry_up() -> None:
-    registry_started()()
-
-
-def registry_started() -> Callable[[], None]:
-    """Start the registry; what waits for it. ``make services`` starts it first and waits
-    last: its JVM comes up while the other services do."""
     home = registry_home()
     jar = home / f"apicurio-registry-app-{REGISTRY_VERSION}-runner.jar"
     pid = _spawn("registry", [
         _java(), "-Xmx384m", f"-Dquarkus.http.host={HOST}", f"-Dquarkus.http.port={REGISTRY_PORT}",
         "-Dquarkus.log.level=WARN", "-jar", str(jar)], cwd=LOCAL)
     log(f"starting the schema registry (pid {pid})")
-    return partial(_ready_registry, pid)
+    _ready_registry(pid)
 
 
 def _ready_registry(pid: int) -> None:
