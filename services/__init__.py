@@ -151,7 +151,8 @@ def up(names: list[str]) -> None:
     LOCAL.mkdir(exist_ok=True)
     # What services share (the local CA, a system user) or download (Maven, Debian's
     # packages) is made one at a time; then they start side by side, as each start is
-    # mostly waiting for a JVM or a server to answer (one after another: 20-27 s).
+    # mostly waiting for a JVM or a server to answer (all six: 40 s one after another, 32 s
+    # side by side).
     make_pki()
     for name in names:
         if not _port_open(SERVICES[name][0]):
