@@ -201,3 +201,85 @@ def test_a_resent_batch_of_a_reused_transactional_id_is_not_taken_for_the_last_e
     expected = sorted(r for rows in batches for r in rows)
     assert _land(bootstrap, topic, len(expected)) == expected  # each once
     assert open_transactions(bootstrap, f"ke-{topic}") == []
+
+
+def _observe(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The requests and answers as they go ("send EndTxn", "receive EndTxn"; a lookup with
+    the keys it names: "send FindCoordinator a,b"), in order (observed; the connection's
+    work is unchanged)."""
+    seen: list[str] = []
+    send, receive = connection.Conn.send, connection.Conn.receive
+
+    def sending(self: Any, request: Any, version: int) -> Any:
+        name = type(request).__name__.removesuffix("Request")
+        if name == "FindCoordinator":
+            name += " " + ",".join(request.coordinator_keys if version >= 4 else [request.key])
+        seen.append(f"send {name}")
+        return send(self, request, version)
+
+    def receiving(self: Any, response: Any, version: int) -> Any:
+        seen.append(f"receive {response.__name__.removesuffix('Response')}")
+        return receive(self, response, version)
+
+    monkeypatch.setattr(connection.Conn, "send", sending)
+    monkeypatch.setattr(connection.Conn, "receive", receiving)
+    return seen
+
+
+def test_a_batch_of_16_tasks_commits_them_with_one_lookup_and_pipelined_ends(services, monkeypatch):
+    """The driver commits a batch's winning transactions. Before: for each task, a
+    FindCoordinator round trip (the commit runs in a process that never saw the tasks'
+    ids), then an EndTxn round trip, one after another: 32 round trips at 16 tasks, 128 at
+    64. Now one FindCoordinator names every id, and the EndTxn requests after the first
+    winner go out together before their answers are read. Every record lands once."""
+    from collections import OrderedDict
+
+    from spark_ext.connectors.kafka.client import transactions
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 16, "ends")
+    assert end_offsets(bootstrap, topic) == 0  # every leader answers (see the test above)
+    prefix = f"pe-{topic}"
+    plan = sink_plan(bootstrap, topic, prefix)
+    rows = [[f"t{t:02d}-{i:03d}" for i in range(50)] for t in range(16)]
+    committables = [prepare_batch(plan, 0, r, partition=t) for t, r in enumerate(rows)]
+    # The commit runs in a process of its own: its client knows none of the tasks' ids.
+    monkeypatch.setattr(transactions, "_kept", OrderedDict())
+    seen = _observe(monkeypatch)
+    plan.new_committer().commit(committables, 0, plan.claim)
+    tids = sorted(c.producer.transactional_id for c in committables)
+    lookups = [s.split()[2].split(",") for s in seen if s.startswith("send FindCoordinator")]
+    naming_tasks = [k for k in lookups if set(k) & set(tids)]
+    assert len(naming_tasks) == 1 and set(tids) <= set(naming_tasks[0]), lookups  # one lookup, every id
+    ends = [i for i, s in enumerate(seen) if s == "send EndTxn"]
+    assert len(ends) == 1 + 1 + 16, seen  # the decision's, the done record's, every winner's
+    # winners 2-16 in one burst: sent back to back, then their 15 answers in a row
+    burst = seen.index("send EndTxn", seen.index("receive EndTxn", ends[1]) + 1)
+    assert seen[burst:burst + 30] == ["send EndTxn"] * 15 + ["receive EndTxn"] * 15, seen
+    assert _land(bootstrap, topic, 800) == sorted(v for r in rows for v in r)  # every record once
+    assert open_transactions(bootstrap, prefix) == []
+
+
+def test_pipelined_ends_leave_what_the_broker_refused_to_the_one_at_a_time_path(services):
+    """``end_txns`` against the broker: an open transaction commits, a transaction it
+    committed before answers success again (a retried commit is safe), and a producer a
+    newer one fenced is returned for ``end_txn`` to raise on, its transaction untouched."""
+    from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 3, "refused")
+    assert end_offsets(bootstrap, topic) == 0
+    prefix = f"pr-{topic}"
+    plan = sink_plan(bootstrap, topic, prefix)
+    c = [prepare_batch(plan, 0, [f"p{p}-{i}" for i in range(10)], partition=p) for p in range(3)]
+    client = KafkaTxnClient(bootstrap, 10.0)
+    try:
+        committed, open_, fenced = (x.producer for x in c)
+        assert client.end_txns([committed], commit=True) == []
+        client.init_producer(fenced.transactional_id, 60_000)  # fences it, aborting its transaction
+        assert client.end_txns([open_, committed, fenced], commit=True) == [fenced]
+    finally:
+        client.close()
+    assert _land(bootstrap, topic, 20) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(10))
+    assert open_transactions(bootstrap, prefix) == []
+

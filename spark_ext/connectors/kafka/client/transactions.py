@@ -147,6 +147,64 @@ class KafkaTxnClient:
         self._coords[(key_type, key)] = r.node_id
         return conn
 
+    def coordinators(self, keys: Sequence[str], key_type: int) -> None:
+        """Look up the coordinators of the ``keys`` not known yet in one request
+        (FindCoordinator v4: Kafka 3.0 on, older than ``list_transactions`` needs), so a
+        batch's commit asks once, not once per task. What this does not learn (a key's error, a broken
+        connection) is left to ``coordinator``, which asks for one key with retries."""
+        unknown = [k for k in dict.fromkeys(keys) if self._coords.get((key_type, k)) not in self._nodes]
+        if not unknown:
+            return
+        req = FindCoordinatorRequest(key_type=key_type, coordinator_keys=unknown)
+        try:
+            r = self.any_broker().request(req, 4, FindCoordinatorResponse)
+        except OSError:
+            if self._any is not None:
+                self._any.close()
+                self._any = None
+            return
+        for c in r.coordinators:
+            if c.error_code != errors.OK:
+                continue
+            try:
+                self._node(c.node_id, c.host, c.port)
+            except OSError:
+                continue
+            self._coords[(key_type, c.key)] = c.node_id
+
+    def end_txns(self, ps: Sequence[Producer], commit: bool) -> list[Producer]:
+        """``end_txn`` for many producers, pipelined: the requests to one coordinator go
+        out together and their answers are read in order, so ending a batch's
+        transactions costs about a round trip per coordinator, not one per task. Returns
+        the producers this did not end (an error answered, a connection broken): the
+        caller ends those with ``end_txn``, one at a time, which retries and raises. Ending
+        one twice is safe: the broker answers a repeated end of a transaction it ended
+        with the same producer epoch as the first."""
+        self.coordinators([p.transactional_id for p in ps], 1)
+        left: list[Producer] = []
+        by_node: dict[int, list[Producer]] = {}
+        for p in ps:
+            node = self._coords.get((1, p.transactional_id))
+            if node is None or node not in self._nodes:
+                left.append(p)
+            else:
+                by_node.setdefault(node, []).append(p)
+        for node, group in by_node.items():
+            conn, answered = self._nodes[node], 0
+            try:
+                for p in group:
+                    conn.send(EndTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
+                                            producer_epoch=p.epoch, committed=commit), 3)
+                for p in group:
+                    r = conn.receive(EndTxnResponse, 3)
+                    answered += 1
+                    if r.error_code != errors.OK:
+                        left.append(p)
+            except OSError:
+                self._drop_node(node)
+                left.extend(group[answered:])
+        return left
+
     def _node(self, node_id: int, host: str, port: int) -> Conn:
         conn = self._nodes.get(node_id)
         if conn is None:
@@ -382,11 +440,13 @@ class KafkaTxnClient:
         return out
 
     def describe(self, tids: list[str]) -> dict[str, TxnState]:
-        """DescribeTransactions for ``tids``: one request per coordinator, naming every id
-        it coordinates (a read, so a round that meets a moved coordinator asks again)."""
+        """DescribeTransactions for ``tids``: one lookup of their coordinators, then one
+        request per coordinator naming every id it coordinates (a read, so a round that
+        meets a moved coordinator asks again)."""
         wanted = list(dict.fromkeys(tids))
 
         def call() -> dict[str, Any]:
+            self.coordinators(wanted, 1)
             by_node: dict[int, list[str]] = {}
             for tid in wanted:
                 self.coordinator(tid, 1)

@@ -325,6 +325,12 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             return s.state == "CompleteCommit" and (s.producer_id, s.epoch) == (winner.producer_id,
                                                                                 winner.epoch)
 
+    def commit_winners(self, decision: Decision, winners: Sequence[Producer]) -> list[Producer]:
+        """Step 4c: the winners' commits pipelined (``KafkaTxnClient.end_txns``); each one
+        that did not commit so is taken alone by ``commit_winner``."""
+        left = self.client.end_txns(winners, commit=True)
+        return [w for w in left if not self.commit_winner(decision, w)]
+
     def lost(self, decision: Decision, lost: Sequence[Producer]) -> CommitError:
         names = ", ".join(w.transactional_id for w in lost)
         return TransactionTimedOutError(
