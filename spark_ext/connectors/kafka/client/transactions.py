@@ -150,8 +150,9 @@ class KafkaTxnClient:
     def coordinators(self, keys: Sequence[str], key_type: int) -> None:
         """Look up the coordinators of the ``keys`` not known yet in one request
         (FindCoordinator v4: Kafka 3.0 on, older than ``list_transactions`` needs), so a
-        batch's commit asks once, not once per task. What this does not learn (a key's error, a broken
-        connection) is left to ``coordinator``, which asks for one key with retries."""
+        batch's commit asks once, not once per task. What this does not learn (a key's
+        error, a broken connection) is left to ``coordinator``, which asks for one key
+        with retries."""
         unknown = [k for k in dict.fromkeys(keys) if self._coords.get((key_type, k)) not in self._nodes]
         if not unknown:
             return
