@@ -283,3 +283,35 @@ def test_pipelined_ends_leave_what_the_broker_refused_to_the_one_at_a_time_path(
     assert _land(bootstrap, topic, 20) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(10))
     assert open_transactions(bootstrap, prefix) == []
 
+
+
+def test_a_steady_batchs_plan_reads_the_decision_records_three_times_not_six(services, monkeypatch):
+    """Each batch's plan fences older runs after checking that no other query holds the
+    prefix. Before: that check read the decision, its kept copy and the done record, and the
+    read after the fence all three again (six round trips). The check needs only the
+    decision (its kept copy once the broker expired it), and the kept copy can add nothing
+    once the done record names the decision: three reads now."""
+    from kafka.protocol.consumer.group import OffsetFetchRequest
+
+    bootstrap = services.kafka_bootstrap
+    topic = create_topic(bootstrap, 2, "steady")
+    prefix = f"st-{topic}"
+    for b in range(2):  # batch 1 is decided and done when batch 2 plans
+        plan = sink_plan(bootstrap, topic, prefix)
+        plan.new_committer().commit([prepare_batch(plan, b, [f"b{b}-{i}" for i in range(10)])], b, plan.claim)
+    reads: list[list[str]] = []
+    real = connection.Conn.send
+
+    def send(self: Any, request: Any, version: int) -> Any:
+        if isinstance(request, OffsetFetchRequest):
+            reads.append([g.group_id for g in request.groups] if version >= 8 else [request.group_id])
+        return real(self, request, version)
+
+    monkeypatch.setattr(connection.Conn, "send", send)
+    plan = sink_plan(bootstrap, topic, prefix)
+    assert plan.claim is not None and plan.claim.last_decided is not None
+    assert plan.claim.last_decided.batch_id == 1
+    assert len(reads) == 3, reads  # the check's decision; after the fence, the decision and its done record
+    monkeypatch.undo()
+    plan.new_committer().commit([prepare_batch(plan, 2, ["b2"])], 2, plan.claim)
+    assert _land(bootstrap, topic, 21) == sorted([*(f"b{b}-{i}" for b in range(2) for i in range(10)), "b2"])

@@ -119,7 +119,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
             # Refuse a second query before fencing anything of the first one. Read the last
             # *committed* decision: one pending in a crashed driver's open transaction would
             # block a stable read until the broker times it out; fencing below aborts it.
-            decision, _ = self._recorded(stable=False)
+            decision = self._decision(stable=False) or self._kept()[0]
             if decision and decision.checkpoint and cfg.checkpoint and decision.checkpoint != cfg.checkpoint:
                 raise PrefixInUseError(
                     f"transactionalIdPrefix {cfg.txn_prefix!r} is already used by another query (a "
@@ -152,6 +152,8 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
         """The last decision and whether it was finished. From the transactional records
         while the broker keeps them, else from the kept copy (they expired)."""
         decision = self._decision(stable)
+        if decision is not None and self._done(decision):
+            return decision, True  # the kept copy can add nothing (a round trip less a batch)
         kept, kept_done = self._kept()
         if decision is None:
             if kept is not None:
@@ -160,7 +162,7 @@ class KafkaCommitter(TwoPhaseCommitter[KafkaCommittable, Decision]):
                             "done" if kept_done else "decided, not finished")
             return kept, kept_done
         same = kept is not None and (kept.batch_id, kept.query_id) == (decision.batch_id, decision.query_id)
-        return decision, self._done(decision) or (same and kept_done)
+        return decision, same and kept_done
 
     def _kept(self, group: str | None = None,
               read: tuple[int, str] | None = None) -> tuple[Decision | None, bool]:
