@@ -194,8 +194,7 @@ class KafkaTxnClient:
             conn, answered = self._nodes[node], 0
             try:
                 for p in group:
-                    conn.send(EndTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
-                                            producer_epoch=p.epoch, committed=commit), 3)
+                    conn.send(_end_txn_request(p, commit), 3)
                 for p in group:
                     r = conn.receive(EndTxnResponse, 3)
                     answered += 1
@@ -306,11 +305,9 @@ class KafkaTxnClient:
 
     def end_txn(self, p: Producer, commit: bool) -> None:
         """Commit or abort ``p``'s open transaction; raises ``FencedError`` if it is gone."""
-        req = EndTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
-                            producer_epoch=p.epoch, committed=commit)
         what = "committing" if commit else "aborting"
-        self._txn_call(p.transactional_id, f"{what} transaction {p.transactional_id!r}", req, 3,
-                       EndTxnResponse, lambda x: x.error_code)
+        self._txn_call(p.transactional_id, f"{what} transaction {p.transactional_id!r}",
+                       _end_txn_request(p, commit), 3, EndTxnResponse, lambda x: x.error_code)
 
     def commit_offsets(self, p: Producer, group: str,
                        offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
@@ -552,6 +549,11 @@ def kept_client(bootstrap: str, timeout_s: float = 30.0, security: KafkaSecurity
             _kept.popitem(last=False)[1].close()
     if earlier is not None:
         earlier.close()  # another user's, given back while this one was out
+
+
+def _end_txn_request(p: Producer, commit: bool) -> Any:
+    return EndTxnRequest(transactional_id=p.transactional_id, producer_id=p.producer_id,
+                         producer_epoch=p.epoch, committed=commit)
 
 
 class _Retriable(Exception):
