@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from spark_ext import deadletters, timeline
+from spark_ext import deadletters, timeline, worker_heap
 from spark_ext.commit import Claim, Committable, Committer, SinkWriter, TaskInfo, TwoPhaseCommitter
 from spark_ext.compat import StreamArrowWriter
 from spark_ext.errors import (
@@ -127,6 +127,7 @@ class ProtocolStreamWriter(Shipped, StreamArrowWriter):
                 f"spark-ext {VERSION}: one release must run on the driver and every executor (ship the "
                 "driver's environment with --archives, or install the same release everywhere); nothing "
                 "of the batch was written")
+        worker_heap.settle()
         started = time.monotonic()
         writer = self.plan.new_writer()
         if not getattr(writer, "sets_corrupt_aside", False):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_ext import compat, failpoints
+from spark_ext import compat, failpoints, worker_heap
 from spark_ext.windows import state as ws
 from spark_ext.windows import versioned
 from spark_ext.windows.aggregate import AggregateOperation
@@ -97,6 +97,7 @@ def stage1(spec: Spec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Recor
     windower = spec.windower
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        worker_heap.settle()
         chunks = [b for b in batches if b.num_rows]
         if not chunks:  # Spark calls us for empty partitions too
             return
@@ -123,6 +124,7 @@ def _emit(spec: Spec, state: pa.Table, wm_before: int, wm: int) -> tuple[pa.Tabl
 
 def batch_stage2(spec: Spec) -> Callable[[pa.Table], pa.Table]:
     def run(table: pa.Table) -> pa.Table:
+        worker_heap.settle()
         out, _ = _emit(spec, ws.read_wire_table(table, spec.stage1_schema).partials, MIN, -MIN)
         return out
     return run
@@ -163,6 +165,7 @@ def stream_stage2(spec: Spec) -> Callable[[Any, Iterator[pd.DataFrame], Any], It
     definition = spec.definition
 
     def run(key: Any, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        worker_heap.settle()
         _failpoint()
         wire = ws.read_wire_frames(list(pdfs), spec.stage1_schema)
         kept, bucket = ws.load(state, spec.buckets, definition)
@@ -187,6 +190,7 @@ def files_stage2(spec: Spec) -> Callable[[pa.Table], pa.Table]:
     definition = spec.definition
 
     def run(table: pa.Table) -> pa.Table:
+        worker_heap.settle()
         _failpoint()
         ident = compat.task_identity()
         if ident is None or ident.batch_id is None or not ident.query_id:

@@ -69,7 +69,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_ext import compat, failpoints, formats
+from spark_ext import compat, failpoints, formats, worker_heap
 from spark_ext.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from spark_ext.connector import SourceConnector
 from spark_ext.connectors.jms import wire
@@ -439,6 +439,7 @@ class JmsStreamReader(Shipped, DataSourceStreamReader, SupportsTriggerAvailableN
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the partition's messages as one Arrow batch."""
         assert isinstance(partition, MessagesPartition)
+        worker_heap.settle()
         yield to_arrow(partition.ids, partition.frames, self.cfg.destination)
 
     def commit(self, end: dict) -> None:

@@ -44,7 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_ext import compat, failpoints
+from spark_ext import compat, failpoints, worker_heap
 from spark_ext.compat import (
     ReadAllAvailable,
     ReadLimit,
@@ -132,6 +132,7 @@ def typed(formats: Sequence[ColumnFormat], batch: pa.RecordBatch, permissive: bo
 
 def read_partition(cfg: KafkaSourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Executor: an input partition's ranges as Arrow batches, one range after another."""
+    worker_heap.settle()
     if isinstance(partition, KafkaRanges):
         return itertools.chain.from_iterable(read_range(cfg, r) for r in partition.ranges)
     if isinstance(partition, KafkaRange):
