@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # what every part uses: errors, options, the PySpark seams, the release
     ("spark_ext.errors", "spark_ext.retry", "spark_ext.compat", "spark_ext.failpoints",
      "spark_ext.guarantees", "spark_ext.options", "spark_ext.secrets", "spark_ext.shipping",
+     "spark_ext.worker_heap",
      "spark_ext.release", "spark_ext.formats", "spark_ext.env", "spark_ext.partitioning",
      "spark_ext.registry",
      "spark_ext.monitoring.cards", "spark_ext.monitoring.metrics"),
