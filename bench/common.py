@@ -213,6 +213,30 @@ def server_cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def task_workers_cpu() -> dict[int, float]:
+    """CPU seconds of each PySpark daemon that forks the Python workers running tasks
+    (``pyspark.daemon pyspark.worker``; planning and commit workers have daemons of their
+    own), with its workers' (``server_cpu_s``), by daemon pid. ``cpu_since`` turns two such
+    readings into the seconds spent between them."""
+    found: dict[int, float] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+            if b"pyspark.daemon" in cmd and cmd[-2:] == [b"pyspark.worker", b""]:
+                found[int(p.name)] = server_cpu_s(int(p.name))
+        except OSError:  # ended while read
+            continue
+    return found
+
+
+def cpu_since(before: dict[int, float], after: dict[int, float]) -> float:
+    """The CPU seconds between two ``task_workers_cpu`` readings (a daemon started between
+    them counts from zero)."""
+    return sum(c - before.get(pid, 0.0) for pid, c in after.items())
+
+
 def postgres_pid(case: str) -> int:
     """The local PostgreSQL server's postmaster (its data directory's ``postmaster.pid``)."""
     path = ROOT / ".local" / "postgres" / "data" / "postmaster.pid"

@@ -18,6 +18,9 @@ around every query: ``cpu_floor_t<T>`` / ``cpu_ours_t<T>`` / ``broker_t<T>`` are
 medians. On a machine whose cores the queries fill, the broker's CPU is work the floor
 never does and any Kafka sink must cause, so ``bound_t<T>`` = cpu_floor / (cpu_floor +
 broker) is the ratio a sink whose own Python work cost nothing would reach there.
+``workers_floor_t<T>`` / ``workers_ours_t<T>``: the warm medians of the CPU seconds of the
+Python workers that run the tasks (``bench.common.task_workers_cpu``), the part of a
+query's CPU where a Python sink's own work and PySpark's per-task costs show.
 ``equal``: every topic of the last round holds exactly the staged rows, read_committed.
 """
 
@@ -37,10 +40,12 @@ from bench.common import (
     Result,
     Rounds,
     broker_pid,
+    cpu_since,
     machine_cpu_s,
     process_cpu_s,
     round_count,
     services_env,
+    task_workers_cpu,
     timed_parquet_stream,
 )
 from bench.scaling import kafka_common as kc
@@ -87,7 +92,8 @@ def run() -> Result:
                 if have != tasks:
                     raise BenchError(f"kafka_tasks: the staged input has {have} tasks, not {tasks}")
                 timed = Rounds(f"kafka_tasks t={tasks}", n_rounds)
-                cpu: dict[str, list[float]] = {"floor": [], "ours": [], "broker": []}
+                cpu: dict[str, list[float]] = {"floor": [], "ours": [], "broker": [], "workers_floor": [],
+                                               "workers_ours": []}
                 last = ""
                 for i in timed:
                     for name in ("floor", "ours"):
@@ -99,15 +105,16 @@ def run() -> Result:
                             made.append(last)
                             kc.warm_topic(bootstrap, last, tasks)
                             sink = ours(last)
-                        m0, b0 = machine_cpu_s(), process_cpu_s(broker)
+                        m0, b0, w0 = machine_cpu_s(), process_cpu_s(broker), task_workers_cpu()
                         ckpt = f"{tmp}/ck-{tasks}-{name}-{i}"
                         n, dt = timed_parquet_stream(spark, "kafka_tasks", src, ckpt, sink)
-                        m1, b1 = machine_cpu_s(), process_cpu_s(broker)
+                        m1, b1, w1 = machine_cpu_s(), process_cpu_s(broker), task_workers_cpu()
                         if n != rows:
                             raise BenchError(f"kafka_tasks {name} t={tasks}: read {n} rows, expected {rows}")
                         timed.add(name, i, n, dt)
                         if i:
                             cpu[name].append(m1 - m0)
+                            cpu[f"workers_{name}"].append(cpu_since(w0, w1))
                             if name == "ours":
                                 cpu["broker"].append(b1 - b0)
                 got = kc.count_committed(spark, bootstrap, last)
@@ -122,11 +129,14 @@ def run() -> Result:
                                 f"spread_lo_t{tasks}": lo, f"spread_hi_t{tasks}": hi,
                                 f"cpu_floor_t{tasks}": med["floor"], f"cpu_ours_t{tasks}": med["ours"],
                                 f"broker_t{tasks}": med["broker"],
+                                f"workers_floor_t{tasks}": med["workers_floor"],
+                                f"workers_ours_t{tasks}": med["workers_ours"],
                                 f"bound_t{tasks}": med["floor"] / (med["floor"] + med["broker"])})
                 detail[f"t{tasks}"] = {**timed.detail(), "cpu_s": cpu}
                 print(f"[bench] kafka_tasks t={tasks}: ours / floor {ratio:.2f} (warm {lo:.2f}-{hi:.2f}, "
                       f"cold {timed.cold_ratio('ours', 'floor'):.2f}); CPU s floor {med['floor']:.2f}, ours "
-                      f"{med['ours']:.2f} of which the broker {med['broker']:.2f}", file=sys.stderr)
+                      f"{med['ours']:.2f} of which the broker {med['broker']:.2f}; task workers floor "
+                      f"{med['workers_floor']:.2f}, ours {med['workers_ours']:.2f}", file=sys.stderr)
                 if worst is None or ratio < worst[0]:
                     worst = (ratio, timed)
     finally:
