@@ -211,6 +211,22 @@ def task_identity() -> TaskIdentity | None:
                                          tc.getLocalProperty(JOB_DESCRIPTION_PROPERTY)))
 
 
+def in_reused_worker() -> bool:
+    """True in a Python worker that PySpark's daemon forked and keeps for further tasks,
+    running a full ``gc.collect()`` in it after each one.
+
+    Assumed (``pyspark/daemon.py``, 4.0 to 4.3): the daemon runs as ``python -m
+    pyspark.daemon``, so a worker it forked keeps that ``__main__``; it reuses a worker,
+    collecting after each task, when ``SPARK_REUSE_WORKER`` is set (the JVM sets it unless
+    ``spark.python.worker.reuse`` is false). A worker started without the daemon
+    (``spark.python.use.daemon`` false) or not reused runs one task and exits.
+    """
+    import os
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return bool(os.environ.get("SPARK_REUSE_WORKER")) and getattr(spec, "name", None) == "pyspark.daemon"
+
+
 def in_commit_runner() -> bool:
     """True inside the worker PySpark starts to run a batch's ``commit`` / ``abort``.
 

@@ -15,13 +15,17 @@ alive at that moment and freed later is still freed by its reference count; only
 that then becomes garbage inside a reference cycle stays until the worker exits. Such
 objects are the modules and what the worker's earlier tasks kept, once per process.
 
-It runs only inside a Spark task (``TaskContext``): the driver's process and PySpark's
-planning and commit workers are never frozen.
+It runs only inside a Spark task (``TaskContext``) in a worker the daemon reuses
+(``compat.in_reused_worker``): the driver's process and PySpark's planning and commit
+workers are never frozen, and a worker that runs one task and exits, which PySpark never
+collects, is spared a collection it would not have paid.
 """
 
 from __future__ import annotations
 
 import gc
+
+from spark_ext import compat
 
 _settled = False
 
@@ -34,7 +38,7 @@ def settle() -> None:
         return
     from pyspark import TaskContext
 
-    if TaskContext.get() is None:
+    if TaskContext.get() is None or not compat.in_reused_worker():
         return
     _settled = True
     gc.collect()

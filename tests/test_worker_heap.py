@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from spark_ext import worker_heap
+from spark_ext import compat, worker_heap
 from spark_ext.commit import NoOpCommitter, TaskInfo
 from spark_ext.connectors.kafka.source.config import KafkaSourceConfig
 from spark_ext.connectors.kafka.source.reader import read_partition
@@ -55,6 +55,37 @@ def test_our_first_task_in_a_python_worker_freezes_its_heap_once_and_the_driver_
             # freezes nothing more, so the objects it made since are walked as before. (The
             # frozen count can shrink: a frozen object freed by its reference count leaves.)
             assert (walked == 0) if not before else (0 < walked < after / 5), (pid, tasks)
+
+
+def _reuse(_: Iterator[Any]) -> Iterator[tuple[bool, bool, int]]:
+    """In a task: (is the worker reused; would it be without ``SPARK_REUSE_WORKER``; the
+    objects ``settle`` would freeze then, as if this were the process's first task)."""
+    import gc
+    import os
+
+    from spark_ext import compat, worker_heap
+
+    reused = compat.in_reused_worker()
+    kept, settled = os.environ.pop("SPARK_REUSE_WORKER", None), worker_heap._settled
+    try:
+        worker_heap._settled = False
+        before = gc.get_freeze_count()
+        worker_heap.settle()
+        yield reused, compat.in_reused_worker(), gc.get_freeze_count() - before
+    finally:
+        worker_heap._settled = settled
+        if kept is not None:
+            os.environ["SPARK_REUSE_WORKER"] = kept
+
+
+def test_a_worker_the_daemon_does_not_reuse_is_not_frozen(spark):
+    """A worker that runs one task and exits is never collected by PySpark: freezing it
+    would add a collection. The session's workers are reused (Spark's default); without
+    ``SPARK_REUSE_WORKER`` (``spark.python.worker.reuse`` false) they are not, and ``settle``
+    freezes nothing. The driver's process is not a reused worker."""
+    got = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_reuse).collect()
+    assert got == [(True, False, 0)] * 2  # reused; not without the variable, and then not frozen
+    assert not compat.in_reused_worker()
 
 
 def test_our_sink_writers_and_source_readers_settle_the_heap_at_their_tasks_start(monkeypatch):
