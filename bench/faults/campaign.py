@@ -253,7 +253,7 @@ class Episodes:
         fresh copy (Kafka, whose prefix belongs to one checkpoint, and the routing sink, whose
         Kafka sub-sink's does). Every identity's leftovers
         count as in doubt."""
-        p = self.start(f"{self.run.p.sink}.after_decision@{self.run.last_batch() + 1 + f.after}")
+        p = self.start(f"{self.run.p.decider}.after_decision@{self.run.last_batch() + 1 + f.after}")
         self.end([p], kill=False)
         if p.returncode != -9:
             return  # the input ended first: nothing decided and left behind

@@ -48,6 +48,12 @@ class Pipeline:
     def exactly_once(self) -> bool:
         return self.guarantee == "exactly_once"
 
+    @property
+    def decider(self) -> str:
+        """Whose decision a batch's is, as its failpoints and sink id name it: a sink with
+        dead letters is a routing sink (the rows and the dead letters its sub-sinks)."""
+        return "routing" if self.sink == "routing" or self.avro else self.sink
+
 
 PIPELINES = {p.name: p for p in [
     Pipeline("kafka_to_kafka", "kafka", "kafka", "exactly_once", ("kafka.read", *KAFKA_SINK_POINTS),
@@ -216,7 +222,7 @@ class PipelineRun:
         """The PostgreSQL / queue / routing sink's id: option sinkId, else derived from the
         checkpoint."""
         derived = checkpoint_sink_id(str(checkpoint))
-        return sink_id or ("rt-" + derived.removeprefix("ck-") if self.p.sink == "routing" else derived)
+        return sink_id or ("rt-" + derived.removeprefix("ck-") if self.p.decider == "routing" else derived)
 
     def _create_topic(self, name: str, partitions: int) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic
