@@ -9,6 +9,7 @@ runs those tests and a subset of the suite on another release.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -221,8 +222,6 @@ def in_reused_worker() -> bool:
     ``spark.python.worker.reuse`` is false). A worker started without the daemon
     (``spark.python.use.daemon`` false) or not reused runs one task and exits.
     """
-    import os
-
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     return bool(os.environ.get("SPARK_REUSE_WORKER")) and getattr(spec, "name", None) == "pyspark.daemon"
 

@@ -50,8 +50,9 @@ class Pipeline:
 
     @property
     def decider(self) -> str:
-        """Whose decision a batch's is, as its failpoints and sink id name it: a sink with
-        dead letters is a routing sink (the rows and the dead letters its sub-sinks)."""
+        """Whose decision a batch's is, as its failpoints and sink id name it. An ``avro``
+        pipeline's sink sets its unreadable rows aside as dead letters, which makes it a
+        routing sink (the rows and the dead letters its sub-sinks)."""
         return "routing" if self.sink == "routing" or self.avro else self.sink
 
 
