@@ -270,6 +270,30 @@ def test_a_batch_of_many_tasks_moves_in_two_management_calls(services, monkeypat
     assert len(moved) == 2, moved
 
 
+def test_another_sinks_log_deleted_while_a_first_commit_searches_is_no_predecessor(services, monkeypatch):
+    """A query's first commit lists every sink's log queue, then reads each for a decision
+    of this query. Another sink's queues may be deleted in between (an operator cleaning
+    up, or another tool on the same broker): that sink left nothing to carry on, so the
+    commit goes on instead of failing on the missing queue."""
+    from spark_ext.connectors.jms.session import BrokerSession
+
+    other = JmsCommitter(_config(services, stomp_util.queue_name("gone")))
+    other.ensure_queues()
+    listed = BrokerSession.attribute
+    deleted: list[str] = []
+
+    def then_deleted(self, resource, name):
+        names = listed(self, resource, name)
+        if (resource, name) == ("broker", "queueNames") and other.cfg.log in names and not deleted:
+            other.session.call("broker", "deleteAddress", other.cfg.log, True)
+            deleted.append(other.cfg.log)
+        return names
+
+    monkeypatch.setattr(BrokerSession, "attribute", then_deleted)
+    _commit_each_once_in_order(services, "searched", [[f"{p}.{i}" for i in range(3)] for p in range(2)])
+    assert deleted == [other.cfg.log]  # the search listed the log, which was gone when it read it
+
+
 def test_a_winner_larger_than_a_move_call_moves_in_bounded_calls(services, monkeypatch):
     """The broker holds every message of a moveMessages call in its heap until the call
     returns: one call for a winner of 100,000 messages (a batch of 200,000 rows in 2 tasks)

@@ -46,7 +46,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from spark_ext.commit import Batch, Claim, DecidedBatch, Predecessor, TwoPhaseCommitter, read_other
-from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, SessionError
+from spark_ext.connectors.jms.session import BrokerSession, ConnectorError, QueueMissingError, SessionError
 from spark_ext.connectors.jms.sink.config import QUEUE_PREFIX, JmsSinkConfig
 from spark_ext.connectors.jms.sink.entries import SEQ_HEADER, JmsDecision, SinkState, Winner, read_entry
 from spark_ext.connectors.jms.sink.records import BATCH_HEADER, TXN_HEADER
@@ -349,7 +349,9 @@ class JmsCommitter(TwoPhaseCommitter[JmsCommittable, JmsDecision]):
                       if n.startswith(QUEUE_PREFIX) and n.endswith(".log") and n != self.cfg.log)
         found = []
         for name in logs:
-            old = read_other(partial(self.state, name), query)
+            # A log deleted since the listing (an operator cleaning up) left nothing to carry on.
+            old = read_other(partial(self.state, name), query,
+                             (ValueError, KeyError, TypeError, QueueMissingError))
             if old is None or old.decision is None or old.decision.query_id != query:
                 continue
             found.append(Predecessor(name[len(QUEUE_PREFIX):-len(".log")], old.decision.batch_id, old.done))
