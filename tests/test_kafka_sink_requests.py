@@ -13,6 +13,7 @@ from kafka.partitioner.default import murmur2
 from kafka.protocol.producer.produce import ProduceRequest
 
 from spark_ext.connectors.kafka.client import connection
+from spark_ext.connectors.kafka.client.produce import PRODUCE_VERSION
 from spark_ext.connectors.kafka.sink import sender
 from tests.support.kafka_sink import end_offsets, open_transactions, prepare_batch, read_all, sink_plan
 from tests.support.kafka_util import create_topic
@@ -23,14 +24,18 @@ pytestmark = [pytest.mark.services]
 def _count_produce_requests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Partitions per produce request the sink sends (observed; the send is unchanged)."""
     seen: list[int] = []
-    real = sender.Conn.send
+    real = sender.Conn.send_parts
 
-    def send(self: Any, request: Any, version: int) -> Any:
-        if isinstance(request, ProduceRequest):
+    def send_parts(self: Any, encode: Any) -> Any:
+        def decoded(cid: int) -> list[bytes]:
+            parts = encode(cid)
+            request = ProduceRequest.decode(b"".join(parts)[4:], version=PRODUCE_VERSION, header=True)
             seen.append(sum(len(t.partition_data) for t in request.topic_data))
-        return real(self, request, version)
+            return parts
 
-    monkeypatch.setattr(sender.Conn, "send", send)
+        return real(self, decoded)
+
+    monkeypatch.setattr(sender.Conn, "send_parts", send_parts)
     return seen
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kafka.net.sasl import get_sasl_mechanism
@@ -33,6 +34,7 @@ from spark_ext.retry import Backoff, retry
 METADATA_VERSION = 8
 SASL_HANDSHAKE_VERSION = 1  # v1: the exchange continues in framed SaslAuthenticate requests
 SASL_AUTHENTICATE_VERSION = 1
+_GATHER_MAX = 512  # buffers per sendmsg, under Linux's IOV_MAX (1024)
 
 
 class Conn:
@@ -72,6 +74,24 @@ class Conn:
         self._cid += 1
         req.with_header(correlation_id=self._cid, client_id="spark-ext")
         self.sock.sendall(req.encode(version=version, header=True, framed=True))
+
+    def send_parts(self, encode: Callable[[int], list[bytes]]) -> None:
+        """Send, without waiting, the request ``encode(correlation_id)`` returns as parts
+        (``client.produce``): a plain socket takes them in gather writes, uncopied; TLS
+        encrypts one buffer at a time, so there they are joined first."""
+        self._cid += 1
+        parts = encode(self._cid)
+        if isinstance(self.sock, ssl.SSLSocket):
+            self.sock.sendall(b"".join(parts))
+            return
+        views = [memoryview(p) for p in parts]
+        while views:
+            sent = self.sock.sendmsg(views[:_GATHER_MAX])  # a partial write resumes where it stopped
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if sent:
+                views[0] = views[0][sent:]
 
     def receive(self, response: Any, version: int) -> Any:
         """Read the next response; responses arrive in request order."""

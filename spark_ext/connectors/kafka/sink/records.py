@@ -117,7 +117,7 @@ class Partitioner:
             if len(free):
                 p[free] = self._sticky_runs(len(free), count)
             # One stable sort, not a pass over the rows per partition: rows keep their order.
-            order = np.argsort(p, kind="stable")
+            order = np.argsort(_sort_key(p, count), kind="stable")
             ps = p[order]
             cuts = np.flatnonzero(np.diff(ps)) + 1
             starts = np.concatenate(([0], cuts)).tolist()
@@ -241,3 +241,14 @@ class Batcher:
         self.sequences[tp] = seq + now.count
         return tp, codec.batch(now.records, now.count, now.base_ts, now.max_ts, self.codec,
                                self.transactional, self.producer_id, self.epoch, seq), now.count
+
+
+def _sort_key(p: np.ndarray, count: int) -> np.ndarray:
+    """What the partition numbers ``p`` (0 to ``count`` - 1) are stably sorted by. numpy's
+    stable sort is a merge sort that takes runs as they come (keyless rows, sticky, arrive in
+    long runs) but a radix sort for 16-bit integers: at 250,000 rows, 7-10 ms for scattered
+    partitions as ``int32`` against 2-3 ms as ``uint16``, and 0.7-1.5 ms against 2.5 ms for
+    runs of 256 rows and more. Scattered (hashed keys) means runs shorter than 32 rows."""
+    if count <= 1 << 16 and np.count_nonzero(p[1:] != p[:-1]) * 32 > len(p):
+        return p.astype(np.uint16)
+    return p

@@ -33,15 +33,18 @@ import struct
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kafka.errors import DuplicateSequenceNumberError, MessageSizeTooLargeError
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
-from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.produce import ProduceResponse
 
 from spark_ext.connectors.kafka.client import errors
 from spark_ext.connectors.kafka.client.connection import Conn, metadata
 from spark_ext.connectors.kafka.client.errors import error_name
+from spark_ext.connectors.kafka.client.produce import PRODUCE_VERSION, encode_produce
 from spark_ext.connectors.kafka.client.security import KafkaSecurity
 from spark_ext.connectors.kafka.client.transactions import KafkaTxnClient
 from spark_ext.connectors.kafka.sink.config import KafkaSinkConfig
@@ -50,7 +53,6 @@ from spark_ext.retry import Backoff, Deadline
 
 log = logging.getLogger(__name__)
 
-PRODUCE_VERSION = 9  # below 12, where transaction protocol 2 begins
 MAX_IN_FLIGHT = 5  # Kafka keeps idempotent ordering for up to 5 unacknowledged requests
 REQUEST_BYTES = 1 << 20  # Kafka's producer's max.request.size; a larger single batch goes alone
 
@@ -196,7 +198,7 @@ class Sender:
         # appending to the old list would leave this request's acknowledgement unread.
         pending = self._pending.setdefault(leader, [])
         try:
-            self._conn(leader).send(self._request(items), PRODUCE_VERSION)
+            self._conn(leader).send_parts(self._request(items))
         except OSError as e:
             self._recover(str(e), items)
             return
@@ -214,14 +216,11 @@ class Sender:
             self._conns[leader] = conn
         return conn
 
-    def _request(self, items: list[Item]) -> Any:
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), records, _ in items:
-            by_topic.setdefault(topic, []).append(
-                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records))
-        data = [ProduceRequest.TopicProduceData(name=t, partition_data=ps) for t, ps in by_topic.items()]
-        return ProduceRequest(transactional_id=self.tid, acks=self.acks,
-                              timeout_ms=int(self.cfg.timeout_s * 1000), topic_data=data)
+    def _request(self, items: list[Item]) -> Callable[[int], list[bytes]]:
+        """The produce request of ``items``, for ``Conn.send_parts``."""
+        batches = [(topic, partition, records) for (topic, partition), records, _ in items]
+        return partial(encode_produce, transactional_id=self.tid, acks=self.acks,
+                       timeout_ms=int(self.cfg.timeout_s * 1000), batches=batches)
 
     def _receive(self, leader: int) -> None:
         pending = self._pending[leader]
@@ -267,8 +266,8 @@ class Sender:
                 while items:
                     tp, records, count = items[0]
                     c = self._conn(self._leaders[tp])
-                    code, message = _codes(c.request(self._request([items[0]]), PRODUCE_VERSION,
-                                                     ProduceResponse)).get(tp, NO_ANSWER)
+                    c.send_parts(self._request([items[0]]))
+                    code, message = _codes(c.receive(ProduceResponse, PRODUCE_VERSION)).get(tp, NO_ANSWER)
                     if errors.is_retriable(code):  # e.g. the leader moved: send again
                         raise _LeaderLost(error_name(code))
                     _check(code, message, tp, count, len(records), self.cfg.topic_max_bytes)
