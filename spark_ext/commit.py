@@ -157,8 +157,8 @@ R = TypeVar("R")
 def read_other(read: Callable[[], R], query_id: str,
                not_a_sink: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError)) -> R | None:
     """Step 4a's search reading another identity's record with ``read``: None when it is no
-    sink's record or is gone since it was listed (``not_a_sink`` raised), or a newer
-    release's record of another query.
+    sink's record (``not_a_sink`` raised; a caller whose listing can go stale adds the error
+    of a record gone since it was listed), or a newer release's record of another query.
     A newer release's record of this query, or one whose query is not known, is refused:
     whether that sink left this batch decided or in doubt cannot be read here."""
     try:

@@ -290,8 +290,13 @@ def test_another_sinks_log_deleted_while_a_first_commit_searches_is_no_predecess
         return names
 
     monkeypatch.setattr(BrokerSession, "attribute", then_deleted)
-    _commit_each_once_in_order(services, "searched", [[f"{p}.{i}" for i in range(3)] for p in range(2)])
-    assert deleted == [other.cfg.log]  # the search listed the log, which was gone when it read it
+    try:
+        _commit_each_once_in_order(services, "searched", [[f"{p}.{i}" for i in range(3)] for p in range(2)])
+        assert deleted == [other.cfg.log]  # the search listed the log, which was gone when it read it
+    finally:
+        for name in (other.cfg.queue, other.cfg.staging, other.cfg.lock):
+            other.session.call("broker", "deleteAddress", name, True)
+        other.close()
 
 
 def test_a_winner_larger_than_a_move_call_moves_in_bounded_calls(services, monkeypatch):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.producer.produce import ProduceRequest
@@ -69,20 +71,57 @@ def test_a_gather_write_cut_short_by_the_kernel_resumes_where_it_stopped():
     server.close()
     conn = connection.Conn.__new__(connection.Conn)
     conn.sock, conn._cid = a, 0
+    b.settimeout(10)
     parts = [bytes([i % 251]) * (i % 7000) for i in range(1500)]
     got = bytearray()
 
     def read() -> None:
         while len(got) < sum(map(len, parts)):
-            got.extend(b.recv(65536))
+            chunk = b.recv(65536)
+            if not chunk:
+                return
+            got.extend(chunk)
 
-    reader = threading.Thread(target=read)
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    conn.send_parts(lambda cid: parts)
-    reader.join(10)
-    a.close()
-    b.close()
+    try:
+        conn.send_parts(lambda cid: parts)
+        reader.join(10)
+    finally:
+        a.close()
+        b.close()
     assert not reader.is_alive() and bytes(got) == b"".join(parts)
+    assert a.gettimeout() == 10  # the socket's own timeout again, after the per-write ones
+
+
+def test_a_gather_write_to_a_reader_that_keeps_it_trickling_times_out_as_a_whole():
+    """The socket's timeout bounds the whole request, as ``sendall``'s does: a peer that
+    takes a little at a time, each write within the timeout, must not keep one request
+    going past it (a timeout per write would run until the peer gives up)."""
+    a, b = socket.socketpair()  # no TCP window: a read frees room for the next write at once
+    a.settimeout(0.5)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+    def trickle() -> None:
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            try:
+                b.recv(2048)
+            except OSError:
+                return
+            time.sleep(0.02)
+        b.close()  # gives up: a send still going fails, but not with a timeout
+
+    threading.Thread(target=trickle, daemon=True).start()
+    conn = connection.Conn.__new__(connection.Conn)
+    conn.sock, conn._cid, conn.host, conn.port = a, 0, "127.0.0.1", 0
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            conn.send_parts(lambda cid: [b"x" * 65536] * 200)
+        assert time.monotonic() - started < 2
+    finally:
+        a.close()
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,20 +79,32 @@ class Conn:
     def send_parts(self, encode: Callable[[int], list[bytes]]) -> None:
         """Send, without waiting, the request ``encode(correlation_id)`` returns as parts
         (``client.produce``): a plain socket takes them in gather writes, uncopied; TLS
-        encrypts one buffer at a time, so there they are joined first."""
+        encrypts one buffer at a time, so there they are joined first. As ``sendall``, the
+        socket's timeout bounds the whole request, not each write (``TimeoutError``)."""
         self._cid += 1
         parts = encode(self._cid)
         if isinstance(self.sock, ssl.SSLSocket):
             self.sock.sendall(b"".join(parts))
             return
         views = [memoryview(p) for p in parts]
-        while views:
-            sent = self.sock.sendmsg(views[:_GATHER_MAX])  # a partial write resumes where it stopped
-            while views and sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            if sent:
-                views[0] = views[0][sent:]
+        timeout = self.sock.gettimeout()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        at = 0
+        try:
+            while at < len(views):
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"sending a request to {self.host}:{self.port} timed out")
+                    self.sock.settimeout(left)
+                sent = self.sock.sendmsg(views[at:at + _GATHER_MAX])  # a short write resumes where it stopped
+                while at < len(views) and sent >= len(views[at]):
+                    sent -= len(views[at])
+                    at += 1
+                if sent:
+                    views[at] = views[at][sent:]
+        finally:
+            self.sock.settimeout(timeout)
 
     def receive(self, response: Any, version: int) -> Any:
         """Read the next response; responses arrive in request order."""

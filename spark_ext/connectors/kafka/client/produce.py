@@ -47,7 +47,7 @@ def encode_produce(correlation_id: int, transactional_id: str | None, acks: int,
     """The framed request (size, header v2, body) as parts whose concatenation is what
     kafka-python's ``ProduceRequest(...).encode(version=9, header=True, framed=True)`` makes;
     the record batches appear as the very objects given. Batches of one topic go together,
-    in their first appearance's order, as kafka-python's grouping by topic does."""
+    topics in the order they first appear in ``batches``."""
     by_topic: dict[str, list[tuple[int, bytes]]] = {}
     for topic, partition, records in batches:
         by_topic.setdefault(topic, []).append((partition, records))
