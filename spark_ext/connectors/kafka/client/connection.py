@@ -28,6 +28,7 @@ from kafka.protocol.sasl import (
 )
 
 from spark_ext.connectors.kafka.client.errors import error_name
+from spark_ext.connectors.kafka.client.produce import CLIENT_ID
 from spark_ext.connectors.kafka.client.security import PLAINTEXT, KafkaSecurity, ssl_context
 from spark_ext.errors import AuthenticationError
 from spark_ext.retry import Backoff, retry
@@ -73,7 +74,7 @@ class Conn:
     def send(self, req: Any, version: int) -> None:
         """Send without waiting (pipelining, or ``acks=0`` produce requests)."""
         self._cid += 1
-        req.with_header(correlation_id=self._cid, client_id="spark-ext")
+        req.with_header(correlation_id=self._cid, client_id=CLIENT_ID)
         self.sock.sendall(req.encode(version=version, header=True, framed=True))
 
     def send_parts(self, encode: Callable[[int], list[bytes]]) -> None:

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 
 PRODUCE_API_KEY = 0
 PRODUCE_VERSION = 9  # below 12, where transaction protocol 2 begins
-CLIENT_ID = b"spark-ext"
+CLIENT_ID = "spark-ext"  # what brokers see of every request of ours (logs, quotas)
 
 # (topic, partition, encoded record batch): the record batches of one request
 Batches = Sequence[tuple[str, int, bytes]]
 
 _TAGS = b"\x00"  # no tagged fields
 _HEADER = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id's length
+_CLIENT = CLIENT_ID.encode()
 
 
 def uvarint(n: int) -> bytes:
@@ -64,8 +65,8 @@ def encode_produce(correlation_id: int, transactional_id: str | None, acks: int,
         frame += _TAGS  # the topic's
     frame += _TAGS  # the request's
     parts.append(bytes(frame))
-    size = _HEADER.size - 4 + len(CLIENT_ID) + len(_TAGS) + sum(len(p) for p in parts)
-    head = _HEADER.pack(size, PRODUCE_API_KEY, PRODUCE_VERSION, correlation_id, len(CLIENT_ID))
-    head += CLIENT_ID + _TAGS
+    size = _HEADER.size - 4 + len(_CLIENT) + len(_TAGS) + sum(len(p) for p in parts)
+    head = _HEADER.pack(size, PRODUCE_API_KEY, PRODUCE_VERSION, correlation_id, len(_CLIENT))
+    head += _CLIENT + _TAGS
     parts[0] = head + parts[0]
     return parts
